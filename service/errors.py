@@ -1,0 +1,108 @@
+"""The one error tree of binlog-mirror.
+
+    ReplicatorError                    retriable = False unless noted
+    ├── ConfigError                    a setting is missing or malformed (stops startup)
+    ├── DecodeError                    bad bytes: never retried; message names file/offset
+    │   ├── TruncatedEvent             an event or value ends before its declared length
+    │   ├── ChecksumMismatch           CRC32 of an event does not match its trailer
+    │   ├── MissingTableMap            a rows event names a table id with no TABLE_MAP
+    │   ├── UnknownEvent               an event type we cannot decode and may not skip
+    │   ├── UnknownColumnType          a column type code we cannot decode
+    │   ├── UnsupportedBinlog          binlog version != 4, encrypted binlog, ...
+    │   └── InvalidValue               a column value whose bytes make no sense
+    ├── SourceError                    (retriable) MySQL lost, timed out, or refused
+    │   ├── PositionLost               (not retriable) ERR 1236: position purged/unknown
+    │   └── PreflightError             (not retriable) the source is not configured to be read
+    ├── SinkError                      (retriable) Redis unavailable
+    │   └── LeaseLost                  (not retriable here) another instance holds the writer lease
+    └── StackError                     the local MariaDB/Redis stack could not start
+
+Loops decide what to do from `retriable`, never from isinstance lists.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+__all__ = [
+    "ChecksumMismatch",
+    "ConfigError",
+    "DecodeError",
+    "InvalidValue",
+    "LeaseLost",
+    "MissingTableMap",
+    "PositionLost",
+    "PreflightError",
+    "ReplicatorError",
+    "SinkError",
+    "SourceError",
+    "StackError",
+    "TruncatedEvent",
+    "UnknownColumnType",
+    "UnknownEvent",
+    "UnsupportedBinlog",
+]
+
+
+class ReplicatorError(Exception):
+    retriable: ClassVar[bool] = False
+
+
+class ConfigError(ReplicatorError):
+    pass
+
+
+class DecodeError(ReplicatorError):
+    pass
+
+
+class TruncatedEvent(DecodeError):
+    pass
+
+
+class ChecksumMismatch(DecodeError):
+    pass
+
+
+class MissingTableMap(DecodeError):
+    pass
+
+
+class UnknownEvent(DecodeError):
+    pass
+
+
+class UnknownColumnType(DecodeError):
+    pass
+
+
+class UnsupportedBinlog(DecodeError):
+    pass
+
+
+class InvalidValue(DecodeError):
+    pass
+
+
+class SourceError(ReplicatorError):
+    retriable = True
+
+
+class PositionLost(SourceError):
+    retriable = False
+
+
+class PreflightError(SourceError):
+    retriable = False
+
+
+class SinkError(ReplicatorError):
+    retriable = True
+
+
+class LeaseLost(SinkError):
+    retriable = False
+
+
+class StackError(ReplicatorError):
+    pass
