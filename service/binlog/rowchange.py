@@ -1,0 +1,46 @@
+"""The one record shape of the whole product: a decoded row change.
+
+The transport, the Redis sink, the websocket and the Spark pipeline all carry this
+shape; `service.binlog.canonical` turns it into its lossless JSON form
+(documented type by type in docs/row-format.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+__all__ = ["EventSpan", "Op", "Row", "RowChange"]
+
+# Column name -> decoded value (None, int, float, Decimal, str, bytes, date, datetime,
+# timedelta, JSON structures, ...). Absent columns (MINIMAL/NOBLOB images) are omitted.
+Row = dict[str, Any]
+
+
+class Op(StrEnum):
+    INSERT = "insert"
+    UPDATE = "update"
+    DELETE = "delete"
+
+
+@dataclass(frozen=True, slots=True)
+class EventSpan:
+    """Where the rows event that carried a change sits in the binlog."""
+
+    file: str
+    start: int  # offset of the rows event's first header byte
+    end: int  # offset just after the event (header.log_pos when the server sets it)
+
+
+@dataclass(frozen=True, slots=True)
+class RowChange:
+    op: Op
+    schema: str
+    table: str
+    before: Row | None  # None for insert
+    after: Row | None  # None for delete
+    position: EventSpan
+    ts: int  # event timestamp, seconds since the epoch (source clock)
+    server_id: int
+    gtid: str | None = None

@@ -1,0 +1,81 @@
+"""The `binlog-mirror` command line: thin wrappers that build settings and call the service."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from service.errors import ReplicatorError
+from service.stack import LocalStack
+
+__all__ = ["app"]
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help="Keep a Redis mirror of MySQL tables in sync.")
+stack_app = typer.Typer(no_args_is_help=True, help="A throwaway local MariaDB + Redis on 127.0.0.1.")
+app.add_typer(stack_app, name="stack")
+
+console = Console(stderr=True)
+
+StackDir = Annotated[
+    Path | None,
+    typer.Option("--dir", envvar="BINLOG_MIRROR_STACK_DIR", help="Where the stack keeps its data (default .stack/)."),
+]
+
+
+def fail(message: str, code: int = 1) -> typer.Exit:
+    """One clear line on stderr, then exit non-zero."""
+    console.print(f"[red]error:[/red] {message}", highlight=False, markup=True)
+    return typer.Exit(code)
+
+
+@app.callback()
+def main(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+@stack_app.command("up")
+def stack_up(directory: StackDir = None) -> None:
+    """Start MariaDB (binlog on, ROW, FULL metadata, CRC32, GTID) and Redis (AOF on)."""
+    stack = LocalStack(directory)
+    try:
+        info = stack.up()
+    except ReplicatorError as exc:
+        raise fail(str(exc)) from None
+    for name, url in info.urls().items():
+        typer.echo(f"{name}: {url}")
+
+
+@stack_app.command("down")
+def stack_down(
+    directory: StackDir = None,
+    purge: Annotated[bool, typer.Option("--purge", help="Also delete the stack's data directory.")] = False,
+) -> None:
+    """Stop every process the stack started."""
+    LocalStack(directory).down(purge=purge)
+    typer.echo("stack stopped")
+
+
+@stack_app.command("status")
+def stack_status(
+    directory: StackDir = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """What the running servers report about themselves."""
+    status = LocalStack(directory).status()
+    if as_json:
+        typer.echo(json.dumps(status, indent=2, default=str))
+    else:
+        for key, value in status.items():
+            typer.echo(f"{key}: {value}")
+    if not status.get("running"):
+        raise typer.Exit(1)

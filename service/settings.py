@@ -1,0 +1,180 @@
+"""Settings: built once at the edge (CLI or app factory) and passed down; never at import time.
+
+Sources, highest priority first: CLI flags (passed as init kwargs), environment variables
+(`BINLOG_MIRROR_*`), an optional TOML file (`--config` / `BINLOG_MIRROR_CONFIG`), defaults.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import unquote, urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from service.errors import ConfigError
+
+__all__ = ["MySQLUrl", "RedisUrl", "Settings", "load_settings"]
+
+MYSQL_FORM = "mysql://user:password@host:port"
+REDIS_FORM = "redis://[:password@]host:port/db (or rediss:// for TLS)"
+
+
+class MySQLUrl(BaseModel):
+    """A parsed `mysql://user:password@host:port` URL; the password never prints."""
+
+    model_config = ConfigDict(frozen=True)
+
+    host: str
+    port: int = 3306
+    user: str
+    password: SecretStr = SecretStr("")
+
+    @classmethod
+    def parse(cls, url: str) -> MySQLUrl:
+        parts = urlsplit(url)
+        if parts.scheme not in ("mysql", "mariadb") or not parts.hostname or not parts.username:
+            raise ValueError(f"expected {MYSQL_FORM}")
+        try:
+            port = parts.port or 3306
+        except ValueError:
+            raise ValueError(f"port is not a number 1-65535; expected {MYSQL_FORM}") from None
+        return cls(
+            host=parts.hostname,
+            port=port,
+            user=unquote(parts.username),
+            password=SecretStr(unquote(parts.password or "")),
+        )
+
+    def redacted(self) -> str:
+        return f"mysql://{self.user}:***@{self.host}:{self.port}"
+
+    def __str__(self) -> str:
+        return self.redacted()
+
+
+class RedisUrl(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    url: SecretStr  # may carry a password
+
+    @classmethod
+    def parse(cls, url: str) -> RedisUrl:
+        parts = urlsplit(url)
+        if parts.scheme not in ("redis", "rediss", "unix") or not (parts.hostname or parts.path):
+            raise ValueError(f"expected {REDIS_FORM}")
+        try:
+            parts.port  # noqa: B018 - validates the port
+        except ValueError:
+            raise ValueError(f"port is not a number 1-65535; expected {REDIS_FORM}") from None
+        db = parts.path.lstrip("/")
+        if parts.scheme != "unix" and db and not db.isdigit():
+            raise ValueError(f"database must be a number; expected {REDIS_FORM}")
+        return cls(url=SecretStr(url))
+
+    def redacted(self) -> str:
+        parts = urlsplit(self.url.get_secret_value())
+        netloc = parts.hostname or ""
+        if parts.port:
+            netloc += f":{parts.port}"
+        if parts.password:
+            netloc = "***@" + netloc
+        return f"{parts.scheme}://{netloc}{parts.path}"
+
+    def __str__(self) -> str:
+        return self.redacted()
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="BINLOG_MIRROR_", env_ignore_empty=True, extra="forbid", frozen=True
+    )
+
+    mysql: MySQLUrl | None = None
+    redis: RedisUrl | None = None
+    mysql_ssl_ca: Path | None = None
+    mysql_ssl_cert: Path | None = None
+    mysql_ssl_key: Path | None = None
+    mysql_ssl_verify: bool = True
+    server_id: int = Field(default=4242, ge=1, le=2**32 - 1)
+    tables: list[str] = []
+    exclude_tables: list[str] = []
+    key_prefix: str = Field(default="mirror", pattern=r"^[A-Za-z0-9_.\-]+$")
+    start: str = "now"  # now | start | FILE:POS | GTID set
+    on_no_checkpoint: Literal["now", "start", "refuse"] = "now"
+    heartbeat_seconds: float = Field(default=5.0, gt=0, le=3600)
+    queue_size: int = Field(default=256, ge=1)
+    api_host: str = "127.0.0.1"
+    api_port: int = Field(default=8080, ge=0, le=65535)
+    api_token: SecretStr | None = None
+    max_lag_seconds: float = Field(default=30.0, gt=0)
+
+    @field_validator("mysql", mode="before")
+    @classmethod
+    def _parse_mysql(cls, value: Any) -> Any:
+        return MySQLUrl.parse(value) if isinstance(value, str) else value
+
+    @field_validator("redis", mode="before")
+    @classmethod
+    def _parse_redis(cls, value: Any) -> Any:
+        return RedisUrl.parse(value) if isinstance(value, str) else value
+
+    @field_validator("tables", "exclude_tables", mode="before")
+    @classmethod
+    def _split_patterns(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = [p.strip() for p in value.split(",") if p.strip()]
+        for pattern in value or []:
+            if not isinstance(pattern, str) or pattern.count(".") != 1:
+                raise ValueError(f"table pattern {pattern!r} must be schema.table (globs allowed: db.*)")
+        return value
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # load_settings() merges file, env and flags itself, so env values stay plain text
+        # ("db.a,db.b", "mysql://...") rather than pydantic-settings' JSON-for-lists convention.
+        return (init_settings,)
+
+
+def _env_values() -> dict[str, str]:
+    names = (f"BINLOG_MIRROR_{name.upper()}" for name in Settings.model_fields)
+    return {name.removeprefix("BINLOG_MIRROR_").lower(): os.environ[name] for name in names if os.environ.get(name)}
+
+
+def load_settings(config_file: Path | str | None = None, **overrides: Any) -> Settings:
+    """Build Settings from defaults < TOML file < env < overrides; one clear line on error."""
+    values: dict[str, Any] = {}
+    config_file = config_file or os.environ.get("BINLOG_MIRROR_CONFIG")
+    if config_file:
+        path = Path(config_file)
+        try:
+            values.update(tomllib.loads(path.read_text()))
+        except OSError as exc:
+            raise ConfigError(f"config file {path}: {exc.strerror}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {path}: not valid TOML ({exc})") from None
+    values.update(_env_values())
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    try:
+        return Settings(**values)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc)) from None
+
+
+def _describe(exc: ValidationError) -> str:
+    err = exc.errors(include_url=False, include_input=False)[0]
+    field = ".".join(str(p) for p in err["loc"]) or "settings"
+    message = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "extra_forbidden":
+        message = "unknown setting"
+    return f"invalid setting '{field}' (env BINLOG_MIRROR_{field.split('.')[0].upper()}): {message}"

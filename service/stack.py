@@ -1,0 +1,445 @@
+"""The local stack: a throwaway MariaDB (configured as a replication source) and Redis on 127.0.0.1.
+
+One code path serves the demo (`binlog-mirror stack up`), the test fixtures and the benchmarks.
+Everything lives under one directory (default `.stack/`): data, sockets, logs, and `stack.json`,
+which records the ports, the process ids and the generated passwords so that `status` and `down`
+work from another process.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import pymysql
+
+from service.errors import StackError
+
+__all__ = ["LocalStack", "StackInfo", "default_stack_dir"]
+
+log = logging.getLogger(__name__)
+
+APT_PACKAGES = ("mariadb-server", "mariadb-client", "redis-server")
+REPLICATION_USER = "mirror"
+ADMIN_USER = "admin"
+START_TIMEOUT = 60.0
+
+
+def default_stack_dir() -> Path:
+    return Path(os.environ.get("BINLOG_MIRROR_STACK_DIR", ".stack")).resolve()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie child of this process still answers kill(0); reap it if it is ours.
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return Path(f"/proc/{pid}").exists() and "zombie" not in _proc_state(pid)
+    return done == 0
+
+
+def _proc_state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/status").read_text().split("State:")[1].split("\n")[0].lower()
+    except (OSError, IndexError):
+        return ""
+
+
+def _binary(name: str, *fallbacks: str) -> str | None:
+    for candidate in (name, *fallbacks):
+        found = shutil.which(candidate) or next(
+            (p for p in (f"/usr/sbin/{candidate}", f"/usr/bin/{candidate}") if os.access(p, os.X_OK)), None
+        )
+        if found:
+            return found
+    return None
+
+
+def ensure_packages() -> None:
+    """Install MariaDB and Redis from Debian's packages when missing (root only)."""
+    missing = [b for b in ("mariadbd", "mariadb-install-db", "redis-server", "mariadb-binlog") if not _binary(b)]
+    if not missing:
+        return
+    command = "apt-get update && apt-get install -y " + " ".join(APT_PACKAGES)
+    if os.geteuid() != 0:
+        raise StackError(f"missing {', '.join(missing)}; install them with: sudo {command}")
+    log.info("installing %s", " ".join(APT_PACKAGES))
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    result = subprocess.run(["bash", "-c", command], env=env, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise StackError(f"'{command}' failed: {result.stderr.strip()[-500:]}")
+
+
+@dataclass
+class StackInfo:
+    dir: str
+    mysql_port: int
+    redis_port: int
+    repl_password: str
+    admin_password: str
+    mysql_pid: int | None = None
+    redis_pid: int | None = None
+
+    @property
+    def mysql_url(self) -> str:
+        """The replication user: REPLICATION SLAVE, REPLICATION CLIENT, BINLOG MONITOR, SELECT."""
+        return f"mysql://{REPLICATION_USER}:{self.repl_password}@127.0.0.1:{self.mysql_port}"
+
+    @property
+    def admin_url(self) -> str:
+        """An all-privileges user for writes (demo workload, tests)."""
+        return f"mysql://{ADMIN_USER}:{self.admin_password}@127.0.0.1:{self.mysql_port}"
+
+    @property
+    def redis_url(self) -> str:
+        return f"redis://127.0.0.1:{self.redis_port}/0"
+
+    def urls(self) -> dict[str, str]:
+        return {"mysql": self.mysql_url, "mysql_admin": self.admin_url, "redis": self.redis_url}
+
+
+class LocalStack:
+    def __init__(self, directory: Path | str | None = None) -> None:
+        self.dir = Path(directory).resolve() if directory else default_stack_dir()
+        self.state_file = self.dir / "stack.json"
+        self.mysql_dir = self.dir / "mariadb"
+        self.redis_dir = self.dir / "redis"
+
+    # -- state ---------------------------------------------------------------------------------
+    def load(self) -> StackInfo | None:
+        if not self.state_file.exists():
+            return None
+        return StackInfo(**json.loads(self.state_file.read_text()))
+
+    def _save(self, info: StackInfo) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(info), indent=2))
+        tmp.chmod(0o600)
+        tmp.replace(self.state_file)
+
+    def _info(self) -> StackInfo:
+        info = self.load()
+        if info is None:
+            info = StackInfo(
+                dir=str(self.dir),
+                mysql_port=_free_port(),
+                redis_port=_free_port(),
+                repl_password=secrets.token_hex(8),
+                admin_password=secrets.token_hex(8),
+            )
+            self._save(info)
+        return info
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    def up(self) -> StackInfo:
+        ensure_packages()
+        info = self._info()
+        self.start_mysql(info)
+        self.start_redis(info)
+        return info
+
+    def down(self, purge: bool = False) -> None:
+        info = self.load()
+        if info is not None:
+            self.stop_mysql(info)
+            self.stop_redis(info)
+        if purge and self.dir.exists():
+            shutil.rmtree(self.dir)
+
+    def start_mysql(self, info: StackInfo | None = None) -> None:
+        info = info or self._info()
+        if _alive(info.mysql_pid):
+            return
+        data = self.mysql_dir / "data"
+        if not (data / "mysql").exists():
+            self._install_mariadb(data)
+        cnf = self._write_mariadb_cnf(info)
+        cmd = [_binary("mariadbd", "mysqld") or "mariadbd", f"--defaults-file={cnf}"]
+        if os.geteuid() == 0:
+            cmd.append("--user=root")
+        info.mysql_pid = _spawn_detached(cmd, self.mysql_dir / "mariadbd.out")
+        self._save(info)
+        self._wait_mysql(info)
+        self._bootstrap_users(info)
+
+    def stop_mysql(self, info: StackInfo | None = None, *, kill: bool = False) -> None:
+        info = info or self.load()
+        if info is None:
+            return
+        _stop(info.mysql_pid, kill=kill)
+        info.mysql_pid = None
+        self._save(info)
+
+    def start_redis(self, info: StackInfo | None = None) -> None:
+        info = info or self._info()
+        if _alive(info.redis_pid):
+            return
+        self.redis_dir.mkdir(parents=True, exist_ok=True)
+        conf = self.redis_dir / "redis.conf"
+        conf.write_text(
+            "\n".join(
+                [
+                    "bind 127.0.0.1",
+                    f"port {info.redis_port}",
+                    f"dir {self.redis_dir}",
+                    "appendonly yes",
+                    "appendfsync everysec",
+                    'save ""',
+                    "daemonize no",
+                    f"logfile {self.redis_dir / 'redis.log'}",
+                    "",
+                ]
+            )
+        )
+        server = _binary("redis-server") or "redis-server"
+        info.redis_pid = _spawn_detached([server, str(conf)], self.redis_dir / "redis.out")
+        self._save(info)
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            if not _alive(info.redis_pid):
+                raise StackError(f"redis-server exited; see {self.redis_dir}/redis.log")
+            if _redis_ping(info.redis_port):
+                return
+            time.sleep(0.05)
+        raise StackError(f"redis-server did not answer on port {info.redis_port} within {START_TIMEOUT:.0f}s")
+
+    def stop_redis(self, info: StackInfo | None = None, *, kill: bool = False) -> None:
+        info = info or self.load()
+        if info is None:
+            return
+        _stop(info.redis_pid, kill=kill)
+        info.redis_pid = None
+        self._save(info)
+
+    # -- MariaDB details -----------------------------------------------------------------------
+    def _install_mariadb(self, data: Path) -> None:
+        data.mkdir(parents=True, exist_ok=True)
+        cmd = [
+            _binary("mariadb-install-db", "mysql_install_db") or "mariadb-install-db",
+            "--no-defaults",
+            f"--datadir={data}",
+            "--auth-root-authentication-method=normal",
+            "--skip-test-db",
+        ]
+        if os.geteuid() == 0:
+            cmd.append("--user=root")
+        result = subprocess.run(cmd, capture_output=True, text=True)
+        if result.returncode != 0:
+            raise StackError(f"mariadb-install-db failed: {(result.stderr or result.stdout).strip()[-500:]}")
+
+    def _write_mariadb_cnf(self, info: StackInfo) -> Path:
+        (self.mysql_dir / "binlog").mkdir(parents=True, exist_ok=True)
+        cnf = self.mysql_dir / "my.cnf"
+        cnf.write_text(
+            "\n".join(
+                [
+                    "[mariadbd]",
+                    f"datadir={self.mysql_dir / 'data'}",
+                    f"socket={self.mysql_socket}",
+                    f"pid-file={self.mysql_dir / 'mariadbd.pid'}",
+                    f"log-error={self.mysql_dir / 'mariadbd.err'}",
+                    f"port={info.mysql_port}",
+                    "bind-address=127.0.0.1",
+                    "skip-name-resolve",
+                    f"log-bin={self.mysql_dir / 'binlog' / 'mysql-bin'}",
+                    "binlog_format=ROW",
+                    "binlog_row_image=FULL",
+                    "binlog_row_metadata=FULL",
+                    "binlog_checksum=CRC32",
+                    "server_id=1",
+                    "gtid_domain_id=0",
+                    "gtid_strict_mode=ON",
+                    "max_binlog_size=64M",
+                    "max_allowed_packet=256M",
+                    "character-set-server=utf8mb4",
+                    "collation-server=utf8mb4_general_ci",
+                    "innodb_buffer_pool_size=128M",
+                    "innodb_log_file_size=64M",
+                    "innodb_flush_log_at_trx_commit=2",
+                    "sync_binlog=0",
+                    "performance_schema=OFF",
+                    "",
+                ]
+            )
+        )
+        return cnf
+
+    @property
+    def mysql_socket(self) -> Path:
+        return self.mysql_dir / "mariadbd.sock"
+
+    def _wait_mysql(self, info: StackInfo) -> None:
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            if not _alive(info.mysql_pid):
+                raise StackError(f"mariadbd exited; see {self.mysql_dir}/mariadbd.err")
+            # Probe the socket by hand first: pymysql leaks its socket when the connect fails.
+            try:
+                with socket.socket(socket.AF_UNIX) as probe:
+                    probe.connect(str(self.mysql_socket))
+                self.root_connection().close()
+                return
+            except (OSError, pymysql.err.OperationalError):
+                time.sleep(0.1)
+        raise StackError(f"mariadbd did not accept connections within {START_TIMEOUT:.0f}s")
+
+    def root_connection(self, database: str | None = None) -> pymysql.connections.Connection[Any]:
+        return pymysql.connect(
+            unix_socket=str(self.mysql_socket), user="root", database=database, autocommit=True
+        )
+
+    def _bootstrap_users(self, info: StackInfo) -> None:
+        statements = [
+            f"CREATE USER IF NOT EXISTS '{REPLICATION_USER}'@'127.0.0.1' IDENTIFIED BY '{info.repl_password}'",
+            f"GRANT REPLICATION SLAVE, BINLOG MONITOR, REPLICATION CLIENT, SELECT ON *.* "
+            f"TO '{REPLICATION_USER}'@'127.0.0.1'",
+            f"CREATE USER IF NOT EXISTS '{ADMIN_USER}'@'127.0.0.1' IDENTIFIED BY '{info.admin_password}'",
+            f"GRANT ALL PRIVILEGES ON *.* TO '{ADMIN_USER}'@'127.0.0.1' WITH GRANT OPTION",
+        ]
+        conn = self.root_connection()
+        try:
+            with conn.cursor() as cur:
+                # Grants are bookkeeping, not data: keep them out of the binlog the product reads.
+                cur.execute("SET SESSION sql_log_bin = 0")
+                for sql in statements:
+                    cur.execute(sql)
+        finally:
+            conn.close()
+
+    # -- status --------------------------------------------------------------------------------
+    def status(self) -> dict[str, Any]:
+        """What the servers themselves report (not what the config file says)."""
+        info = self.load()
+        if info is None:
+            return {"dir": str(self.dir), "running": False}
+        out: dict[str, Any] = {"dir": str(self.dir), **info.urls()}
+        out["mariadb"] = self._mysql_status(info)
+        out["redis_server"] = self._redis_status(info)
+        out["running"] = bool(out["mariadb"].get("up") and out["redis_server"].get("up"))
+        return out
+
+    def _mysql_status(self, info: StackInfo) -> dict[str, Any]:
+        if not _alive(info.mysql_pid):
+            return {"up": False}
+        try:
+            conn = pymysql.connect(
+                host="127.0.0.1",
+                port=info.mysql_port,
+                user=REPLICATION_USER,
+                password=info.repl_password,
+                connect_timeout=5,
+            )
+        except pymysql.err.OperationalError as exc:
+            return {"up": False, "error": str(exc)}
+        try:
+            with conn.cursor() as cur:
+                cur.execute(
+                    "SELECT @@version, @@log_bin, @@binlog_format, @@binlog_row_image, @@binlog_row_metadata,"
+                    " @@binlog_checksum, @@server_id, @@gtid_binlog_pos, @@log_bin_basename"
+                )
+                row = cur.fetchone()
+                cur.execute("SHOW MASTER STATUS")
+                master = cur.fetchone()
+        finally:
+            conn.close()
+        assert row is not None
+        keys = ["version", "log_bin", "binlog_format", "binlog_row_image", "binlog_row_metadata"]
+        keys += ["binlog_checksum", "server_id", "gtid_binlog_pos", "log_bin_basename"]
+        status: dict[str, Any] = {"up": True, "pid": info.mysql_pid, **dict(zip(keys, row, strict=True))}
+        status["log_bin"] = bool(status["log_bin"])
+        if master:
+            status["binlog_file"], status["binlog_position"] = master[0], master[1]
+        return status
+
+    def _redis_status(self, info: StackInfo) -> dict[str, Any]:
+        if not _alive(info.redis_pid):
+            return {"up": False}
+        reply = _redis_command(info.redis_port, b"INFO server\r\n") + _redis_command(
+            info.redis_port, b"INFO persistence\r\n"
+        )
+        fields = dict(
+            line.split(":", 1) for line in reply.decode(errors="replace").splitlines() if ":" in line
+        )
+        return {
+            "up": "redis_version" in fields,
+            "pid": info.redis_pid,
+            "version": fields.get("redis_version"),
+            "aof_enabled": fields.get("aof_enabled") == "1",
+        }
+
+
+def _spawn_detached(cmd: list[str], output: Path) -> int:
+    """Start a server in its own session, not as our child: it outlives this process
+    (the CLI exits after `stack up`) and is never a Popen object left running."""
+    result = subprocess.run(
+        ["sh", "-c", '"$@" </dev/null >>"$0" 2>&1 & echo $!', str(output), *cmd],
+        capture_output=True,
+        text=True,
+        start_new_session=True,
+        check=True,
+    )
+    return int(result.stdout.strip())
+
+
+def _redis_command(port: int, command: bytes) -> bytes:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
+            s.sendall(command)
+            chunks = b""
+            while True:
+                chunk = s.recv(65536)
+                chunks += chunk
+                # A bulk reply: "$<len>\r\n<body>\r\n"; stop once the body is complete.
+                if chunks.startswith(b"$"):
+                    head, _, body = chunks.partition(b"\r\n")
+                    if len(body) >= int(head[1:]) + 2:
+                        return chunks
+                elif chunks.endswith(b"\r\n") or not chunk:
+                    return chunks
+    except OSError:
+        return b""
+
+
+def _redis_ping(port: int) -> bool:
+    return _redis_command(port, b"PING\r\n").startswith(b"+PONG")
+
+
+def _stop(pid: int | None, *, kill: bool, timeout: float = 30.0) -> None:
+    if not _alive(pid):
+        return
+    assert pid is not None
+    try:
+        os.kill(pid, signal.SIGKILL if kill else signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + timeout
+    while _alive(pid):
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            deadline = time.monotonic() + timeout
+        time.sleep(0.05)
