@@ -1,0 +1,120 @@
+"""The replicator's status snapshot: a frozen value read by `/readyz`, `/status` and metrics.
+
+`Replicator.status()` builds a fresh `ReplicatorStatus` on every call; nothing in it is shared
+with the running pipeline, so readers may keep it, compare it or serialise it at leisure.
+
+State machine (`State`):
+
+    starting ──> streaming <──> reconnecting
+        │            │  ^
+        │            v  │
+        │         resyncing          (a DDL rewrote a table: re-reading it from the source)
+        v            v
+      failed       stopped           (failed: a non-retriable error; stopped: clean shutdown)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from service.checkpoint import BinlogPosition, Checkpoint
+
+__all__ = [
+    "ColumnStatus",
+    "ErrorStatus",
+    "ReplicatorStatus",
+    "ResyncStatus",
+    "SourceStatus",
+    "State",
+    "TableStatus",
+]
+
+
+class State(StrEnum):
+    STARTING = "starting"  # loading the checkpoint, connecting, taking the writer lease
+    STREAMING = "streaming"  # reading the binlog and applying transactions
+    RECONNECTING = "reconnecting"  # a retriable source/sink error; backing off, then resuming
+    RESYNCING = "resyncing"  # streaming, and re-reading at least one table after a DDL
+    STOPPED = "stopped"  # clean shutdown (SIGTERM/SIGINT/stop())
+    FAILED = "failed"  # a non-retriable error (decode error, position purged, lease lost, config)
+
+
+@dataclass(frozen=True, slots=True)
+class ColumnStatus:
+    name: str
+    type: str  # source column type name, e.g. "VARCHAR", "DECIMAL", "INT"
+    metadata: int | None = None  # TABLE_MAP metadata word (length, precision/scale, fsp...)
+    nullable: bool | None = None  # None: unknown
+    unsigned: bool | None = None  # None: not numeric, or unknown
+    charset: str | None = None  # collation/charset name for character columns
+    name_source: str = "binlog"  # binlog (row metadata) | information_schema | position (@1, @2...)
+
+
+@dataclass(frozen=True, slots=True)
+class ResyncStatus:
+    started_ts: float  # wall clock (time.time()) when the resync began
+    rows_done: int
+    rows_total: int | None  # estimate from information_schema; None if unknown
+    reason: str  # the DDL that triggered it (truncated)
+
+
+@dataclass(frozen=True, slots=True)
+class TableStatus:
+    schema: str
+    table: str
+    table_id: int | None = None  # last TABLE_MAP id seen for it; None before the first rows event
+    columns: tuple[ColumnStatus, ...] = ()
+    primary_key: tuple[str, ...] = ()  # columns of the key used in Redis (PK or unique NOT NULL)
+    key_source: str = "primary"  # primary | unique | none (rows are skipped)
+    mirrored: bool = True  # False: matched by the filter but skipped (no usable key)
+    inserts: int = 0  # rows applied per op since this process started
+    updates: int = 0
+    deletes: int = 0
+    skipped_rows: int = 0  # rows not mirrored (table without a usable key)
+    last_change_ts: int | None = None  # source timestamp of the last applied change
+    resync: ResyncStatus | None = None  # set while the table is being re-read
+
+
+@dataclass(frozen=True, slots=True)
+class SourceStatus:
+    flavour: str | None = None  # "mariadb" | "mysql"; None until connected once
+    version: str | None = None  # server version string
+    server_id: int | None = None  # the source's server_id
+    connected: bool = False
+    url: str | None = None  # redacted (no password)
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorStatus:
+    count: int = 0  # errors since start (retried ones included)
+    last: str | None = None  # repr of the last error
+    last_ts: float | None = None  # wall clock of the last error
+    retriable: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicatorStatus:
+    state: State
+    since: float  # wall clock when `state` was entered
+    source: SourceStatus = field(default_factory=SourceStatus)
+    received_position: BinlogPosition | None = None  # end of the last transaction read from the source
+    received_gtid: str | None = None  # GTID of that transaction
+    applied: Checkpoint | None = None  # the checkpoint stored in Redis with the last applied transaction
+    last_event_ts: int | None = None  # source timestamp of the newest event seen (heartbeats included)
+    lag_seconds: float | None = None  # now - timestamp of the last applied transaction; 0 when caught up
+    bytes_behind: int | None = None  # source's binlog end minus the received position (same file only)
+    transactions_waiting: int = 0  # read but not yet applied (queue + in flight)
+    rows_waiting: int = 0
+    transactions_applied: int = 0  # since this process started
+    rows_applied: int = 0
+    redis_reachable: bool = False
+    leader: bool = False  # this instance holds the writer lease
+    instance_id: str = ""  # this instance's lease token
+    errors: ErrorStatus = field(default_factory=ErrorStatus)
+    tables: tuple[TableStatus, ...] = ()  # sorted by (schema, table)
+
+    @property
+    def ready(self) -> bool:
+        """What /readyz answers: streaming (or resyncing) as leader with Redis reachable."""
+        return self.state in (State.STREAMING, State.RESYNCING) and self.redis_reachable and self.leader
