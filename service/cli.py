@@ -16,7 +16,9 @@ from service.stack import LocalStack
 
 __all__ = ["app"]
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help="Keep a Redis mirror of MySQL tables in sync.")
+app = typer.Typer(
+    no_args_is_help=True, add_completion=False, help="Keep a Redis mirror of MySQL tables in sync."
+)
 stack_app = typer.Typer(no_args_is_help=True, help="A throwaway local MariaDB + Redis on 127.0.0.1.")
 app.add_typer(stack_app, name="stack")
 
@@ -24,7 +26,9 @@ console = Console(stderr=True)
 
 StackDir = Annotated[
     Path | None,
-    typer.Option("--dir", envvar="BINLOG_MIRROR_STACK_DIR", help="Where the stack keeps its data (default .stack/)."),
+    typer.Option(
+        "--dir", envvar="BINLOG_MIRROR_STACK_DIR", help="Where the stack keeps its data (default .stack/)."
+    ),
 ]
 
 

@@ -148,7 +148,11 @@ class Settings(BaseSettings):
 
 def _env_values() -> dict[str, str]:
     names = (f"BINLOG_MIRROR_{name.upper()}" for name in Settings.model_fields)
-    return {name.removeprefix("BINLOG_MIRROR_").lower(): os.environ[name] for name in names if os.environ.get(name)}
+    return {
+        name.removeprefix("BINLOG_MIRROR_").lower(): os.environ[name]
+        for name in names
+        if os.environ.get(name)
+    }
 
 
 def load_settings(config_file: Path | str | None = None, **overrides: Any) -> Settings:

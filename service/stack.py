@@ -81,7 +81,9 @@ def _binary(name: str, *fallbacks: str) -> str | None:
 
 def ensure_packages() -> None:
     """Install MariaDB and Redis from Debian's packages when missing (root only)."""
-    missing = [b for b in ("mariadbd", "mariadb-install-db", "redis-server", "mariadb-binlog") if not _binary(b)]
+    missing = [
+        b for b in ("mariadbd", "mariadb-install-db", "redis-server", "mariadb-binlog") if not _binary(b)
+    ]
     if not missing:
         return
     command = "apt-get update && apt-get install -y " + " ".join(APT_PACKAGES)
@@ -314,10 +316,10 @@ class LocalStack:
         )
 
     def _bootstrap_users(self, info: StackInfo) -> None:
+        repl = f"'{REPLICATION_USER}'@'127.0.0.1'"
         statements = [
-            f"CREATE USER IF NOT EXISTS '{REPLICATION_USER}'@'127.0.0.1' IDENTIFIED BY '{info.repl_password}'",
-            f"GRANT REPLICATION SLAVE, BINLOG MONITOR, REPLICATION CLIENT, SELECT ON *.* "
-            f"TO '{REPLICATION_USER}'@'127.0.0.1'",
+            f"CREATE USER IF NOT EXISTS {repl} IDENTIFIED BY '{info.repl_password}'",
+            f"GRANT REPLICATION SLAVE, BINLOG MONITOR, REPLICATION CLIENT, SELECT ON *.* TO {repl}",
             f"CREATE USER IF NOT EXISTS '{ADMIN_USER}'@'127.0.0.1' IDENTIFIED BY '{info.admin_password}'",
             f"GRANT ALL PRIVILEGES ON *.* TO '{ADMIN_USER}'@'127.0.0.1' WITH GRANT OPTION",
         ]

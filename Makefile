@@ -1,0 +1,44 @@
+# Two commands do all set-up on a fresh Debian/Ubuntu machine with Python 3.11+:
+#   make demo   - venv + install, start the local MariaDB + Redis, run the mirror with demo writes
+#   make test   - venv + install, then ruff, mypy and the whole pytest suite (real servers)
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+APT_PACKAGES := mariadb-server mariadb-client redis-server python3-venv
+
+.PHONY: demo test lint typecheck pytest bench system-packages clean
+
+$(BIN)/binlog-mirror: pyproject.toml
+	@$(PYTHON) -c 'import venv, ensurepip' 2>/dev/null || $(MAKE) system-packages
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev,spark]'
+	@touch $@
+
+system-packages:
+	@missing=""; for b in mariadbd redis-server mariadb-binlog; do \
+	  command -v $$b >/dev/null || [ -x /usr/sbin/$$b ] || missing=1; done; \
+	$(PYTHON) -c 'import venv, ensurepip' 2>/dev/null || missing=1; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES); \
+	  else echo "run: sudo apt-get install -y $(APT_PACKAGES)"; exit 1; fi; fi
+
+demo: system-packages $(BIN)/binlog-mirror
+	$(BIN)/binlog-mirror run
+
+lint: $(BIN)/binlog-mirror
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(BIN)/binlog-mirror
+	$(BIN)/mypy
+
+pytest: system-packages $(BIN)/binlog-mirror
+	$(BIN)/pytest
+
+test: lint typecheck pytest
+
+clean:
+	-$(BIN)/binlog-mirror stack down 2>/dev/null
+	rm -rf $(VENV) .stack .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,79 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from service.errors import ConfigError
+from service.settings import load_settings
+
+SECRET = "s3cr3t-pw"
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    for name in list(os.environ):
+        if name.startswith("BINLOG_MIRROR_"):
+            monkeypatch.delenv(name)
+
+
+def test_urls_parse_and_never_print_the_password() -> None:
+    s = load_settings(mysql=f"mysql://repl:{SECRET}@db.example:3307", redis="redis://:pw@cache:6380/2")
+    assert s.mysql is not None and s.redis is not None
+    assert (s.mysql.host, s.mysql.port, s.mysql.user) == ("db.example", 3307, "repl")
+    assert s.mysql.password.get_secret_value() == SECRET
+    assert SECRET not in repr(s) and SECRET not in str(s.mysql)
+    assert str(s.redis) == "redis://***@cache:6380/2"
+
+
+def test_env_then_flags_then_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = tmp_path / "mirror.toml"
+    config.write_text('key_prefix = "fromfile"\nserver_id = 7\ntables = ["shop.*"]\n')
+    monkeypatch.setenv("BINLOG_MIRROR_SERVER_ID", "8")
+    monkeypatch.setenv("BINLOG_MIRROR_TABLES", "shop.orders, shop.items")
+    s = load_settings(config, server_id=9)
+    assert s.key_prefix == "fromfile"
+    assert s.server_id == 9
+    assert s.tables == ["shop.orders", "shop.items"]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field", "expected"),
+    [
+        pytest.param(
+            {"mysql": f"postgres://u:{SECRET}@h:1"}, "mysql", "mysql://user:password@host:port", id="scheme"
+        ),
+        pytest.param({"mysql": f"mysql://u:{SECRET}@h:notaport"}, "mysql", "port", id="mysql-port"),
+        pytest.param({"mysql": "mysql://@h:3306"}, "mysql", "mysql://user:password@host:port", id="no-user"),
+        pytest.param({"redis": "http://cache:6379"}, "redis", "redis://", id="redis-scheme"),
+        pytest.param({"redis": "redis://cache:6379/x"}, "redis", "database must be a number", id="redis-db"),
+        pytest.param({"server_id": "0"}, "server_id", "greater than or equal to 1", id="server-id-low"),
+        pytest.param({"server_id": "abc"}, "server_id", "integer", id="server-id-type"),
+        pytest.param({"tables": "shop"}, "tables", "schema.table", id="table-pattern"),
+        pytest.param({"key_prefix": "a b"}, "key_prefix", "pattern", id="key-prefix"),
+        pytest.param({"api_port": "70000"}, "api_port", "less than or equal to 65535", id="api-port"),
+        pytest.param({"heartbeat_seconds": "-1"}, "heartbeat_seconds", "greater than 0", id="heartbeat"),
+        pytest.param(
+            {"on_no_checkpoint": "maybe"}, "on_no_checkpoint", "'now', 'start' or 'refuse'", id="policy"
+        ),
+        pytest.param({"no_such_setting": "1"}, "no_such_setting", "unknown setting", id="unknown"),
+    ],
+)
+def test_each_bad_value_is_one_clear_line(overrides: dict[str, str], field: str, expected: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_settings(**overrides)
+    message = str(info.value)
+    assert "\n" not in message
+    assert f"'{field}'" in message and expected in message
+    assert SECRET not in message
+
+
+def test_bad_config_file_is_named(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text("server_id = \n")
+    with pytest.raises(ConfigError, match="bad.toml: not valid TOML"):
+        load_settings(bad)
+    with pytest.raises(ConfigError, match="missing.toml"):
+        load_settings(tmp_path / "missing.toml")
