@@ -1,0 +1,35 @@
+"""Count row changes python-mysql-replication decodes from FILE between START and END."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+from pymysqlreplication import BinLogStreamReader
+from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
+
+
+def main(host: str, port: str, user: str, password: str, file: str, start: str, end: str) -> None:
+    stream = BinLogStreamReader(
+        connection_settings={"host": host, "port": int(port), "user": user, "passwd": password},
+        server_id=9902,
+        log_file=file,
+        log_pos=int(start),
+        resume_stream=True,
+        blocking=False,
+        is_mariadb=True,
+        only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent],
+    )
+    rows, t0 = 0, time.perf_counter()
+    for event in stream:
+        rows += len(event.rows)
+        if stream.log_file != file or stream.log_pos >= int(end):
+            break
+    seconds = time.perf_counter() - t0
+    stream.close()
+    print(json.dumps({"rows": rows, "seconds": seconds}))
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:8])
