@@ -42,3 +42,6 @@ test: lint typecheck pytest
 clean:
 	-$(BIN)/binlog-mirror stack down 2>/dev/null
 	rm -rf $(VENV) .stack .mypy_cache .ruff_cache .pytest_cache
+
+bench: system-packages $(BIN)/binlog-mirror
+	$(BIN)/python -m benchmarks.decode
