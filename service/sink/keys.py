@@ -1,0 +1,130 @@
+"""The Redis key layout of the mirror (documented in docs/mirror.md).
+
+    {prefix}:{schema}:{table}:{k1}[:{k2}...]   one row (a hash, or a JSON string in json mode)
+    {prefix}:{schema}:{table}:__keys           set of the table's row-key suffixes ({k1}[:{k2}...])
+    {prefix}:{schema}:{table}:__touched        row suffixes written by the stream during a resync
+    {prefix}:{schema}:{table}:__stale          suffixes not yet confirmed by a running resync
+    {prefix}:__checkpoint                      hash: file, pos, gtid_set, ts, gtid, seq (see mirror.py)
+    {prefix}:__progress                        hash: the chunked transaction in flight, if any
+    {prefix}:__lease                           the writer lease: token of the instance that may write
+    {prefix}:__seq                             counter of applied row changes (change sequence numbers)
+    {prefix}:__changes                         the optional change-log stream
+    {prefix}:__tables                          set of "{schema}:{table}" (escaped) currently mirrored
+    {prefix}:__resync                          hash: "{schema}:{table}" -> reason, for resyncs in flight
+
+Escaping makes the mapping injective: in every part (schema, table, key value) `\\` becomes `\\\\`
+and `:` becomes `\\:`, and a part that starts with `__` gets one leading `\\`. So an unescaped `:` always
+separates parts, and a row key can never equal a `__keys`/`__touched` key or another row's key, even for
+a primary-key value of "__keys" or one containing ':'. The prefix is restricted by Settings to
+`[A-Za-z0-9_.-]+`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from service.sink.values import key_text
+
+__all__ = ["KeyLayout", "escape", "split_key", "unescape"]
+
+
+def escape(part: str) -> str:
+    out = part.replace("\\", "\\\\").replace(":", "\\:")
+    return "\\" + out if out.startswith("__") else out
+
+
+def unescape(part: str) -> str:
+    if part.startswith("\\__"):
+        part = part[1:]
+    out: list[str] = []
+    i = 0
+    while i < len(part):
+        ch = part[i]
+        if ch == "\\" and i + 1 < len(part):
+            out.append(part[i + 1])
+            i += 2
+        else:
+            out.append(ch)
+            i += 1
+    return "".join(out)
+
+
+def split_key(key: str) -> list[str]:
+    """Split a key on unescaped ':' and unescape each part (the inverse of the builders)."""
+    parts: list[str] = []
+    cur: list[str] = []
+    i = 0
+    while i < len(key):
+        ch = key[i]
+        if ch == "\\" and i + 1 < len(key):
+            cur.append(key[i : i + 2])
+            i += 2
+            continue
+        if ch == ":":
+            parts.append(unescape("".join(cur)))
+            cur = []
+        else:
+            cur.append(ch)
+        i += 1
+    parts.append(unescape("".join(cur)))
+    return parts
+
+
+@dataclass(frozen=True, slots=True)
+class KeyLayout:
+    prefix: str = "mirror"
+
+    # -- per table -------------------------------------------------------------------------------
+    def table_id(self, schema: str, table: str) -> str:
+        """`{schema}:{table}`, escaped: a member of the `__tables` set."""
+        return f"{escape(schema)}:{escape(table)}"
+
+    def table_base(self, schema: str, table: str) -> str:
+        return f"{self.prefix}:{escape(schema)}:{escape(table)}"
+
+    def row_suffix(self, values: Sequence[Any]) -> str:
+        """The row part of a key from the key columns' values, in key-column order."""
+        return ":".join(escape(key_text(v)) for v in values)
+
+    def row_key(self, schema: str, table: str, values: Sequence[Any]) -> str:
+        return f"{self.table_base(schema, table)}:{self.row_suffix(values)}"
+
+    def index_key(self, schema: str, table: str) -> str:
+        return f"{self.table_base(schema, table)}:__keys"
+
+    def touched_key(self, schema: str, table: str) -> str:
+        return f"{self.table_base(schema, table)}:__touched"
+
+    def stale_key(self, schema: str, table: str) -> str:
+        return f"{self.table_base(schema, table)}:__stale"
+
+    # -- global --------------------------------------------------------------------------------
+    @property
+    def checkpoint_key(self) -> str:
+        return f"{self.prefix}:__checkpoint"
+
+    @property
+    def progress_key(self) -> str:
+        return f"{self.prefix}:__progress"
+
+    @property
+    def lease_key(self) -> str:
+        return f"{self.prefix}:__lease"
+
+    @property
+    def seq_key(self) -> str:
+        return f"{self.prefix}:__seq"
+
+    @property
+    def changes_key(self) -> str:
+        return f"{self.prefix}:__changes"
+
+    @property
+    def tables_key(self) -> str:
+        return f"{self.prefix}:__tables"
+
+    @property
+    def resync_key(self) -> str:
+        return f"{self.prefix}:__resync"

@@ -1,0 +1,252 @@
+"""RedisMirror: applies committed transactions to Redis atomically, with the checkpoint and a fence.
+
+Every transaction runs as one Lua script call (atomic in Redis) that
+  1. checks the writer lease (`{prefix}:__lease` == this instance's token), else LeaseLost;
+  2. checks the checkpoint chain (the stored checkpoint is the one this transaction follows), so no
+     transaction is ever applied twice or out of order, even by a confused second writer;
+  3. applies the rows, the table actions of its DDL, the optional change-log entries, and
+  4. stores the new checkpoint.
+Several transactions go to Redis in one pipeline round trip (each still its own atomic script).
+A transaction with more than `chunk_size` row changes is applied in ordered chunks; only the last
+moves the checkpoint, and `{prefix}:__progress` records the chunks done, so a crash in between
+resumes the same transaction and skips the chunks already applied (see docs/mirror.md).
+
+Redis errors become SinkError here and only here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import secrets
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from redis import exceptions as rexc
+from redis.asyncio import Redis
+
+from service.checkpoint import BinlogPosition, Checkpoint
+from service.errors import LeaseLost, SinkError
+from service.sink.keys import KeyLayout
+from service.sink.plan import Arg, KeyColumns, Planner, TableAction, checkpoint_args, checkpoint_fields
+from service.sink.scripts import APPLY, RELEASE, RENEW, RESYNC_FINISH, RESYNC_ROWS
+from service.sink.values import field_value, json_value
+from service.transactions import Transaction
+
+__all__ = ["MirrorOptions", "RedisMirror", "map_redis_errors"]
+
+log = logging.getLogger(__name__)
+
+
+@contextlib.contextmanager
+def map_redis_errors(what: str) -> Iterator[None]:
+    try:
+        yield
+    except rexc.ResponseError as exc:
+        if str(exc).startswith("LEASE_LOST"):
+            raise LeaseLost(f"{what}: {exc}") from exc
+        raise SinkError(f"{what}: {exc}") from exc
+    except (rexc.RedisError, OSError, TimeoutError) as exc:
+        raise SinkError(f"{what}: {exc!r}") from exc
+
+
+@dataclass(frozen=True, slots=True)
+class MirrorOptions:
+    json_mode: bool = False  # one JSON document per row instead of a hash
+    full_images: bool = True  # the source logs FULL row images (binlog_row_image=FULL)
+    chunk_size: int = 1000  # row changes per atomic script call
+    changelog_maxlen: int | None = None  # keep a change-log stream of about this many entries
+    lease_ttl: float = 3.0  # seconds
+
+
+class RedisMirror:
+    def __init__(
+        self,
+        redis: Redis,
+        layout: KeyLayout,
+        key_columns: KeyColumns,
+        options: MirrorOptions | None = None,
+        token: str | None = None,
+    ) -> None:
+        self.redis = redis
+        self.layout = layout
+        self.options = opts = options or MirrorOptions()
+        self.token = token or secrets.token_hex(8)
+        self.planner = Planner(
+            layout,
+            key_columns,
+            json_mode=opts.json_mode,
+            full_images=opts.full_images,
+            changelog_maxlen=opts.changelog_maxlen,
+        )
+        self._apply = redis.register_script(APPLY)
+        self._resync_rows = redis.register_script(RESYNC_ROWS)
+        self._resync_finish = redis.register_script(RESYNC_FINISH)
+        self._renew = redis.register_script(RENEW)
+        self._release = redis.register_script(RELEASE)
+        self._prev = ""  # id of the checkpoint the next transaction must follow
+
+    # -- checkpoint --------------------------------------------------------------------------------
+    async def load_checkpoint(self) -> Checkpoint | None:
+        """The stored checkpoint (and the chain head for the next apply)."""
+        with map_redis_errors("loading the checkpoint"):
+            raw = await self.redis.hgetall(self.layout.checkpoint_key)
+        if not raw:
+            self._prev = ""
+            return None
+        f = {_s(k): _s(v) for k, v in raw.items()}
+        self._prev = f["id"]
+        position = BinlogPosition(f["file"], int(f["pos"]))
+        return Checkpoint(position, f.get("gtid_set", ""), int(f.get("ts", 0)))
+
+    # -- lease ---------------------------------------------------------------------------------------
+    async def acquire_lease(self) -> bool:
+        """Take the lease if free (or already ours); True if this instance is now the writer."""
+        ttl = int(self.options.lease_ttl * 1000)
+        with map_redis_errors("taking the writer lease"):
+            if await self.redis.set(self.layout.lease_key, self.token, nx=True, px=ttl):
+                return True
+            return bool(await self._renew(keys=[self.layout.lease_key], args=[self.token, ttl]))
+
+    async def renew_lease(self) -> None:
+        ttl = int(self.options.lease_ttl * 1000)
+        with map_redis_errors("renewing the writer lease"):
+            ok = await self._renew(keys=[self.layout.lease_key], args=[self.token, ttl])
+        if not ok:
+            raise LeaseLost("the writer lease expired or was taken by another instance")
+
+    async def release_lease(self) -> None:
+        with contextlib.suppress(SinkError), map_redis_errors("releasing the writer lease"):
+            await self._release(keys=[self.layout.lease_key], args=[self.token])
+
+    async def ping(self) -> bool:
+        try:
+            return bool(await self.redis.ping())
+        except (rexc.RedisError, OSError, TimeoutError):
+            return False
+
+    # -- apply ---------------------------------------------------------------------------------------
+    def _header(self, txn_id: str, chunk: int, final: bool, nseq: int) -> list[Arg]:
+        lay = self.layout
+        return [
+            lay.lease_key,
+            self.token,
+            lay.checkpoint_key,
+            self._prev,
+            lay.progress_key,
+            txn_id,
+            chunk,
+            "1" if final else "0",
+            lay.seq_key,
+            nseq,
+            lay.resync_key,
+        ]
+
+    async def apply(self, batch: Sequence[tuple[Transaction, Sequence[TableAction]]]) -> list[int]:
+        """Apply transactions in order; returns the first change sequence number of each.
+
+        Small transactions share one pipeline round trip; a large one is sent chunk by chunk.
+        On any error, what was applied is exactly a prefix of `batch` (the stored checkpoint says
+        which); callers resume from the stored checkpoint.
+        """
+        firsts: list[int] = []
+        pending: list[tuple[Transaction, list[Arg]]] = []
+        for txn, actions in batch:
+            chunks = list(self.planner.chunks(txn, actions, self.options.chunk_size))
+            cp = checkpoint_args(self.layout, checkpoint_fields(txn))
+            txn_id = str(txn.end.position)
+            if len(chunks) == 1:
+                ops, n = chunks[0]
+                pending.append((txn, self._header(txn_id, 0, True, n) + ops + cp))
+                self._prev = txn_id
+                continue
+            firsts += await self._flush(pending)
+            pending = []
+            first = -1
+            for i, (ops, n) in enumerate(chunks, start=1):
+                final = i == len(chunks)
+                args = self._header(txn_id, i, final, n) + ops + (cp if final else [])
+                with map_redis_errors(f"applying chunk {i}/{len(chunks)} of transaction {txn_id}"):
+                    got = int(await self._apply(args=args))
+                if i == 1 or first < 0:
+                    first = got
+                if not final:
+                    log.debug("chunk %d/%d of %s applied", i, len(chunks), txn_id)
+            self._prev = txn_id
+            firsts.append(first)
+        firsts += await self._flush(pending)
+        return firsts
+
+    async def _flush(self, pending: list[tuple[Transaction, list[Arg]]]) -> list[int]:
+        if not pending:
+            return []
+        if len(pending) == 1:
+            with map_redis_errors(f"applying transaction {pending[0][0].end.position}"):
+                return [int(await self._apply(args=pending[0][1]))]
+        with map_redis_errors(f"applying {len(pending)} transactions"):
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for _, args in pending:
+                    await self._apply(args=args, client=pipe)
+                results = await pipe.execute(raise_on_error=False)
+        out: list[int] = []
+        for r in results:
+            if isinstance(r, Exception):
+                # A prefix was applied; the rest failed their fence/chain check or never ran.
+                with map_redis_errors(f"applying transaction {len(out) + 1} of {len(pending)}"):
+                    raise r
+            out.append(int(r))
+        return out
+
+    def reset_chain(self, checkpoint_id: str) -> None:
+        self._prev = checkpoint_id
+
+    # -- resync ----------------------------------------------------------------------------------
+    async def resync_rows(self, schema: str, table: str, rows: Sequence[dict[str, Any]]) -> int:
+        """Write rows re-read from the source, except keys the stream wrote since the resync began."""
+        cols = self.planner.key_columns(schema, table)
+        if not cols:
+            return 0
+        lay = self.layout
+        args: list[Arg] = [lay.lease_key, self.token, lay.touched_key(schema, table)]
+        args += [lay.stale_key(schema, table), lay.index_key(schema, table), lay.table_base(schema, table)]
+        args.append("1" if self.options.json_mode else "0")
+        for row in rows:
+            suffix = self.planner._suffix(cols, row)
+            if suffix is None:
+                continue
+            if self.options.json_mode:
+                doc = {k: json_value(v) for k, v in row.items()}
+                args += [suffix, 1, "", orjson.dumps(doc)]
+                continue
+            present = [(k, v) for k, v in row.items() if v is not None]
+            args += [suffix, len(present)]
+            for k, v in present:
+                args += [k, field_value(v)]
+        with map_redis_errors(f"resyncing {schema}.{table}"):
+            return int(await self._resync_rows(args=args))
+
+    async def resync_finish(self, schema: str, table: str) -> int:
+        """Remove rows the resync did not find (and the stream did not write); end the resync."""
+        lay = self.layout
+        args: list[Arg] = [lay.lease_key, self.token, lay.resync_key, lay.table_id(schema, table)]
+        args += [lay.touched_key(schema, table), lay.stale_key(schema, table)]
+        args += [lay.index_key(schema, table), lay.table_base(schema, table)]
+        with map_redis_errors(f"finishing the resync of {schema}.{table}"):
+            return int(await self._resync_finish(args=args))
+
+    async def pending_resyncs(self) -> dict[str, str]:
+        """table_id -> reason for every resync in flight (survives restarts)."""
+        with map_redis_errors("reading pending resyncs"):
+            raw = await self.redis.hgetall(self.layout.resync_key)
+        return {_s(k): _s(v) for k, v in raw.items()}
+
+    async def mirrored_tables(self) -> set[str]:
+        with map_redis_errors("reading the mirrored tables"):
+            raw = await self.redis.smembers(self.layout.tables_key)
+        return {_s(m) for m in raw}
+
+
+def _s(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

@@ -1,0 +1,201 @@
+"""Pure planning: a transaction (plus the table actions its DDL implies) -> Lua instruction chunks.
+
+No I/O here, so the whole mapping from row changes to Redis writes is unit-tested without a server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+import orjson
+
+from service.binlog.rowchange import Op, Row, RowChange
+from service.sink.keys import KeyLayout
+from service.sink.values import field_value, json_value
+from service.transactions import Transaction
+
+__all__ = ["ActionKind", "Planner", "SkipCounter", "TableAction"]
+
+Arg = str | bytes | int
+
+
+class ActionKind(StrEnum):
+    DROP = "drop"  # DROP TABLE, or the table left the selection: rows and registration removed
+    TRUNCATE = "truncate"  # rows removed, table stays mirrored
+    RENAME = "rename"  # rows move to the new name
+    RESYNC = "resync"  # rows will be re-read from the source (ALTER, or a newly selected table)
+    REGISTER = "register"  # CREATE TABLE of a selected table
+
+
+@dataclass(frozen=True, slots=True)
+class TableAction:
+    kind: ActionKind
+    schema: str
+    table: str
+    new_schema: str | None = None  # rename target
+    new_table: str | None = None
+    reason: str = ""
+
+
+@dataclass(slots=True)
+class SkipCounter:
+    """Rows not mirrored because their table has no usable key, per (schema, table)."""
+
+    rows: dict[tuple[str, str], int] = field(default_factory=dict)
+
+    def add(self, schema: str, table: str) -> None:
+        self.rows[(schema, table)] = self.rows.get((schema, table), 0) + 1
+
+
+KeyColumns = Callable[[str, str], tuple[str, ...] | None]
+
+
+def _dumps(row: Row | None) -> bytes:
+    if row is None:
+        return b"null"
+    return orjson.dumps({k: json_value(v) for k, v in row.items()})
+
+
+@dataclass(slots=True)
+class Planner:
+    layout: KeyLayout
+    key_columns: KeyColumns  # (schema, table) -> key columns, or None: no usable key (skip rows)
+    json_mode: bool = False
+    full_images: bool = True  # source logs FULL row images: inserts/updates replace the whole row
+    changelog_maxlen: int | None = None  # None: no change-log stream
+    skipped: SkipCounter = field(default_factory=SkipCounter)
+
+    # -- row changes -----------------------------------------------------------------------------
+    def _suffix(self, cols: tuple[str, ...], row: Row | None) -> str | None:
+        if row is None or any(c not in row or row[c] is None for c in cols):
+            return None
+        return self.layout.row_suffix([row[c] for c in cols])
+
+    def _write_row(self, out: list[Arg], key: str, after: Row, replace: bool) -> None:
+        if self.json_mode:
+            if replace:
+                out += ["J", key, orjson.dumps({k: json_value(v) for k, v in after.items()})]
+            else:
+                out += ["JM", key, orjson.dumps({k: json_value(v) for k, v in after.items()})]
+            return
+        if replace:
+            out += ["D", key]
+        present = [(k, v) for k, v in after.items() if v is not None]
+        out += ["H", key, len(present)]
+        for k, v in present:
+            out += [k, field_value(v)]
+        if not replace:
+            nulls = [k for k, v in after.items() if v is None]
+            out += ["X", key, len(nulls), *nulls]
+
+    def change(self, ch: RowChange) -> list[Arg] | None:
+        """Instructions for one row change; None when the row cannot be keyed (counted, skipped)."""
+        cols = self.key_columns(ch.schema, ch.table)
+        if not cols:
+            self.skipped.add(ch.schema, ch.table)
+            return None
+        lay = self.layout
+        base = lay.table_base(ch.schema, ch.table)
+        index = lay.index_key(ch.schema, ch.table)
+        tid = lay.table_id(ch.schema, ch.table)
+        touched = lay.touched_key(ch.schema, ch.table)
+        out: list[Arg] = []
+        old = self._suffix(cols, ch.before) if ch.op is not Op.INSERT else None
+        new = self._suffix(cols, ch.after) if ch.op is not Op.DELETE else None
+        if ch.op is Op.UPDATE and new is None and old is not None and not self.full_images:
+            new = old  # partial after-image without the key columns: the key did not change
+        if ch.op is not Op.INSERT and old is None or ch.op is not Op.DELETE and new is None:
+            self.skipped.add(ch.schema, ch.table)
+            return None
+        if old is not None and old != new:
+            if new is not None and not self.full_images:
+                out += ["M", f"{base}:{old}", f"{base}:{new}"]
+            else:
+                out += ["D", f"{base}:{old}"]
+            out += ["R", index, old, "T", tid, touched, old]
+        if new is not None:
+            assert ch.after is not None
+            replace = ch.op is Op.INSERT or self.full_images
+            self._write_row(out, f"{base}:{new}", ch.after, replace)
+            out += ["A", index, new, "T", tid, touched, new]
+        if self.changelog_maxlen is not None:
+            fields: list[Arg] = ["op", ch.op.value, "schema", ch.schema, "table", ch.table]
+            fields += ["key", new if new is not None else old or "", "ts", ch.ts]
+            fields += ["before", _dumps(ch.before), "after", _dumps(ch.after)]
+            out += ["XA", lay.changes_key, self.changelog_maxlen, len(fields) // 2, *fields]
+        else:
+            out += ["S"]
+        return out
+
+    # -- table actions ---------------------------------------------------------------------------
+    def action(self, a: TableAction) -> list[Arg]:
+        lay = self.layout
+        tid = lay.table_id(a.schema, a.table)
+        index, base = lay.index_key(a.schema, a.table), lay.table_base(a.schema, a.table)
+        if a.kind is ActionKind.DROP:
+            return ["DT", index, base, "R", lay.tables_key, tid] + self._end_resync(a.schema, a.table)
+        if a.kind is ActionKind.TRUNCATE:
+            return ["DT", index, base]
+        if a.kind is ActionKind.REGISTER:
+            return ["A", lay.tables_key, tid]
+        if a.kind is ActionKind.RESYNC:
+            stale, touched = lay.stale_key(a.schema, a.table), lay.touched_key(a.schema, a.table)
+            return ["A", lay.tables_key, tid, "RS", tid, a.reason[:200] or "resync", index, stale, touched]
+        assert a.kind is ActionKind.RENAME and a.new_schema is not None and a.new_table is not None
+        n_index = lay.index_key(a.new_schema, a.new_table)
+        n_base = lay.table_base(a.new_schema, a.new_table)
+        out: list[Arg] = ["DT", n_index, n_base, "RT", index, base, n_index, n_base]
+        out += ["R", lay.tables_key, tid, "A", lay.tables_key, lay.table_id(a.new_schema, a.new_table)]
+        return out + self._end_resync(a.schema, a.table)
+
+    def _end_resync(self, schema: str, table: str) -> list[Arg]:
+        lay = self.layout
+        out: list[Arg] = ["D", lay.stale_key(schema, table), "D", lay.touched_key(schema, table)]
+        # HDEL on the resync hash through the generic X op
+        return out + ["X", lay.resync_key, 1, lay.table_id(schema, table)]
+
+    # -- whole transactions ----------------------------------------------------------------------
+    def chunks(
+        self, txn: Transaction, actions: Sequence[TableAction], chunk_size: int
+    ) -> Iterator[tuple[list[Arg], int]]:
+        """Instruction lists of at most ~chunk_size row changes, with their change counts."""
+        cur: list[Arg] = []
+        count = 0
+        for a in actions:
+            cur += self.action(a)
+        seen: set[tuple[str, str]] = set()
+        for ch in txn.changes:
+            ops = self.change(ch)
+            if ops is None:
+                ops = ["S"]  # not mirrored, but it keeps its sequence number (first_seq + i)
+            elif (ch.schema, ch.table) not in seen:
+                seen.add((ch.schema, ch.table))
+                ops = ["A", self.layout.tables_key, self.layout.table_id(ch.schema, ch.table), *ops]
+            cur += ops
+            count += 1
+            if count >= chunk_size:
+                yield cur, count
+                cur, count = [], 0
+        yield cur, count
+
+
+def checkpoint_fields(txn: Transaction, first_seq_placeholder: bool = False) -> dict[str, Any]:
+    end = txn.end
+    return {
+        "id": str(end.position),
+        "file": end.position.file,
+        "pos": end.position.pos,
+        "gtid_set": end.gtid_set,
+        "ts": end.ts or txn.ts,
+        "gtid": txn.gtid or "",
+    }
+
+
+def checkpoint_args(layout: KeyLayout, fields: Mapping[str, Any]) -> list[Arg]:
+    out: list[Arg] = ["H", layout.checkpoint_key, len(fields)]
+    for k, v in fields.items():
+        out += [k, str(v)]
+    return out

@@ -1,0 +1,178 @@
+"""Lua scripts run by the mirror: each call is atomic in Redis and checks the writer lease first.
+
+A script never fails half way by design: the only checks (lease, checkpoint chain) come before the
+first write. ARGV carries a flat instruction stream built by `service.sink.plan`.
+"""
+
+from __future__ import annotations
+
+__all__ = ["APPLY", "RELEASE", "RENEW", "RESYNC_FINISH", "RESYNC_ROWS"]
+
+RENEW = (
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then "
+    "return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end return 0"
+)
+RELEASE = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
+
+_COMMON = r"""
+local function fence(lease_key, token)
+  if token ~= '' and redis.call('GET', lease_key) ~= token then
+    return redis.error_reply('LEASE_LOST the writer lease is held by another instance')
+  end
+  return nil
+end
+local function batched(cmd, key, first, last)
+  -- cmd key ARGV[first..last], in slices small enough for unpack()
+  local step = 1000
+  local i = first
+  while i <= last do
+    local j = math.min(i + step - 1, last)
+    redis.call(cmd, key, unpack(ARGV, i, j))
+    i = j + 1
+  end
+end
+"""
+
+# ARGV: lease_key token checkpoint_key expected_prev progress_key txn_id chunk final seq_key nseq
+#       resync_key, then instructions from ARGV[12].
+APPLY = (
+    _COMMON
+    + r"""
+local err = fence(ARGV[1], ARGV[2])
+if err then return err end
+local prev = redis.call('HGET', ARGV[3], 'id') or ''
+if prev ~= ARGV[4] then
+  return redis.error_reply('CHECKPOINT_MOVED expected ' .. ARGV[4] .. ' found ' .. prev)
+end
+local progress, txn, chunk, final = ARGV[5], ARGV[6], tonumber(ARGV[7]), ARGV[8] == '1'
+local first_chunk_seq = nil
+if chunk > 0 then
+  local p = redis.call('HMGET', progress, 'txn', 'chunk', 'first')
+  if p[1] == txn then
+    if tonumber(p[2]) >= chunk then return -1 end
+    first_chunk_seq = tonumber(p[3])
+  end
+end
+local nseq = tonumber(ARGV[10])
+local seq = redis.call('INCRBY', ARGV[9], nseq) - nseq + 1
+local first = first_chunk_seq or seq
+local resync = ARGV[11]
+local i, n = 12, #ARGV
+while i <= n do
+  local op = ARGV[i]
+  if op == 'H' then                      -- HSET key count f v ...
+    local c = tonumber(ARGV[i + 2])
+    if c > 0 then batched('HSET', ARGV[i + 1], i + 3, i + 2 + 2 * c) end
+    i = i + 3 + 2 * c
+  elseif op == 'D' then                  -- DEL key
+    redis.call('DEL', ARGV[i + 1]); i = i + 2
+  elseif op == 'X' then                  -- HDEL key count f ...
+    local c = tonumber(ARGV[i + 2])
+    if c > 0 then batched('HDEL', ARGV[i + 1], i + 3, i + 2 + c) end
+    i = i + 3 + c
+  elseif op == 'A' then                  -- SADD set member
+    redis.call('SADD', ARGV[i + 1], ARGV[i + 2]); i = i + 3
+  elseif op == 'R' then                  -- SREM set member
+    redis.call('SREM', ARGV[i + 1], ARGV[i + 2]); i = i + 3
+  elseif op == 'J' then                  -- SET key value
+    redis.call('SET', ARGV[i + 1], ARGV[i + 2]); i = i + 3
+  elseif op == 'JM' then                 -- merge a JSON patch into a JSON row document
+    local cur = redis.call('GET', ARGV[i + 1])
+    local doc = {}
+    if cur then doc = cjson.decode(cur) end
+    for k, v in pairs(cjson.decode(ARGV[i + 2])) do doc[k] = v end
+    redis.call('SET', ARGV[i + 1], cjson.encode(doc)); i = i + 3
+  elseif op == 'M' then                  -- move row old -> new (partial images: keep the rest)
+    if redis.call('EXISTS', ARGV[i + 1]) == 1 then redis.call('RENAME', ARGV[i + 1], ARGV[i + 2]) end
+    i = i + 3
+  elseif op == 'T' then                  -- touched: table_id touched_key suffix
+    if redis.call('HEXISTS', resync, ARGV[i + 1]) == 1 then redis.call('SADD', ARGV[i + 2], ARGV[i + 3]) end
+    i = i + 4
+  elseif op == 'DT' then                 -- drop a table's rows: index base
+    local members = redis.call('SMEMBERS', ARGV[i + 1])
+    for _, m in ipairs(members) do redis.call('DEL', ARGV[i + 2] .. ':' .. m) end
+    redis.call('DEL', ARGV[i + 1]); i = i + 3
+  elseif op == 'RT' then                 -- rename a table's rows: old_index old_base new_index new_base
+    local members = redis.call('SMEMBERS', ARGV[i + 1])
+    for _, m in ipairs(members) do
+      local src = ARGV[i + 2] .. ':' .. m
+      if redis.call('EXISTS', src) == 1 then redis.call('RENAME', src, ARGV[i + 4] .. ':' .. m) end
+      redis.call('SADD', ARGV[i + 3], m)
+    end
+    redis.call('DEL', ARGV[i + 1]); i = i + 5
+  elseif op == 'RS' then                 -- begin a resync: table_id reason index stale touched
+    redis.call('HSET', resync, ARGV[i + 1], ARGV[i + 2])
+    redis.call('DEL', ARGV[i + 4], ARGV[i + 5])
+    if redis.call('EXISTS', ARGV[i + 3]) == 1 then redis.call('SUNIONSTORE', ARGV[i + 4], ARGV[i + 3]) end
+    i = i + 6
+  elseif op == 'XA' then                 -- XADD stream maxlen count f v ... (+ seq)
+    local c = tonumber(ARGV[i + 3])
+    local args = {ARGV[i + 1], 'MAXLEN', '~', ARGV[i + 2], '*', 'seq', tostring(seq)}
+    for k = i + 4, i + 3 + 2 * c do args[#args + 1] = ARGV[k] end
+    redis.call('XADD', unpack(args))
+    seq = seq + 1
+    i = i + 4 + 2 * c
+  elseif op == 'S' then                  -- advance the sequence without a stream entry
+    seq = seq + 1; i = i + 1
+  else
+    return redis.error_reply('BAD_PLAN unknown op ' .. tostring(op) .. ' at ' .. i)
+  end
+end
+if chunk > 0 and not final then
+  redis.call('HSET', progress, 'txn', txn, 'chunk', chunk, 'first', first)
+elseif chunk > 0 then
+  redis.call('DEL', progress)
+end
+return first
+"""
+)
+
+# ARGV: lease_key token touched_key stale_key index_key base json(0|1), then per row:
+#       suffix count f v ... (json mode: suffix 1 '' document)
+RESYNC_ROWS = (
+    _COMMON
+    + r"""
+local err = fence(ARGV[1], ARGV[2])
+if err then return err end
+local touched, stale, index, base, json = ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7] == '1'
+local i, n, written = 8, #ARGV, 0
+while i <= n do
+  local suffix, c = ARGV[i], tonumber(ARGV[i + 1])
+  if redis.call('SISMEMBER', touched, suffix) == 0 then
+    local key = base .. ':' .. suffix
+    if json then
+      redis.call('SET', key, ARGV[i + 3])
+    else
+      redis.call('DEL', key)
+      if c > 0 then batched('HSET', key, i + 2, i + 1 + 2 * c) end
+    end
+    redis.call('SADD', index, suffix)
+    written = written + 1
+  end
+  redis.call('SREM', stale, suffix)
+  i = i + 2 + 2 * c
+end
+return written
+"""
+)
+
+# ARGV: lease_key token resync_key table_id touched stale index base
+RESYNC_FINISH = (
+    _COMMON
+    + r"""
+local err = fence(ARGV[1], ARGV[2])
+if err then return err end
+local touched, stale, index, base = ARGV[5], ARGV[6], ARGV[7], ARGV[8]
+local removed = 0
+for _, m in ipairs(redis.call('SMEMBERS', stale)) do
+  if redis.call('SISMEMBER', touched, m) == 0 then
+    redis.call('DEL', base .. ':' .. m)
+    redis.call('SREM', index, m)
+    removed = removed + 1
+  end
+end
+redis.call('DEL', stale, touched)
+redis.call('HDEL', ARGV[3], ARGV[4])
+return removed
+"""
+)

@@ -1,0 +1,86 @@
+"""Column values as Redis strings: lossless, one form per type (documented in docs/mirror.md).
+
+Hash fields and key parts are strings; NULL is never stored (the field is absent; in json mode
+the document holds `null`).
+
+    int                  decimal digits                     -5, 18446744073709551615
+    float (FLOAT/DOUBLE) shortest round-trip repr           0.1, 1e+20, inf, nan
+    Decimal              its exact digits, scale kept       12.50
+    str                  as is (UTF-8)
+    bytes                raw bytes in hash fields; base64 in json documents; 0x-hex in keys
+    datetime             YYYY-MM-DD HH:MM:SS[.ffffff]       (naive; TIMESTAMP is UTC)
+    date / time          YYYY-MM-DD / HH:MM:SS[.ffffff]
+    timedelta (TIME)     [-]H:MM:SS[.ffffff], hours may exceed 24 (MySQL TIME range)
+    set / frozenset      comma-joined, sorted
+    dict / list (JSON)   compact JSON (orjson, keys sorted)
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+from decimal import Decimal
+from typing import Any
+
+import orjson
+
+__all__ = ["field_value", "json_value", "key_text"]
+
+
+def _timedelta(value: dt.timedelta) -> str:
+    total_us = (value.days * 86400 + value.seconds) * 1_000_000 + value.microseconds
+    sign = "-" if total_us < 0 else ""
+    total_us = abs(total_us)
+    secs, us = divmod(total_us, 1_000_000)
+    hours, rem = divmod(secs, 3600)
+    minutes, seconds = divmod(rem, 60)
+    text = f"{sign}{hours:02d}:{minutes:02d}:{seconds:02d}"
+    return f"{text}.{us:06d}" if us else text
+
+
+def text_value(value: Any) -> str:
+    """The string form of a non-NULL, non-binary value."""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, int | str):
+        return str(value)
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, dt.datetime):
+        return value.isoformat(sep=" ")
+    if isinstance(value, dt.date | dt.time):
+        return value.isoformat()
+    if isinstance(value, dt.timedelta):
+        return _timedelta(value)
+    if isinstance(value, set | frozenset):
+        return ",".join(sorted(str(v) for v in value))
+    if isinstance(value, dict | list):
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS, default=str).decode()
+    return str(value)
+
+
+def field_value(value: Any) -> str | bytes:
+    """A hash field value (value is not None)."""
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    return text_value(value)
+
+
+def json_value(value: Any) -> str | None:
+    """A value inside a json-mode row document."""
+    if value is None:
+        return None
+    if isinstance(value, bytes | bytearray | memoryview):
+        return base64.b64encode(bytes(value)).decode()
+    return text_value(value)
+
+
+def key_text(value: Any) -> str:
+    """A key part: like field_value, but binary becomes 0x-hex so keys stay printable."""
+    if value is None:
+        return ""  # never happens for a usable key (PK or unique NOT NULL)
+    if isinstance(value, bytes | bytearray | memoryview):
+        return "0x" + bytes(value).hex()
+    return text_value(value)

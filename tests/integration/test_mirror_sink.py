@@ -1,0 +1,183 @@
+"""RedisMirror against a real redis-server: atomic apply, checkpoint chain, chunks, lease, resync."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+from redis.asyncio import Redis
+
+from service.binlog.rowchange import EventSpan, Op, RowChange
+from service.checkpoint import BinlogPosition, Checkpoint
+from service.errors import LeaseLost, SinkError
+from service.sink.keys import KeyLayout
+from service.sink.mirror import MirrorOptions, RedisMirror
+from service.sink.plan import ActionKind, TableAction
+from service.stack import LocalStack
+from service.transactions import Transaction
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+async def redis(stack: LocalStack) -> AsyncIterator[Redis]:
+    info = stack.load()
+    assert info is not None
+    client = Redis.from_url(info.redis_url)
+    yield client
+    await client.aclose()
+
+
+def _prefix() -> str:
+    return "t" + uuid.uuid4().hex[:8]
+
+
+_pos = iter(range(1000, 10**9, 100))
+
+
+def txn(*changes: RowChange) -> Transaction:
+    end = Checkpoint(BinlogPosition("mysql-bin.000001", next(_pos)), "0-1-5", 7)
+    return Transaction(changes=changes, ddl=(), gtid="0-1-5", ts=7, end=end)
+
+
+def ins(table: str, **row: object) -> RowChange:
+    return RowChange(Op.INSERT, "db", table, None, dict(row), EventSpan("f.000001", 1, 2), 7, 1)
+
+
+def upd(table: str, before: dict[str, object], after: dict[str, object]) -> RowChange:
+    return RowChange(Op.UPDATE, "db", table, before, after, EventSpan("f.000001", 1, 2), 7, 1)
+
+
+def dele(table: str, **row: object) -> RowChange:
+    return RowChange(Op.DELETE, "db", table, dict(row), None, EventSpan("f.000001", 1, 2), 7, 1)
+
+
+def keys_of(schema: str, table: str) -> tuple[str, ...] | None:
+    return None if table == "nokey" else ("id",)
+
+
+async def rows(redis: Redis, prefix: str, table: str) -> dict[str, dict[bytes, bytes]]:
+    out = {}
+    members = await redis.smembers(f"{prefix}:db:{table}:__keys")
+    for m in members:
+        out[m.decode()] = await redis.hgetall(f"{prefix}:db:{table}:{m.decode()}")
+    return out
+
+
+async def test_apply_rows_checkpoint_and_changelog(redis: Redis) -> None:
+    p = _prefix()
+    m = RedisMirror(redis, KeyLayout(p), keys_of, MirrorOptions(changelog_maxlen=1000))
+    assert await m.load_checkpoint() is None
+    assert await m.acquire_lease()
+    t1 = txn(ins("a", id=1, v="x", n=None), ins("a", id=2, v="y", n=3), ins("nokey", v=1))
+    pk_change = upd("a", {"id": 1, "v": "x", "n": None}, {"id": 10, "v": "z", "n": 5})
+    t2 = txn(pk_change, dele("a", id=2, v="y", n=3))
+    firsts = await m.apply([(t1, []), (t2, [])])
+    assert firsts == [1, 4]
+    assert await rows(redis, p, "a") == {"10": {b"id": b"10", b"v": b"z", b"n": b"5"}}
+    assert await redis.exists(f"{p}:db:a:1", f"{p}:db:a:2") == 0
+    cp = await m.load_checkpoint()
+    assert cp == t2.end
+    entries = await redis.xrange(f"{p}:__changes")
+    assert [e[1][b"op"] for e in entries] == [b"insert", b"insert", b"update", b"delete"]
+    assert [e[1][b"seq"] for e in entries] == [b"1", b"2", b"4", b"5"]
+    assert m.planner.skipped.rows == {("db", "nokey"): 1}
+
+
+async def test_chain_refuses_replays_and_gaps(redis: Redis) -> None:
+    p = _prefix()
+    m = RedisMirror(redis, KeyLayout(p), keys_of)
+    await m.acquire_lease()
+    await m.load_checkpoint()
+    t1 = txn(ins("a", id=1, v="x"))
+    await m.apply([(t1, [])])
+    m.reset_chain("")  # a stale in-memory view: pretends nothing was applied
+    with pytest.raises(SinkError, match="CHECKPOINT_MOVED"):
+        await m.apply([(t1, [])])
+    await m.load_checkpoint()  # resume from the stored checkpoint
+    await m.apply([(txn(ins("a", id=2, v="y")), [])])
+    assert set(await rows(redis, p, "a")) == {"1", "2"}
+
+
+async def test_chunked_transaction_resumes_after_crash(redis: Redis) -> None:
+    p = _prefix()
+    m = RedisMirror(redis, KeyLayout(p), keys_of, MirrorOptions(chunk_size=2, changelog_maxlen=100))
+    await m.acquire_lease()
+    await m.load_checkpoint()
+    big = txn(*(ins("a", id=i, v=str(i)) for i in range(5)))
+    # simulate a crash after the first chunk: apply only chunk 1 by hand
+    chunks = list(m.planner.chunks(big, [], 2))
+    ops, n = chunks[0]
+    await m._apply(args=m._header(str(big.end.position), 1, False, n) + ops)
+    assert len(await rows(redis, p, "a")) == 2
+    assert await m.load_checkpoint() is None
+    m2 = RedisMirror(redis, KeyLayout(p), keys_of, MirrorOptions(chunk_size=2, changelog_maxlen=100), m.token)
+    await m2.load_checkpoint()
+    assert await m2.apply([(big, [])]) == [1]
+    assert len(await rows(redis, p, "a")) == 5
+    assert await redis.xlen(f"{p}:__changes") == 5  # chunk 1 was not logged twice
+    assert await m2.load_checkpoint() == big.end
+    assert await redis.exists(f"{p}:__progress") == 0
+
+
+async def test_lease_fences_a_second_writer(redis: Redis) -> None:
+    p = _prefix()
+    a = RedisMirror(redis, KeyLayout(p), keys_of, MirrorOptions(lease_ttl=1.0))
+    b = RedisMirror(redis, KeyLayout(p), keys_of, MirrorOptions(lease_ttl=1.0))
+    assert await a.acquire_lease()
+    assert not await b.acquire_lease()
+    await b.load_checkpoint()
+    with pytest.raises(LeaseLost):
+        await b.apply([(txn(ins("a", id=1)), [])])
+    assert await redis.exists(f"{p}:db:a:1") == 0
+    await a.release_lease()
+    assert await b.acquire_lease()
+    with pytest.raises(LeaseLost):
+        await a.renew_lease()
+
+
+async def test_truncate_drop_rename(redis: Redis) -> None:
+    p = _prefix()
+    m = RedisMirror(redis, KeyLayout(p), keys_of)
+    await m.acquire_lease()
+    await m.load_checkpoint()
+    await m.apply([(txn(ins("a", id=1), ins("a", id=2), ins("b", id=1)), [])])
+    await m.apply([(txn(), [TableAction(ActionKind.RENAME, "db", "a", "db", "c")])])
+    assert set(await rows(redis, p, "c")) == {"1", "2"}
+    assert await rows(redis, p, "a") == {}
+    await m.apply([(txn(), [TableAction(ActionKind.TRUNCATE, "db", "c")])])
+    assert await rows(redis, p, "c") == {}
+    await m.apply([(txn(), [TableAction(ActionKind.DROP, "db", "b")])])
+    assert await rows(redis, p, "b") == {}
+    assert await m.mirrored_tables() == {"db:c"}
+
+
+async def test_resync_keeps_rows_written_by_the_stream(redis: Redis) -> None:
+    p = _prefix()
+    m = RedisMirror(redis, KeyLayout(p), keys_of)
+    await m.acquire_lease()
+    await m.load_checkpoint()
+    await m.apply([(txn(ins("a", id=1, v="old", gone="x"), ins("a", id=2, v="old"), ins("a", id=3)), [])])
+    await m.apply([(txn(), [TableAction(ActionKind.RESYNC, "db", "a", reason="ALTER")])])
+    assert await m.pending_resyncs() == {"db:a": "ALTER"}
+    # the stream writes row 2 (newer than what the resync will read) and deletes row 3
+    await m.apply([(txn(upd("a", {"id": 2, "v": "old"}, {"id": 2, "v": "stream"}), dele("a", id=3)), [])])
+    # the resync read rows 1 and 2 (row 2 in a stale version); row 3 was already gone
+    written = await m.resync_rows("db", "a", [{"id": 1, "v": "new"}, {"id": 2, "v": "resync"}])
+    assert written == 1
+    await m.resync_finish("db", "a")
+    assert await rows(redis, p, "a") == {
+        "1": {b"id": b"1", b"v": b"new"},
+        "2": {b"id": b"2", b"v": b"stream"},
+    }
+    assert await m.pending_resyncs() == {}
+
+
+async def test_json_mode(redis: Redis) -> None:
+    p = _prefix()
+    m = RedisMirror(redis, KeyLayout(p), keys_of, MirrorOptions(json_mode=True))
+    await m.acquire_lease()
+    await m.load_checkpoint()
+    await m.apply([(txn(ins("a", id=1, v="x", n=None, b=b"\x00")), [])])
+    assert await redis.get(f"{p}:db:a:1") == b'{"id":"1","v":"x","n":null,"b":"AA=="}'

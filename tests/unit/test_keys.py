@@ -1,0 +1,107 @@
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+from decimal import Decimal
+
+import pytest
+
+from service.binlog.rowchange import EventSpan, Op, RowChange
+from service.checkpoint import BinlogPosition, Checkpoint
+from service.sink.keys import KeyLayout, escape, split_key, unescape
+from service.sink.plan import ActionKind, Planner, TableAction
+from service.sink.values import field_value, key_text
+from service.transactions import Transaction
+
+PARTS = ["", ":", "\\", "a:b", "a\\:b", "__keys", "\\__keys", "_", "__", "a", "ab", "\\\\", "::", "x:"]
+
+
+@pytest.mark.parametrize("part", PARTS)
+def test_escape_round_trips(part: str) -> None:
+    assert unescape(escape(part)) == part
+
+
+def test_composite_keys_never_collide() -> None:
+    lay = KeyLayout("m")
+    seen: dict[str, tuple[str, ...]] = {}
+    for n in (1, 2, 3):
+        for combo in itertools.product(PARTS, repeat=n):
+            key = lay.row_key("db", "t", combo)
+            assert seen.setdefault(key, combo) == combo, (key, combo, seen[key])
+            assert split_key(key) == ["m", "db", "t", *combo]
+
+
+def test_row_key_never_equals_meta_keys() -> None:
+    lay = KeyLayout("m")
+    metas = {lay.index_key("db", "t"), lay.touched_key("db", "t"), lay.stale_key("db", "t")}
+    for pk in ("__keys", "__touched", "__stale", "\\__keys"):
+        assert lay.row_key("db", "t", [pk]) not in metas
+    # a schema or table called like a meta key cannot produce a global key either
+    assert lay.row_key("__checkpoint", "x", ["y"]) != lay.checkpoint_key
+    assert not lay.row_key("__checkpoint", "x", ["y"]).startswith(lay.checkpoint_key)
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (5, "5"),
+        (-(2**63), "-9223372036854775808"),
+        (2**64 - 1, "18446744073709551615"),
+        (0.1, "0.1"),
+        (Decimal("12.50"), "12.50"),
+        (dt.datetime(2024, 1, 2, 3, 4, 5, 600), "2024-01-02 03:04:05.000600"),
+        (dt.date(2024, 1, 2), "2024-01-02"),
+        (dt.timedelta(hours=-838, minutes=-59, seconds=-59), "-838:59:59"),
+        (dt.timedelta(seconds=1, microseconds=5), "00:00:01.000005"),
+        ({"b": 1, "a": [1, 2]}, '{"a":[1,2],"b":1}'),
+        ("héllo", "héllo"),
+    ],
+)
+def test_field_values(value: object, text: str) -> None:
+    assert field_value(value) == text
+
+
+def test_binary_values() -> None:
+    assert field_value(b"\x00\xff") == b"\x00\xff"
+    assert key_text(b"\x00\xff") == "0x00ff"
+
+
+def _txn(*changes: RowChange) -> Transaction:
+    end = Checkpoint(BinlogPosition("mysql-bin.000001", 100))
+    return Transaction(changes=changes, ddl=(), gtid="0-1-1", ts=1, end=end)
+
+
+def _change(op: Op, before: dict[str, object] | None, after: dict[str, object] | None) -> RowChange:
+    return RowChange(op, "db", "t", before, after, EventSpan("mysql-bin.000001", 4, 90), 1, 1)
+
+
+def test_plan_pk_change_full_images() -> None:
+    p = Planner(KeyLayout("m"), lambda s, t: ("id",))
+    ops = p.change(_change(Op.UPDATE, {"id": 1, "v": "a"}, {"id": 2, "v": None}))
+    assert ops is not None
+    assert ops[:2] == ["D", "m:db:t:1"]
+    assert ["D", "m:db:t:2", "H", "m:db:t:2", 1, "id", "2"] == ops[9:16]
+
+
+def test_plan_minimal_image_merges_and_moves() -> None:
+    p = Planner(KeyLayout("m"), lambda s, t: ("id",), full_images=False)
+    ops = p.change(_change(Op.UPDATE, {"id": 1}, {"id": 2, "v": None}))
+    assert ops is not None and ops[:3] == ["M", "m:db:t:1", "m:db:t:2"]
+    assert "X" in ops  # NULL in a partial image deletes the field
+    ops = p.change(_change(Op.UPDATE, {"id": 1}, {"v": "x"}))  # key columns absent: same key
+    assert ops is not None and ops[:5] == ["H", "m:db:t:1", 1, "v", "x"]
+
+
+def test_plan_skips_tables_without_key_and_keeps_sequence() -> None:
+    p = Planner(KeyLayout("m"), lambda s, t: None)
+    chunks = list(p.chunks(_txn(_change(Op.INSERT, None, {"v": 1})), [], 10))
+    assert chunks == [(["S"], 1)]
+    assert p.skipped.rows == {("db", "t"): 1}
+
+
+def test_plan_chunks_and_actions() -> None:
+    p = Planner(KeyLayout("m"), lambda s, t: ("id",))
+    changes = [_change(Op.INSERT, None, {"id": i}) for i in range(5)]
+    chunks = list(p.chunks(_txn(*changes), [TableAction(ActionKind.TRUNCATE, "db", "t")], 2))
+    assert [n for _, n in chunks] == [2, 2, 1]
+    assert chunks[0][0][:3] == ["DT", "m:db:t:__keys", "m:db:t"]
