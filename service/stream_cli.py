@@ -1,0 +1,82 @@
+"""`binlog-mirror stream`: committed row changes as JSON lines, `tail -f` for a database."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from service.binlog.canonical import change_to_json
+from service.checkpoint import BinlogPosition, parse_start
+from service.errors import ConfigError, ReplicatorError
+from service.settings import load_settings
+from service.transport.source import BinlogSource
+
+__all__ = ["stream"]
+
+console = Console(stderr=True)
+POLL_SECONDS = 0.2
+
+
+def stream(
+    mysql: Annotated[
+        str | None, typer.Option("--mysql", help="mysql://user:password@host:port (env BINLOG_MIRROR_MYSQL).")
+    ] = None,
+    start: Annotated[
+        str | None,
+        typer.Option("--from", help="now | start | FILE:POS | GTID set (uuid:1-5 or 0-1-100). Default: now."),
+    ] = None,
+    tables: Annotated[
+        str | None,
+        typer.Option("--tables", help="Comma-separated schema.table globs, e.g. shop.orders,crm.*"),
+    ] = None,
+    until_caught_up: Annotated[
+        bool, typer.Option("--until-caught-up", help="Exit once the source's position at start is reached.")
+    ] = False,
+    server_id: Annotated[int | None, typer.Option("--server-id", help="Replica server id (unique).")] = None,
+    heartbeat: Annotated[float | None, typer.Option("--heartbeat", help="Heartbeat period, seconds.")] = None,
+) -> None:
+    """Print committed row changes as JSON lines, one per change, in commit order."""
+    try:
+        settings = load_settings(
+            mysql=mysql, start=start, tables=tables, server_id=server_id, heartbeat_seconds=heartbeat
+        )
+        if settings.mysql is None:
+            raise ConfigError(
+                "no MySQL URL: pass --mysql mysql://user:password@host:port or set BINLOG_MIRROR_MYSQL"
+            )
+        start_point = parse_start(settings.start)
+    except (ConfigError, ValueError) as exc:
+        console.print(f"[red]error:[/red] {exc}", highlight=False)
+        raise typer.Exit(1) from None
+    try:
+        asyncio.run(_stream(BinlogSource(settings, start_point), until_caught_up))
+    except ReplicatorError as exc:
+        console.print(f"[red]error:[/red] {exc}", highlight=False)
+        raise typer.Exit(1) from None
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+
+
+async def _stream(source: BinlogSource, until_caught_up: bool) -> None:
+    out = sys.stdout.buffer
+    async with source:
+        target: BinlogPosition | None = None
+        if until_caught_up:
+            target = (await source.source_position()).position
+        iterator = aiter(source)
+        while True:
+            if target is not None and source.caught_up(target):
+                return
+            try:
+                txn = await asyncio.wait_for(anext(iterator), POLL_SECONDS if target else None)
+            except TimeoutError:
+                continue
+            except StopAsyncIteration:
+                return
+            for change in txn.changes:
+                out.write(change_to_json(change) + b"\n")
+            out.flush()

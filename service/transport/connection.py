@@ -1,0 +1,180 @@
+"""aiomysql connections to the source, server facts, and the one place driver errors are mapped.
+
+Every aiomysql/pymysql exception raised while talking to the source passes through
+`map_errors()`: ERR 1236 (the requested position is purged or unknown) becomes `PositionLost`,
+everything else `SourceError` (retriable).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import aiomysql
+import pymysql
+
+from service.checkpoint import BinlogPosition, Checkpoint
+from service.errors import PositionLost, SourceError
+from service.settings import MySQLUrl, Settings
+
+__all__ = [
+    "ER_MASTER_FATAL_ERROR_READING_BINLOG",
+    "ServerInfo",
+    "binlog_files",
+    "connect",
+    "current_checkpoint",
+    "fetch",
+    "map_errors",
+    "server_info",
+    "ssl_context",
+]
+
+ER_MASTER_FATAL_ERROR_READING_BINLOG = 1236
+CONNECT_TIMEOUT = 10.0
+
+
+@contextlib.contextmanager
+def map_errors(what: str) -> Iterator[None]:
+    """Translate driver and socket errors into the service's error tree."""
+    try:
+        yield
+    except pymysql.err.MySQLError as exc:
+        code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
+        message = exc.args[1] if len(exc.args) > 1 else str(exc)
+        if code == ER_MASTER_FATAL_ERROR_READING_BINLOG:
+            raise PositionLost(f"{what}: the source cannot serve this position: {message}") from exc
+        raise SourceError(f"{what}: ({code}) {message}" if code else f"{what}: {message}") from exc
+    except (OSError, TimeoutError, asyncio.IncompleteReadError, EOFError) as exc:
+        raise SourceError(f"{what}: {exc!r}") from exc
+
+
+def ssl_context(settings: Settings) -> ssl.SSLContext | None:
+    """TLS from settings: a CA (and optional client cert/key); verify=False skips name + chain checks."""
+    if not (settings.mysql_ssl_ca or settings.mysql_ssl_cert):
+        return None
+    ctx = ssl.create_default_context(cafile=str(settings.mysql_ssl_ca) if settings.mysql_ssl_ca else None)
+    if settings.mysql_ssl_cert:
+        key = str(settings.mysql_ssl_key) if settings.mysql_ssl_key else None
+        ctx.load_cert_chain(str(settings.mysql_ssl_cert), key)
+    if not settings.mysql_ssl_verify:
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    return ctx
+
+
+async def connect(settings: Settings, url: MySQLUrl | None = None) -> aiomysql.Connection:
+    """An autocommit connection; mysql_native_password and caching_sha2_password (full auth over
+    TLS, or RSA key exchange without TLS; aiomysql fetches the server's public key) both work."""
+    url = url or settings.mysql
+    if url is None:
+        raise SourceError("no MySQL URL configured (--mysql or BINLOG_MIRROR_MYSQL)")
+    with map_errors(f"connecting to {url}"):
+        return await aiomysql.connect(
+            host=url.host,
+            port=url.port,
+            user=url.user,
+            password=url.password.get_secret_value(),
+            ssl=ssl_context(settings),
+            autocommit=True,
+            connect_timeout=CONNECT_TIMEOUT,
+            program_name="binlog-mirror",
+        )
+
+
+async def fetch(
+    conn: aiomysql.Connection, sql: str, args: Sequence[Any] | None = None
+) -> list[tuple[Any, ...]]:
+    with map_errors(f"query {sql.split()[0]} ..."):
+        async with conn.cursor() as cur:
+            await cur.execute(sql, args)
+            return list(await cur.fetchall())
+
+
+@dataclass(frozen=True, slots=True)
+class ServerInfo:
+    flavor: Literal["mysql", "mariadb"]
+    version: tuple[int, int, int]
+    version_string: str
+    server_id: int
+    variables: dict[str, str]  # the replication-relevant globals, lower-case names
+
+    @property
+    def mariadb(self) -> bool:
+        return self.flavor == "mariadb"
+
+    @property
+    def status_statement(self) -> str:
+        if not self.mariadb and self.version >= (8, 4, 0):
+            return "SHOW BINARY LOG STATUS"
+        return "SHOW MASTER STATUS"
+
+    @property
+    def replicas_statement(self) -> str:
+        if not self.mariadb and self.version >= (8, 0, 22):
+            return "SHOW REPLICAS"
+        return "SHOW SLAVE HOSTS"
+
+    def var(self, name: str, default: str = "") -> str:
+        return self.variables.get(name, default)
+
+
+_VARIABLES = (
+    "log_bin",
+    "binlog_format",
+    "binlog_row_image",
+    "binlog_row_metadata",
+    "binlog_row_value_options",
+    "binlog_transaction_compression",
+    "log_bin_compress",
+    "binlog_checksum",
+    "gtid_mode",
+    "server_id",
+    "server_uuid",
+)
+
+
+async def server_info(conn: aiomysql.Connection) -> ServerInfo:
+    rows = await fetch(conn, "SELECT VERSION()")
+    version_string = str(rows[0][0])
+    numbers = version_string.split("-", 1)[0].split(".")
+    version = tuple(int("".join(ch for ch in n if ch.isdigit()) or 0) for n in (numbers + ["0", "0"])[:3])
+    placeholders = ",".join(["%s"] * len(_VARIABLES))
+    found = await fetch(
+        conn,
+        f"SELECT LOWER(VARIABLE_NAME), VARIABLE_VALUE FROM information_schema.GLOBAL_VARIABLES "
+        f"WHERE LOWER(VARIABLE_NAME) IN ({placeholders})",
+        _VARIABLES,
+    )
+    variables = {str(k): "" if v is None else str(v) for k, v in found}
+    if not variables:  # MySQL 5.7+/8 moved them to performance_schema
+        found = await fetch(conn, "SHOW GLOBAL VARIABLES")
+        variables = {str(k).lower(): str(v) for k, v in found if str(k).lower() in _VARIABLES}
+    return ServerInfo(
+        flavor="mariadb" if "mariadb" in version_string.lower() else "mysql",
+        version=(version[0], version[1], version[2]),
+        version_string=version_string,
+        server_id=int(variables.get("server_id") or 0),
+        variables=variables,
+    )
+
+
+async def current_checkpoint(conn: aiomysql.Connection, info: ServerInfo) -> Checkpoint:
+    """The source's current end of binlog (a transaction boundary) and its executed GTID set."""
+    rows = await fetch(conn, info.status_statement)
+    if not rows:
+        raise SourceError(f"{info.status_statement} returned nothing: is binary logging on (log_bin)?")
+    file, pos = str(rows[0][0]), int(rows[0][1])
+    if info.mariadb:
+        gtid = (await fetch(conn, "SELECT @@gtid_binlog_pos"))[0][0]
+    else:
+        gtid = rows[0][4] if len(rows[0]) > 4 else ""
+    return Checkpoint(BinlogPosition(file, pos), str(gtid or "").replace("\n", ""))
+
+
+async def binlog_files(conn: aiomysql.Connection) -> list[tuple[str, int]]:
+    """SHOW BINARY LOGS: (file name, size) oldest first."""
+    return [(str(r[0]), int(r[1])) for r in await fetch(conn, "SHOW BINARY LOGS")]

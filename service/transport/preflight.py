@@ -1,0 +1,124 @@
+"""Preflight: is the source configured so that it can be mirrored? One actionable line per problem.
+
+`check_source()` returns (problems, warnings); `preflight()` raises `PreflightError` with every
+problem on its own line: what is wrong, then the statement that fixes it.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+
+import aiomysql
+
+from service.errors import PreflightError, SourceError
+from service.transport.connection import ServerInfo, fetch
+
+__all__ = ["check_source", "preflight"]
+
+log = logging.getLogger(__name__)
+
+
+def _persist(var: str, value: str) -> str:
+    return f"SET GLOBAL {var} = '{value}' (and {var}={value} in my.cnf so it survives a restart)"
+
+
+def check_config(info: ServerInfo) -> tuple[list[str], list[str]]:
+    """Problems and warnings from the server variables alone (pure)."""
+    problems: list[str] = []
+    warnings: list[str] = []
+    if info.var("log_bin").upper() not in ("ON", "1"):
+        problems.append(
+            "binary logging is off (log_bin=OFF): restart the server with --log-bin=mysql-bin and a unique --server-id"
+        )
+    fmt = info.var("binlog_format").upper()
+    if fmt != "ROW":
+        problems.append(f"binlog_format is {fmt or 'unknown'}, need ROW: {_persist('binlog_format', 'ROW')}")
+    image = info.var("binlog_row_image").upper()
+    if image and image != "FULL":
+        problems.append(
+            f"binlog_row_image is {image}, need FULL (rows must carry every column): "
+            + _persist("binlog_row_image", "FULL")
+        )
+    metadata = info.var("binlog_row_metadata").upper()
+    if metadata != "FULL":
+        warnings.append(
+            f"binlog_row_metadata is {metadata or 'not supported'}: column names come from information_schema "
+            f"(needs SELECT); better: {_persist('binlog_row_metadata', 'FULL')}"
+        )
+    if "PARTIAL_JSON" in info.var("binlog_row_value_options").upper():
+        problems.append(
+            "binlog_row_value_options=PARTIAL_JSON writes JSON diffs, not values: "
+            "SET GLOBAL binlog_row_value_options = '' (and in my.cnf)"
+        )
+    if info.var("binlog_transaction_compression").upper() in ("ON", "1"):
+        problems.append(
+            "binlog_transaction_compression is ON (compressed transaction payloads are not mirrored): "
+            + _persist("binlog_transaction_compression", "OFF")
+        )
+    if info.var("log_bin_compress").upper() in ("ON", "1"):
+        warnings.append("log_bin_compress is ON: compressed MariaDB events are decoded (costs CPU)")
+    return problems, warnings
+
+
+_GRANT = re.compile(r"^GRANT (.+?) ON (\S+) TO ", re.I | re.S)
+
+
+def check_grants(grants: list[str], info: ServerInfo) -> list[str]:
+    """Missing global privileges, from SHOW GRANTS lines (pure)."""
+    privs: set[str] = set()
+    for line in grants:
+        m = _GRANT.match(line)
+        if m and m.group(2).replace("`", "") == "*.*":
+            privs |= {p.strip().upper() for p in m.group(1).split(",")}
+    if "ALL PRIVILEGES" in privs or "ALL" in privs:
+        return []
+    problems = []
+    if not privs & {"REPLICATION SLAVE", "REPLICATION REPLICA"}:
+        problems.append("missing privilege REPLICATION SLAVE: GRANT REPLICATION SLAVE ON *.* TO <user>")
+    monitor = {"REPLICATION CLIENT", "BINLOG MONITOR", "SUPER"}
+    if not privs & monitor:
+        name = "BINLOG MONITOR" if info.mariadb and info.version >= (10, 5, 2) else "REPLICATION CLIENT"
+        problems.append(
+            f"missing privilege {name} (to read the binlog position): GRANT {name} ON *.* TO <user>"
+        )
+    return problems
+
+
+async def check_source(
+    conn: aiomysql.Connection, info: ServerInfo, *, server_id: int
+) -> tuple[list[str], list[str]]:
+    problems, warnings = check_config(info)
+    grants = [str(r[0]) for r in await fetch(conn, "SHOW GRANTS FOR CURRENT_USER()")]
+    problems += [p.replace("<user>", _user_of(grants)) for p in check_grants(grants, info)]
+    if server_id == info.server_id:
+        problems.append(
+            f"server_id {server_id} is the source's own server_id: pick another (--server-id / "
+            "BINLOG_MIRROR_SERVER_ID)"
+        )
+    try:
+        replicas = await fetch(conn, info.replicas_statement)
+    except SourceError as exc:
+        warnings.append(f"cannot list replicas to check server_id {server_id} is unique ({exc})")
+    else:
+        if any(int(r[0]) == server_id for r in replicas):
+            problems.append(
+                f"server_id {server_id} is already used by a connected replica ({info.replicas_statement}): "
+                "give this mirror its own --server-id / BINLOG_MIRROR_SERVER_ID"
+            )
+    return problems, warnings
+
+
+def _user_of(grants: list[str]) -> str:
+    for line in grants:
+        if m := re.search(r" TO (\S+@\S+)", line):
+            return m.group(1)
+    return "<user>"
+
+
+async def preflight(conn: aiomysql.Connection, info: ServerInfo, *, server_id: int) -> None:
+    problems, warnings = await check_source(conn, info, server_id=server_id)
+    for warning in warnings:
+        log.warning("preflight: %s", warning)
+    if problems:
+        raise PreflightError("the source cannot be mirrored:\n" + "\n".join(f"- {p}" for p in problems))

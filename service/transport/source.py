@@ -1,0 +1,388 @@
+"""`BinlogSource`: committed transactions from a MySQL/MariaDB source, exactly once, in order.
+
+    source = BinlogSource(settings, checkpoint or "now")
+    async with source:                      # connect, preflight, first dump (errors raise here)
+        async for txn in source:            # Transaction(changes, ddl, gtid, ts, end)
+            ...                             # txn.end is the Checkpoint to store with the rows
+
+A reader task reads the socket continuously into a bounded queue (backpressure: when the
+consumer is slow the task stops reading and TCP pushes back on the server). On a retriable
+error (network, server restart, heartbeat timeout, killed dump thread) the task reconnects with
+exponential backoff + jitter and resumes at the end of the last transaction it put in the queue,
+with a new decoder: no transaction is lost or repeated. Non-retriable errors (PositionLost,
+PreflightError, DecodeError) come out of the iterator.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass, field
+
+import aiomysql
+
+from service.binlog import BinlogDecoder, DecodeOptions
+from service.binlog.constants import EventType
+from service.binlog.schema import TableSchema
+from service.checkpoint import (
+    BinlogPosition,
+    Checkpoint,
+    CheckpointTracker,
+    MariadbGtidPos,
+    MysqlGtidSet,
+    StartPoint,
+    parse_gtid_set,
+    parse_start,
+)
+from service.errors import ReplicatorError, SourceError
+from service.settings import Settings
+from service.transactions import TableFilter, Transaction, TransactionAssembler
+from service.transport.backoff import Backoff
+from service.transport.columns import ColumnNames
+from service.transport.connection import (
+    ServerInfo,
+    binlog_files,
+    connect,
+    current_checkpoint,
+    fetch,
+    server_info,
+)
+from service.transport.preflight import preflight
+from service.transport.stream import BinlogStream
+
+__all__ = ["BinlogSource", "SourceStats"]
+
+log = logging.getLogger(__name__)
+
+HEARTBEAT_TYPES = (EventType.HEARTBEAT, EventType.HEARTBEAT_V2)
+READ_TIMEOUT_FACTOR = 2.5
+
+
+@dataclass(slots=True)
+class SourceStats:
+    """Counters of the reader; a plain mutable record, read by the API (copy it to keep it)."""
+
+    events: int = 0  # events decoded (heartbeats excluded)
+    bytes: int = 0  # event bytes received (heartbeats included)
+    heartbeats: int = 0
+    transactions: int = 0  # transactions put in the queue
+    reconnects: int = 0
+    connected: bool = False
+    last_event_ts: int = 0  # source timestamp of the last non-heartbeat event (seconds)
+    last_event_at: float = 0.0  # time.time() when the last packet (event or heartbeat) arrived
+    last_error: str = ""
+    read_position: BinlogPosition | None = None  # after the last event read (maybe mid-transaction)
+    delivered: Checkpoint | None = None  # end of the last transaction put in the queue
+
+
+@dataclass(slots=True)
+class _Resume:
+    """Where the next connection starts."""
+
+    checkpoint: Checkpoint
+    gtid_mode: bool  # dump by GTID set (else by file/pos)
+    skip_until: BinlogPosition | None = None  # drop transactions ending at or before this
+
+
+@dataclass(slots=True)
+class _Session:
+    stream: BinlogStream
+    decoder: BinlogDecoder
+    assembler: TransactionAssembler
+    delivered_any: bool = False
+    extra: dict[str, object] = field(default_factory=dict)
+
+
+_EOF = object()
+
+
+class BinlogSource:
+    """Async iterator of committed `Transaction`s; see the module docstring."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        start: StartPoint | None = None,
+        *,
+        table_filter: TableFilter | None = None,
+        backoff: Backoff | None = None,
+        heartbeat: float | None = None,
+        queue_size: int | None = None,
+        non_blocking: bool = False,
+        check_source: bool = True,
+    ) -> None:
+        self.settings = settings
+        self.start_point: StartPoint = start if start is not None else parse_start(settings.start)
+        self.table_filter = table_filter or TableFilter.from_lists(settings.tables, settings.exclude_tables)
+        self.backoff = backoff or Backoff()
+        self.heartbeat = heartbeat or settings.heartbeat_seconds
+        self.server_id = settings.server_id
+        self.non_blocking = non_blocking  # stop (end the iterator) at the end of the binlog
+        self.check_source = check_source
+        self.stats = SourceStats()
+        self.info: ServerInfo | None = None
+        self.start_checkpoint: Checkpoint | None = None  # the resolved start
+        self._queue: asyncio.Queue[object] = asyncio.Queue(maxsize=queue_size or settings.queue_size)
+        self._columns = ColumnNames(self.table_filter)
+        self._names_from_schema = False
+        self._ctl: aiomysql.Connection | None = None
+        self._ctl_lock = asyncio.Lock()
+        self._resume: _Resume | None = None
+        self._session: _Session | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._done = False
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    async def __aenter__(self) -> BinlogSource:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def start(self) -> None:
+        """Connect, check the source, resolve the start point and send the dump command.
+        Errors here are raised as they are (no retry): a bad URL or config should fail fast."""
+        ctl = await self._control()
+        self.info = info = await server_info(ctl)
+        if self.check_source:
+            await preflight(ctl, info, server_id=self.server_id)
+        self._names_from_schema = info.var("binlog_row_metadata").upper() != "FULL"
+        if self._names_from_schema:
+            await self._columns.refresh(ctl)
+        self._resume = await self._resolve(ctl, info, self.start_point)
+        self.start_checkpoint = self._resume.checkpoint
+        session = await self._open()
+        self._task = asyncio.create_task(self._read_loop(session), name="binlog-reader")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        if self._session is not None:
+            self._session.stream.close()
+            self._session = None
+        if self._ctl is not None:
+            self._ctl.close()
+            self._ctl = None
+        self.stats.connected = False
+
+    # -- iteration -------------------------------------------------------------------------------
+    def __aiter__(self) -> BinlogSource:
+        return self
+
+    async def __anext__(self) -> Transaction:
+        if self._done:
+            raise StopAsyncIteration
+        item = await self._queue.get()
+        if item is _EOF:
+            self._done = True
+            raise StopAsyncIteration
+        if isinstance(item, BaseException):
+            self._done = True
+            raise item
+        assert isinstance(item, Transaction)
+        return item
+
+    # -- position and lag ------------------------------------------------------------------------
+    @property
+    def position(self) -> Checkpoint | None:
+        """End of the last transaction handed to the queue (the resume point on reconnect)."""
+        return self._resume.checkpoint if self._resume else None
+
+    async def source_position(self) -> Checkpoint:
+        """The source's current end of binlog (SHOW MASTER STATUS / SHOW BINARY LOG STATUS)."""
+        async with self._ctl_lock:
+            ctl = await self._control()
+            assert self.info is not None
+            return await current_checkpoint(ctl, self.info)
+
+    async def lag_bytes(self) -> int:
+        """Binlog bytes between the last delivered transaction and the source's end of binlog."""
+        mine = self.stats.delivered.position if self.stats.delivered else self.start_position
+        async with self._ctl_lock:
+            files = await binlog_files(await self._control())
+        if mine is None or not files:
+            return 0
+        total, counting = 0, False
+        for name, size in files:
+            if name == mine.file:
+                counting, size = True, max(size - mine.pos, 0)
+            if counting:
+                total += size
+        return total
+
+    @property
+    def start_position(self) -> BinlogPosition | None:
+        return self.start_checkpoint.position if self.start_checkpoint else None
+
+    def caught_up(self, target: BinlogPosition) -> bool:
+        """Every transaction up to `target` has been read and handed out."""
+        read = self.stats.read_position
+        session = self._session
+        return (
+            read is not None
+            and read.file != ""
+            and read >= target
+            and self._queue.empty()
+            and (session is None or not session.assembler.in_transaction)
+        )
+
+    # -- internals -------------------------------------------------------------------------------
+    async def _control(self) -> aiomysql.Connection:
+        """The side connection (preflight, positions, information_schema); reopened when lost."""
+        if self._ctl is None or self._ctl.closed:
+            self._ctl = await connect(self.settings)
+        return self._ctl
+
+    async def _resolve(self, ctl: aiomysql.Connection, info: ServerInfo, start: StartPoint) -> _Resume:
+        if isinstance(start, Checkpoint):
+            if start.position.file:
+                return _Resume(start, gtid_mode=False)
+            return _Resume(start, gtid_mode=True)
+        if isinstance(start, MysqlGtidSet | MariadbGtidPos):
+            if isinstance(start, MariadbGtidPos) != info.mariadb:
+                raise SourceError(f"GTID set {start} is not in the {info.flavor} form")
+            return _Resume(Checkpoint(BinlogPosition("", 4), str(start)), gtid_mode=True)
+        if start == "now":
+            return _Resume(await current_checkpoint(ctl, info), gtid_mode=False)
+        if start == "start":
+            files = await binlog_files(ctl)
+            if not files:
+                raise SourceError("SHOW BINARY LOGS is empty: is binary logging on?")
+            begin = BinlogPosition(files[0][0], 4)
+            return _Resume(Checkpoint(begin, await self._gtid_at(ctl, info, begin)), gtid_mode=False)
+        assert isinstance(start, BinlogPosition)
+        # An explicit FILE:POS may point inside a transaction: read the file from its start and
+        # hand out transactions that end after POS, so the one holding POS comes out whole.
+        begin = BinlogPosition(start.file, 4)
+        skip = start if start.pos > 4 else None
+        return _Resume(
+            Checkpoint(begin, await self._gtid_at(ctl, info, begin)), gtid_mode=False, skip_until=skip
+        )
+
+    @staticmethod
+    async def _gtid_at(ctl: aiomysql.Connection, info: ServerInfo, position: BinlogPosition) -> str:
+        if not info.mariadb:
+            return ""  # MySQL: the set is learnt from the GTID events that follow
+        rows = await fetch(ctl, "SELECT BINLOG_GTID_POS(%s, %s)", (position.file, position.pos))
+        return str(rows[0][0] or "") if rows else ""
+
+    def _decode_options(self) -> DecodeOptions:
+        flt = self.table_filter
+
+        def skip_rows(table: TableSchema) -> bool:
+            return not flt.wants(table.schema, table.table)
+
+        if self._names_from_schema:
+            return DecodeOptions(skip_rows=skip_rows, column_names=self._columns)
+        return DecodeOptions(skip_rows=skip_rows)
+
+    async def _open(self) -> _Session:
+        """A new dump connection + decoder + tracker from the resume point."""
+        assert self._resume is not None and self.info is not None
+        resume = self._resume
+        conn = await connect(self.settings)
+        stream = BinlogStream(conn, self.info, read_timeout=self.heartbeat * READ_TIMEOUT_FACTOR)
+        try:
+            await stream.prepare(heartbeat=self.heartbeat, server_id=self.server_id)
+            cp = resume.checkpoint
+            gtids = parse_gtid_set(cp.gtid_set) if cp.gtid_set else None
+            if resume.gtid_mode:
+                empty: MysqlGtidSet | MariadbGtidPos = (
+                    MariadbGtidPos() if self.info.mariadb else MysqlGtidSet()
+                )
+                await stream.dump_gtid(gtids or empty, server_id=self.server_id, non_block=self.non_blocking)
+            else:
+                await stream.dump_position(cp.position, server_id=self.server_id, non_block=self.non_blocking)
+        except BaseException:
+            stream.close()
+            raise
+        tracker = CheckpointTracker(cp.position, gtids)
+        decoder = BinlogDecoder(self._decode_options(), file=cp.position.file)
+        session = _Session(stream, decoder, TransactionAssembler(tracker, self.table_filter))
+        self._session = session
+        self.stats.connected = True
+        log.info(
+            "streaming from %s%s (dump thread %d)",
+            "GTID " + cp.gtid_set if resume.gtid_mode else cp.position,
+            "" if resume.gtid_mode or not cp.gtid_set else f" [GTID {cp.gtid_set}]",
+            stream.thread_id,
+        )
+        return session
+
+    async def _read_loop(self, session: _Session | None) -> None:
+        failures = 0
+        while True:
+            try:
+                if session is None:
+                    session = await self._open()
+                if await self._pump(session):
+                    await self._queue.put(_EOF)
+                    return
+            except ReplicatorError as exc:
+                if not exc.retriable:
+                    log.error("replication stopped: %s", exc)
+                    await self._queue.put(exc)
+                    return
+                if session is not None and session.delivered_any:
+                    failures = 0
+                failures += 1
+                self._drop(session, exc)
+                session = None
+                delay = self.backoff.delay(failures)
+                log.warning("replication interrupted (%s); reconnecting in %.2fs", exc, delay)
+                await asyncio.sleep(delay)
+                self.stats.reconnects += 1
+
+    def _drop(self, session: _Session | None, exc: Exception) -> None:
+        self.stats.connected = False
+        self.stats.last_error = str(exc)
+        if session is not None:
+            session.stream.close()
+        self._session = None
+
+    async def _pump(self, session: _Session) -> bool:
+        """Read until an error (raised) or a non-blocking dump's EOF (returns True)."""
+        stats, assembler = self.stats, session.assembler
+        while True:
+            raw = await session.stream.read()
+            now = time.time()
+            if raw is None:
+                return True
+            stats.bytes += len(raw)
+            stats.last_event_at = now
+            if len(raw) > 4 and raw[4] in HEARTBEAT_TYPES:
+                stats.heartbeats += 1
+                continue
+            event = session.decoder.feed(raw)
+            if event is None:
+                continue
+            stats.events += 1
+            stats.last_event_ts = event.header.timestamp or stats.last_event_ts
+            txn = assembler.feed(event)
+            stats.read_position = assembler.tracker.position
+            if txn is not None:
+                await self._deliver(session, txn)
+
+    async def _deliver(self, session: _Session, txn: Transaction) -> None:
+        assert self._resume is not None
+        resume = self._resume
+        if resume.skip_until is not None:
+            if txn.end.position <= resume.skip_until:
+                return
+            resume.skip_until = None
+        if txn.ddl and self._names_from_schema:
+            schemas = sorted({s for d in txn.ddl for s, _ in d.tables} | {d.schema for d in txn.ddl})
+            async with self._ctl_lock:
+                await self._columns.refresh(await self._control(), [s for s in schemas if s] or None)
+        await self._queue.put(txn)
+        # Only now is it safe to resume after this transaction: it is in the consumer's hands.
+        resume.checkpoint = txn.end
+        session.delivered_any = True
+        self.stats.transactions += 1
+        self.stats.delivered = txn.end

@@ -1,0 +1,162 @@
+"""The dump connection: register as a replica, send the dump command, read raw events.
+
+This is the only module that uses aiomysql's private packet layer (`_read_packet`,
+`_write_bytes`, `_next_seq_id`); tests/integration/test_stream_transport.py checks they still exist.
+
+Wire formats (all integers little-endian):
+
+    COM_REGISTER_SLAVE  0x15  server_id:4  host:lenstr1  user:lenstr1  password:lenstr1
+                              port:2  rank:4  master_id:4
+    COM_BINLOG_DUMP     0x12  pos:4  flags:2  server_id:4  file:eof
+    COM_BINLOG_DUMP_GTID 0x1e flags:2  server_id:4  file_len:4  file  pos:8  data_len:4  gtid_set_data
+    each event packet   0x00 (OK)  event bytes     (0xfe EOF ends a non-blocking dump, 0xff ERR)
+
+Events longer than 16 MB - 1 arrive in several packets; `_read_packet` joins the 0xffffff-sized
+continuations, so one read here is always one whole event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+import uuid
+from typing import Any
+
+import aiomysql
+
+from service.checkpoint import BinlogPosition, MariadbGtidPos, MysqlGtidSet
+from service.errors import PreflightError, SourceError
+from service.transport.connection import ServerInfo, fetch, map_errors
+
+__all__ = ["BinlogStream", "encode_gtid_set"]
+
+log = logging.getLogger(__name__)
+
+COM_BINLOG_DUMP = 0x12
+COM_REGISTER_SLAVE = 0x15
+COM_BINLOG_DUMP_GTID = 0x1E
+BINLOG_THROUGH_GTID = 0x04
+MARIA_SLAVE_CAPABILITY_GTID = 4
+
+
+def encode_gtid_set(gtids: MysqlGtidSet) -> bytes:
+    """MySQL's binary GTID set (Gtid_set::encode): n_sids:8, then per uuid: uuid:16, n_intervals:8,
+    (start:8, end_exclusive:8)*. Tagged GTIDs need the 8.4 tagged encoding, not supported here."""
+    out = [struct.pack("<Q", len(gtids.sets))]
+    for (sid, tag), intervals in gtids.sets:
+        if tag:
+            raise PreflightError(
+                f"tagged GTID {sid}:{tag} cannot start a dump yet: start from FILE:POS instead"
+            )
+        out.append(uuid.UUID(sid).bytes + struct.pack("<Q", len(intervals)))
+        out.extend(struct.pack("<QQ", lo, hi + 1) for lo, hi in intervals)
+    return b"".join(out)
+
+
+def _lenstr1(text: str) -> bytes:
+    data = text.encode()[:255]
+    return bytes([len(data)]) + data
+
+
+class BinlogStream:
+    """One dump connection. `await read()` returns one raw event (header + body + checksum),
+    or None when a non-blocking dump reached the end. Reads time out after `read_timeout`
+    seconds of silence (the server sends heartbeats every `heartbeat` seconds when idle)."""
+
+    def __init__(self, conn: aiomysql.Connection, info: ServerInfo, *, read_timeout: float) -> None:
+        self._conn = conn
+        self._info = info
+        self.read_timeout = read_timeout
+
+    @property
+    def thread_id(self) -> int:
+        return int(self._conn.server_thread_id[0])
+
+    async def prepare(self, *, heartbeat: float, server_id: int) -> None:
+        """Session variables the dump thread reads: checksum, heartbeat, MariaDB capability."""
+        statements = [
+            "SET @master_binlog_checksum = @@global.binlog_checksum",
+            f"SET @master_heartbeat_period = {int(heartbeat * 1e9)}",
+        ]
+        if self._info.mariadb:
+            statements.append(f"SET @mariadb_slave_capability = {MARIA_SLAVE_CAPABILITY_GTID}")
+        else:
+            statements += [
+                "SET @source_binlog_checksum = @@global.binlog_checksum",
+                f"SET @source_heartbeat_period = {int(heartbeat * 1e9)}",
+            ]
+        for sql in statements:
+            await fetch(self._conn, sql)
+        await self._command(self._register_packet(server_id), "COM_REGISTER_SLAVE")
+        await self._read_reply("COM_REGISTER_SLAVE")
+
+    def _register_packet(self, server_id: int) -> bytes:
+        return (
+            struct.pack("<BI", COM_REGISTER_SLAVE, server_id)
+            + _lenstr1("binlog-mirror")
+            + _lenstr1("")
+            + _lenstr1("")
+            + struct.pack("<HII", 0, 0, 0)
+        )
+
+    async def dump_position(
+        self, position: BinlogPosition, *, server_id: int, non_block: bool = False
+    ) -> None:
+        pos = min(position.pos, 0xFFFFFFFF)
+        packet = (
+            struct.pack("<BIHI", COM_BINLOG_DUMP, pos, int(non_block), server_id) + position.file.encode()
+        )
+        await self._command(packet, "COM_BINLOG_DUMP")
+
+    async def dump_gtid(
+        self, gtids: MysqlGtidSet | MariadbGtidPos, *, server_id: int, non_block: bool = False
+    ) -> None:
+        if isinstance(gtids, MariadbGtidPos):
+            # MariaDB: the GTID start point is a session variable; the dump names no file.
+            await fetch(self._conn, "SET @slave_connect_state = %s", (str(gtids),))
+            await fetch(self._conn, "SET @slave_gtid_strict_mode = 1")
+            await fetch(self._conn, "SET @slave_gtid_ignore_duplicates = 0")
+            await self.dump_position(BinlogPosition("", 4), server_id=server_id, non_block=non_block)
+            return
+        data = encode_gtid_set(gtids)
+        packet = (
+            struct.pack("<BHII", COM_BINLOG_DUMP_GTID, BINLOG_THROUGH_GTID | int(non_block), server_id, 0)
+            + struct.pack("<Q", 4)
+            + struct.pack("<I", len(data))
+            + data
+        )
+        await self._command(packet, "COM_BINLOG_DUMP_GTID")
+
+    async def _command(self, payload: bytes, what: str) -> None:
+        with map_errors(what):
+            self._conn._ensure_alive()
+            self._conn._next_seq_id = 0
+            self._conn.write_packet(payload)
+            await self._conn._writer.drain()
+
+    async def _read_reply(self, what: str) -> Any:
+        with map_errors(what):
+            async with asyncio.timeout(self.read_timeout):
+                return await self._conn._read_packet()
+
+    async def read(self) -> bytes | None:
+        try:
+            async with asyncio.timeout(self.read_timeout):
+                with map_errors("reading the binlog stream"):
+                    packet = await self._conn._read_packet()
+        except TimeoutError:
+            self.close()
+            raise SourceError(
+                f"no event or heartbeat from the source for {self.read_timeout:.1f}s: connection presumed dead"
+            ) from None
+        data: bytes = packet.get_all_data()
+        if data[:1] == b"\xfe" and len(data) < 9:
+            return None  # EOF: a non-blocking dump reached the end of the binlog
+        if data[:1] != b"\x00":
+            self.close()
+            raise SourceError(f"unexpected packet 0x{data[:1].hex()} in the binlog stream")
+        return data[1:]
+
+    def close(self) -> None:
+        self._conn.close()
