@@ -111,6 +111,10 @@ class Settings(BaseSettings):
     api_port: int = Field(default=8080, ge=0, le=65535)
     api_token: SecretStr | None = None
     max_lag_seconds: float = Field(default=30.0, gt=0)
+    api_cors_origins: list[str] = []  # "*" or exact origins; empty = no CORS headers
+    ws_buffer_events: int = Field(default=10_000, ge=0)  # ring kept for websocket resume
+    ws_queue_events: int = Field(default=1_000, ge=1)  # per subscriber; overflow closes it (1013)
+    ws_ping_seconds: float = Field(default=20.0, gt=0)  # websocket ping interval and pong timeout
 
     @field_validator("mysql", mode="before")
     @classmethod
@@ -121,6 +125,11 @@ class Settings(BaseSettings):
     @classmethod
     def _parse_redis(cls, value: Any) -> Any:
         return RedisUrl.parse(value) if isinstance(value, str) else value
+
+    @field_validator("api_cors_origins", mode="before")
+    @classmethod
+    def _split_origins(cls, value: Any) -> Any:
+        return [o.strip() for o in value.split(",") if o.strip()] if isinstance(value, str) else value
 
     @field_validator("tables", "exclude_tables", mode="before")
     @classmethod

@@ -1,0 +1,142 @@
+"""Prometheus metrics: read at scrape time from the status snapshot and the Broadcaster.
+
+Each app has its own `CollectorRegistry` (no process-global state, so tests can build many
+apps). Besides the collectors, `ApplyDelayObserver` is an `on_applied` hook that records how
+long after its source commit each transaction became visible in Redis.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+
+from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from service.pipeline.broadcast import Broadcaster
+from service.pipeline.status import ReplicatorStatus, State
+from service.transactions import Transaction
+
+__all__ = ["ApplyDelayObserver", "HubCollector", "StatusCollector", "build_registry"]
+
+P = "binlog_mirror_"
+
+
+class StatusCollector(Collector):
+    """Replication metrics from `Replicator.status()`, taken once per scrape."""
+
+    def __init__(self, status: Callable[[], ReplicatorStatus | None]) -> None:
+        self._status = status
+
+    def collect(self) -> Iterator[Metric]:
+        s = self._status()
+        if s is None:
+            return
+        state = GaugeMetricFamily(P + "state", "1 for the replicator's current state", labels=["state"])
+        for st in State:
+            state.add_metric([st.value], 1.0 if st is s.state else 0.0)
+        yield state
+        yield GaugeMetricFamily(P + "ready", "1 when streaming as leader with Redis reachable", value=s.ready)
+        yield GaugeMetricFamily(
+            P + "source_connected", "1 when the binlog stream is up", value=s.source.connected
+        )
+        yield GaugeMetricFamily(
+            P + "redis_reachable", "1 when Redis answered lately", value=s.redis_reachable
+        )
+        yield GaugeMetricFamily(P + "leader", "1 when this instance holds the writer lease", value=s.leader)
+        if s.lag_seconds is not None:
+            yield GaugeMetricFamily(
+                P + "lag_seconds", "Now minus the last applied commit", value=s.lag_seconds
+            )
+        if s.bytes_behind is not None:
+            yield GaugeMetricFamily(
+                P + "lag_bytes", "Source binlog end minus received position", value=s.bytes_behind
+            )
+        yield GaugeMetricFamily(
+            P + "transactions_waiting", "Read, not yet applied", value=s.transactions_waiting
+        )
+        yield GaugeMetricFamily(P + "rows_waiting", "Rows read, not yet applied", value=s.rows_waiting)
+        if s.last_event_ts is not None:
+            yield GaugeMetricFamily(
+                P + "last_event_timestamp_seconds",
+                "Source timestamp of the newest event",
+                value=s.last_event_ts,
+            )
+        yield CounterMetricFamily(
+            P + "transactions_applied", "Transactions applied", value=s.transactions_applied
+        )
+        yield CounterMetricFamily(P + "rows_applied_all", "Rows applied, all tables", value=s.rows_applied)
+        rows = CounterMetricFamily(
+            P + "rows_applied", "Rows applied by table and op", labels=["schema", "table", "op"]
+        )
+        skipped = CounterMetricFamily(
+            P + "rows_skipped", "Rows not mirrored (no usable key)", labels=["schema", "table"]
+        )
+        for t in s.tables:
+            rows.add_metric([t.schema, t.table, "insert"], t.inserts)
+            rows.add_metric([t.schema, t.table, "update"], t.updates)
+            rows.add_metric([t.schema, t.table, "delete"], t.deletes)
+            skipped.add_metric([t.schema, t.table], t.skipped_rows)
+        yield rows
+        yield skipped
+        yield GaugeMetricFamily(P + "tables", "Tables seen since start", value=len(s.tables))
+        yield CounterMetricFamily(
+            P + "errors", "Errors since start, retried ones included", value=s.errors.count
+        )
+
+
+class HubCollector(Collector):
+    """Websocket fan-out metrics, read from the Broadcaster's plain counters."""
+
+    def __init__(self, hub: Broadcaster) -> None:
+        self._hub = hub
+
+    def collect(self) -> Iterator[Metric]:
+        hub = self._hub
+        yield GaugeMetricFamily(
+            P + "websocket_clients", "Connected websocket subscribers", value=hub.subscribers
+        )
+        yield CounterMetricFamily(P + "websocket_subscriptions", "Subscriptions made", value=hub.subscribed)
+        yield CounterMetricFamily(
+            P + "websocket_dropped_subscribers",
+            "Subscribers closed with 1013 (queue overflow)",
+            value=hub.dropped,
+        )
+        yield CounterMetricFamily(P + "websocket_gaps", "Gap messages sent to subscribers", value=hub.gaps)
+        yield CounterMetricFamily(
+            P + "broadcast_changes", "Changes published to the broadcaster", value=hub.published
+        )
+        if hub.last_seq is not None:
+            yield GaugeMetricFamily(
+                P + "broadcast_last_seq", "Newest published sequence number", value=hub.last_seq
+            )
+
+
+class ApplyDelayObserver:
+    """`on_applied` hook: seconds from the source commit to the Redis apply, per transaction.
+
+    The source timestamp has one-second resolution, so buckets start at 1 s.
+    """
+
+    def __init__(self, registry: CollectorRegistry, clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock
+        self.histogram = Histogram(
+            P + "apply_delay_seconds",
+            "Source commit to applied in Redis (source clock, 1 s resolution)",
+            buckets=(1, 2, 5, 10, 30, 60, 300, 900, 3600),
+            registry=registry,
+        )
+
+    def on_applied(self, txn: Transaction, first_seq: int) -> None:
+        if txn.ts:
+            self.histogram.observe(max(0.0, self._clock() - txn.ts))
+
+
+def build_registry(
+    status: Callable[[], ReplicatorStatus | None], hub: Broadcaster
+) -> tuple[CollectorRegistry, ApplyDelayObserver]:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(StatusCollector(status))
+    registry.register(HubCollector(hub))
+    return registry, ApplyDelayObserver(registry)

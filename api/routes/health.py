@@ -1,0 +1,70 @@
+"""Liveness (no auth: the process answers) and readiness (the mirror is usable)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, status
+from fastapi.responses import JSONResponse
+from starlette.requests import Request
+
+from api.deps import SettingsDep, StatusSource, require_token
+from api.schemas import LiveOut, ReadyOut
+from service.pipeline.status import ReplicatorStatus, State
+
+__all__ = ["readiness", "router"]
+
+router = APIRouter(prefix="/health", tags=["health"])
+
+
+@router.get("/live", response_model=LiveOut, summary="The process is up and its event loop answers")
+async def live() -> LiveOut:
+    return LiveOut()
+
+
+def readiness(s: ReplicatorStatus, max_lag: float) -> list[str]:
+    """Every reason the mirror should not take traffic; [] when ready."""
+    reasons: list[str] = []
+    if s.state not in (State.STREAMING, State.RESYNCING):
+        reasons.append(f"replicator is {s.state.value}")
+    if not s.source.connected:
+        reasons.append("binlog stream not connected")
+    if not s.redis_reachable:
+        reasons.append("redis unreachable")
+    if not s.leader:
+        reasons.append("not the writer (another instance holds the lease)")
+    if s.lag_seconds is None:
+        reasons.append("lag unknown (nothing applied yet)")
+    elif s.lag_seconds > max_lag:
+        reasons.append(f"lag {s.lag_seconds:.1f}s above max_lag_seconds {max_lag:g}s")
+    return reasons
+
+
+@router.get(
+    "/ready",
+    response_model=ReadyOut,
+    summary="Stream connected, Redis reachable, lag under max_lag_seconds",
+    responses={503: {"model": ReadyOut, "description": "Not ready; `reasons` says why."}},
+    dependencies=[Depends(require_token)],
+)
+async def ready(request: Request, settings: SettingsDep) -> ReadyOut | JSONResponse:
+    source: StatusSource | None = request.app.state.status_source
+    if source is None:
+        body = ReadyOut(
+            ready=False,
+            state=State.STARTING,
+            reasons=["replicator not started"],
+            lag_seconds=None,
+            max_lag_seconds=settings.max_lag_seconds,
+        )
+    else:
+        s = source.status()
+        reasons = readiness(s, settings.max_lag_seconds)
+        body = ReadyOut(
+            ready=not reasons,
+            state=s.state,
+            reasons=reasons,
+            lag_seconds=s.lag_seconds,
+            max_lag_seconds=settings.max_lag_seconds,
+        )
+    if body.ready:
+        return body
+    return JSONResponse(body.model_dump(mode="json"), status_code=status.HTTP_503_SERVICE_UNAVAILABLE)

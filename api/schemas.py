@@ -1,0 +1,265 @@
+"""Response models of the HTTP API, converted from the core's frozen dataclasses.
+
+Input and output never share a class with the core: each model has a `from_domain()` that
+reads a `service.pipeline.status` value, and redacts anything that could carry a secret.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from service.pipeline.status import (
+    ColumnStatus,
+    ReplicatorStatus,
+    ResyncStatus,
+    SourceStatus,
+    State,
+    TableStatus,
+)
+
+__all__ = [
+    "CheckpointOut",
+    "ColumnOut",
+    "ErrorOut",
+    "LagOut",
+    "LiveOut",
+    "PositionOut",
+    "ReadyOut",
+    "ResyncOut",
+    "RowCountsOut",
+    "SourceOut",
+    "TableOut",
+    "TableSummaryOut",
+    "TablesOut",
+    "redact",
+]
+
+# scheme://user:password@host -> scheme://user:***@host; password=... / token=... -> ***
+_URL_CREDENTIALS = re.compile(r"(?P<head>[a-zA-Z][a-zA-Z0-9+.\-]*://[^:/@\s]*:)[^@\s]*@")
+_KEY_VALUE = re.compile(
+    r"(?i)(?P<head>\b(?:password|passwd|pwd|token|secret)\b['\"]?\s*[=:]\s*['\"]?)[^\s'\",)]+"
+)
+
+
+def redact(text: str | None) -> str | None:
+    """Hide credentials in free text (error messages may quote a DSN)."""
+    if text is None:
+        return None
+    text = _URL_CREDENTIALS.sub(r"\g<head>***@", text)
+    return _KEY_VALUE.sub(r"\g<head>***", text)
+
+
+def _time(ts: float | None) -> dt.datetime | None:
+    return None if ts is None else dt.datetime.fromtimestamp(ts, tz=dt.UTC)
+
+
+class LiveOut(BaseModel):
+    status: str = Field(default="ok", examples=["ok"])
+
+
+class ReadyOut(BaseModel):
+    ready: bool
+    state: State
+    reasons: list[str] = Field(description="Why the service is not ready; empty when ready.")
+    lag_seconds: float | None
+    max_lag_seconds: float
+
+
+class SourceOut(BaseModel):
+    flavour: str | None = Field(description='"mariadb" or "mysql"; null until connected once.')
+    version: str | None
+    server_id: int | None
+    connected: bool
+    url: str | None = Field(description="The source URL with its password redacted.")
+
+    @classmethod
+    def from_domain(cls, s: SourceStatus) -> SourceOut:
+        return cls(
+            flavour=s.flavour,
+            version=s.version,
+            server_id=s.server_id,
+            connected=s.connected,
+            url=redact(s.url),
+        )
+
+
+class CheckpointOut(BaseModel):
+    file: str
+    pos: int
+    gtid_set: str = Field(description="Executed GTID set after the transaction; empty if not in GTID mode.")
+    ts: int = Field(description="Source timestamp of the transaction's commit (seconds since the epoch).")
+    time: dt.datetime | None
+
+
+class ErrorOut(BaseModel):
+    count: int
+    last: str | None = Field(description="The last error, with credentials redacted.")
+    last_time: dt.datetime | None
+    retriable: bool | None
+
+
+class PositionOut(BaseModel):
+    state: State
+    source: SourceOut
+    received_file: str | None = Field(description="Binlog file of the last transaction read from the source.")
+    received_pos: int | None
+    received_gtid: str | None
+    applied: CheckpointOut | None = Field(description="The checkpoint stored in Redis with the last apply.")
+    last_event_ts: int | None = Field(
+        description="Source timestamp of the newest event (heartbeats included)."
+    )
+    last_event_time: dt.datetime | None
+    transactions_applied: int
+    rows_applied: int
+    errors: ErrorOut
+
+    @classmethod
+    def from_domain(cls, s: ReplicatorStatus) -> PositionOut:
+        applied = None
+        if s.applied is not None:
+            cp = s.applied
+            applied = CheckpointOut(
+                file=cp.position.file,
+                pos=cp.position.pos,
+                gtid_set=cp.gtid_set,
+                ts=cp.ts,
+                time=_time(cp.ts or None),
+            )
+        return cls(
+            state=s.state,
+            source=SourceOut.from_domain(s.source),
+            received_file=s.received_position.file if s.received_position else None,
+            received_pos=s.received_position.pos if s.received_position else None,
+            received_gtid=s.received_gtid,
+            applied=applied,
+            last_event_ts=s.last_event_ts,
+            last_event_time=_time(s.last_event_ts),
+            transactions_applied=s.transactions_applied,
+            rows_applied=s.rows_applied,
+            errors=ErrorOut(
+                count=s.errors.count,
+                last=redact(s.errors.last),
+                last_time=_time(s.errors.last_ts),
+                retriable=s.errors.retriable,
+            ),
+        )
+
+
+class LagOut(BaseModel):
+    seconds_behind: float | None = Field(description="Now minus the last applied commit; 0 when caught up.")
+    bytes_behind: int | None = Field(description="Source binlog end minus the received position (same file).")
+    transactions_waiting: int = Field(description="Read from the source, not yet applied to Redis.")
+    rows_waiting: int
+    max_lag_seconds: float
+    over_limit: bool = Field(description="seconds_behind is unknown or above max_lag_seconds.")
+
+    @classmethod
+    def from_domain(cls, s: ReplicatorStatus, max_lag: float) -> LagOut:
+        return cls(
+            seconds_behind=s.lag_seconds,
+            bytes_behind=s.bytes_behind,
+            transactions_waiting=s.transactions_waiting,
+            rows_waiting=s.rows_waiting,
+            max_lag_seconds=max_lag,
+            over_limit=s.lag_seconds is None or s.lag_seconds > max_lag,
+        )
+
+
+class ColumnOut(BaseModel):
+    name: str
+    type: str
+    metadata: int | None
+    nullable: bool | None
+    unsigned: bool | None
+    charset: str | None
+    name_source: str = Field(description="binlog | information_schema | position")
+
+    @classmethod
+    def from_domain(cls, c: ColumnStatus) -> ColumnOut:
+        return cls(
+            name=c.name,
+            type=c.type,
+            metadata=c.metadata,
+            nullable=c.nullable,
+            unsigned=c.unsigned,
+            charset=c.charset,
+            name_source=c.name_source,
+        )
+
+
+class RowCountsOut(BaseModel):
+    insert: int
+    update: int
+    delete: int
+    skipped: int
+
+
+class ResyncOut(BaseModel):
+    started_time: dt.datetime
+    rows_done: int
+    rows_total: int | None
+    reason: str
+
+    @classmethod
+    def from_domain(cls, r: ResyncStatus) -> ResyncOut:
+        return cls(
+            started_time=dt.datetime.fromtimestamp(r.started_ts, tz=dt.UTC),
+            rows_done=r.rows_done,
+            rows_total=r.rows_total,
+            reason=r.reason,
+        )
+
+
+class TableSummaryOut(BaseModel):
+    schema_: str = Field(alias="schema", serialization_alias="schema")
+    table: str
+    table_id: int | None
+    mirrored: bool
+    key_source: str
+    primary_key: list[str]
+    rows_applied: RowCountsOut
+    last_change_ts: int | None
+    last_change_time: dt.datetime | None
+
+    model_config = {"populate_by_name": True}
+
+    @classmethod
+    def from_domain(cls, t: TableStatus) -> TableSummaryOut:
+        return cls(**_table_fields(t))
+
+
+class TableOut(TableSummaryOut):
+    columns: list[ColumnOut]
+    resync: ResyncOut | None
+
+    @classmethod
+    def from_domain(cls, t: TableStatus) -> TableOut:
+        return cls(
+            **_table_fields(t),
+            columns=[ColumnOut.from_domain(c) for c in t.columns],
+            resync=ResyncOut.from_domain(t.resync) if t.resync else None,
+        )
+
+
+def _table_fields(t: TableStatus) -> dict[str, Any]:
+    return {
+        "schema": t.schema,
+        "table": t.table,
+        "table_id": t.table_id,
+        "mirrored": t.mirrored,
+        "key_source": t.key_source,
+        "primary_key": list(t.primary_key),
+        "rows_applied": RowCountsOut(
+            insert=t.inserts, update=t.updates, delete=t.deletes, skipped=t.skipped_rows
+        ),
+        "last_change_ts": t.last_change_ts,
+        "last_change_time": _time(t.last_change_ts),
+    }
+
+
+class TablesOut(BaseModel):
+    tables: list[TableSummaryOut]

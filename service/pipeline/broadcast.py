@@ -1,0 +1,429 @@
+"""Fan-out of applied row changes to live subscribers (the websocket edge).
+
+The Replicator calls `Broadcaster.on_applied(txn, first_seq)` after each transaction is
+committed to Redis. That call is synchronous and never awaits (STYLE rule 11): it appends
+the changes to a bounded ring buffer and offers each one to every subscriber whose filter
+matches. A subscriber whose bounded queue is full is cut off on the spot (`Dropped`), so a
+slow client can never slow the stream or the other clients.
+
+Sequence numbers are the Replicator's: the i-th change of a transaction has
+`first_seq + i`. They identify a change within one *stream* (one Broadcaster, named by
+`stream_id`). A subscriber may ask for everything after a sequence number it has already
+seen; what is still in the ring is replayed, and anything older is reported as a `Gap`
+first, never skipped silently.
+
+    Broadcaster ── ring: deque[Entry] (bounded, for resume)
+        └── Subscription × N ── deque[Entry | Gap] (bounded for live entries)
+                                 closed: None | Dropped(reason, code)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import datetime as dt
+import decimal
+import enum
+import fnmatch
+import logging
+import re
+import uuid
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from service.binlog.rowchange import Op, RowChange
+from service.transactions import Transaction
+
+__all__ = [
+    "CLOSE_GOING_AWAY",
+    "CLOSE_LAGGING",
+    "CLOSE_STREAM_RESET",
+    "Broadcaster",
+    "Closed",
+    "Entry",
+    "EventFilter",
+    "FilterError",
+    "Gap",
+    "Subscription",
+    "encode_change",
+]
+
+log = logging.getLogger(__name__)
+
+CLOSE_GOING_AWAY = 1001  # the server is shutting down
+CLOSE_STREAM_RESET = 1012  # sequence numbers restarted: resubscribe without `after`
+CLOSE_LAGGING = 1013  # "try again later": the subscriber's queue overflowed
+
+
+class FilterError(ValueError):
+    """A subscribe request whose filter cannot be used; the message says why."""
+
+
+_TABLE_PATTERN = re.compile(r"^[^.\s]+\.[^.\s]+$")
+
+
+@dataclass(frozen=True, slots=True)
+class EventFilter:
+    """Which changes a subscriber wants. Empty `tables`/`ops` mean everything."""
+
+    tables: tuple[str, ...] = ()  # "schema.table" glob patterns (fnmatch, case-sensitive)
+    ops: frozenset[Op] = frozenset()
+    columns: tuple[str, ...] | None = None  # projection of before/after; None = all columns
+    _regex: re.Pattern[str] | None = field(default=None, compare=False, repr=False)
+    _cache: dict[tuple[str, str], bool] = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def parse(
+        cls,
+        tables: Iterable[str] | str | None = None,
+        ops: Iterable[str] | str | None = None,
+        columns: Iterable[str] | str | None = None,
+    ) -> EventFilter:
+        """Build a filter from user input (lists or comma-separated strings); raise FilterError."""
+        table_list = _split(tables, "tables")
+        for pattern in table_list:
+            if not _TABLE_PATTERN.match(pattern):
+                raise FilterError(f"table pattern {pattern!r} must be schema.table (globs allowed: db.*)")
+        op_set: set[Op] = set()
+        for name in _split(ops, "ops"):
+            try:
+                op_set.add(Op(name.lower()))
+            except ValueError:
+                raise FilterError(f"unknown op {name!r}; expected insert, update or delete") from None
+        column_list = _split(columns, "columns") if columns is not None else None
+        if column_list is not None and not column_list:
+            raise FilterError("columns must name at least one column (omit it for all columns)")
+        regex = re.compile("|".join(fnmatch.translate(p) for p in table_list)) if table_list else None
+        return cls(tuple(table_list), frozenset(op_set), tuple(column_list) if column_list else None, regex)
+
+    @property
+    def exact_tables(self) -> tuple[tuple[str, str], ...]:
+        """The (schema, table) pairs named without any glob character."""
+        exact = (p for p in self.tables if not any(ch in p for ch in "*?["))
+        return tuple((s, t) for s, _, t in (p.partition(".") for p in exact))
+
+    def wants_table(self, schema: str, table: str) -> bool:
+        if self._regex is None:
+            return True
+        key = (schema, table)
+        hit = self._cache.get(key)
+        if hit is None:
+            if len(self._cache) > 10_000:
+                self._cache.clear()
+            hit = self._cache[key] = self._regex.match(f"{schema}.{table}") is not None
+        return hit
+
+    def matches(self, change: RowChange) -> bool:
+        return (not self.ops or change.op in self.ops) and self.wants_table(change.schema, change.table)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "tables": list(self.tables),
+            "ops": sorted(op.value for op in self.ops),
+            "columns": list(self.columns) if self.columns is not None else None,
+        }
+
+
+def _split(value: Iterable[str] | str | None, name: str) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        value = value.split(",")
+    items: list[str] = []
+    for item in value:
+        if not isinstance(item, str):
+            raise FilterError(f"{name} must be strings, got {type(item).__name__}")
+        if item.strip():
+            items.append(item.strip())
+    return items
+
+
+# --- encoding ------------------------------------------------------------------------------
+
+
+def _default(value: Any) -> Any:
+    if isinstance(value, decimal.Decimal):
+        return str(value)  # exact; never a float
+    if isinstance(value, bytes | bytearray | memoryview):
+        return {"$base64": base64.b64encode(bytes(value)).decode()}
+    if isinstance(value, dt.timedelta):
+        return value.total_seconds()
+    if isinstance(value, set | frozenset):
+        return sorted(value, key=str)
+    if isinstance(value, enum.Enum):
+        return value.value
+    raise TypeError(f"cannot encode {type(value).__name__}")
+
+
+def _row(row: Mapping[str, Any] | None, columns: tuple[str, ...] | None) -> Any:
+    if row is None or columns is None:
+        return row
+    return {c: row[c] for c in columns if c in row}
+
+
+def encode_change(seq: int, change: RowChange, columns: tuple[str, ...] | None = None) -> bytes:
+    """The websocket message for one change: canonical row-change JSON plus `type` and `seq`."""
+    message = {
+        "type": "change",
+        "seq": seq,
+        "op": change.op.value,
+        "schema": change.schema,
+        "table": change.table,
+        "before": _row(change.before, columns),
+        "after": _row(change.after, columns),
+        "ts": change.ts,
+        "server_id": change.server_id,
+        "gtid": change.gtid,
+        "position": {
+            "file": change.position.file,
+            "start": change.position.start,
+            "end": change.position.end,
+        },
+    }
+    return orjson.dumps(message, default=_default, option=orjson.OPT_NON_STR_KEYS)
+
+
+# --- the ring, subscriptions and the hub ----------------------------------------------------
+
+
+class Entry:
+    """One applied change with its sequence number; the full JSON is encoded once, lazily."""
+
+    __slots__ = ("_json", "change", "seq")
+
+    def __init__(self, seq: int, change: RowChange) -> None:
+        self.seq = seq
+        self.change = change
+        self._json: bytes | None = None
+
+    def encode(self, columns: tuple[str, ...] | None = None) -> bytes:
+        if columns is not None:
+            return encode_change(self.seq, self.change, columns)
+        if self._json is None:
+            self._json = encode_change(self.seq, self.change)
+        return self._json
+
+
+@dataclass(frozen=True, slots=True)
+class Gap:
+    """Changes `first`..`last` (inclusive) will never reach this subscriber."""
+
+    first: int
+    last: int | None  # None: unknown (the requested position is not from this stream)
+    reason: str
+
+    def encode(self) -> bytes:
+        return orjson.dumps(
+            {"type": "gap", "from_seq": self.first, "to_seq": self.last, "reason": self.reason}
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Closed:
+    """Why a subscription ended: a websocket close code and a reason for the client."""
+
+    code: int
+    reason: str
+
+
+class Subscription:
+    """One subscriber's view of the stream: pending messages and whether it was closed."""
+
+    def __init__(self, sid: int, flt: EventFilter, maxsize: int) -> None:
+        self.id = sid
+        self.filter = flt
+        self.maxsize = maxsize
+        self.closed: Closed | None = None
+        self.sent = 0
+        self._items: deque[Entry | Gap] = deque()
+        self._replay = 0  # items at the head of _items that came from the ring (not bounded)
+        self._wake = asyncio.Event()
+
+    @property
+    def pending(self) -> int:
+        return len(self._items)
+
+    def _offer(self, item: Entry | Gap) -> bool:
+        if len(self._items) - self._replay >= self.maxsize:
+            return False
+        self._items.append(item)
+        self._wake.set()
+        return True
+
+    def _close(self, closed: Closed) -> None:
+        if self.closed is None:
+            self.closed = closed
+            self._items.clear()
+            self._replay = 0
+            self._wake.set()
+
+    def get_nowait(self) -> Entry | Gap | Closed | None:
+        """The next message, the reason this subscription ended, or None when nothing is pending."""
+        if self.closed is not None:
+            return self.closed
+        if not self._items:
+            return None
+        if self._replay:
+            self._replay -= 1
+        self.sent += 1
+        return self._items.popleft()
+
+    async def get(self) -> Entry | Gap | Closed:
+        """The next message, or the reason this subscription ended (returned, then forever)."""
+        while (item := self.get_nowait()) is None:
+            self._wake.clear()
+            await self._wake.wait()
+        return item
+
+    async def wait_closed(self) -> Closed:
+        while self.closed is None:
+            self._wake.clear()
+            await self._wake.wait()
+        return self.closed
+
+
+class Broadcaster:
+    """Publishes applied changes to subscribers; register `on_applied` with the Replicator."""
+
+    def __init__(self, *, buffer_size: int = 10_000, queue_size: int = 1_000) -> None:
+        if queue_size < 1 or buffer_size < 0:
+            raise ValueError("queue_size must be >= 1 and buffer_size >= 0")
+        self.queue_size = queue_size
+        self.stream_id = uuid.uuid4().hex[:12]
+        self._ring: deque[Entry] = deque(maxlen=buffer_size)
+        self._subs: dict[int, Subscription] = {}
+        self._next_sid = 0
+        self._next_seq: int | None = None  # the seq the next change should carry
+        self.closed = False
+        # counters read by the metrics collector
+        self.published = 0  # changes received from the Replicator
+        self.dropped = 0  # subscribers cut off because their queue overflowed
+        self.gaps = 0  # gap messages queued (resume too old, or a hole in the sequence)
+        self.subscribed = 0  # subscriptions ever made
+
+    # -- producer side: called by the Replicator; never awaits --------------------------------
+
+    def on_applied(self, txn: Transaction, first_seq: int) -> None:
+        """Hook for the Replicator: `txn` is committed in Redis; its i-th change is `first_seq + i`."""
+        if self.closed:
+            return
+        expected = self._next_seq
+        if expected is not None and first_seq < expected:
+            log.warning(
+                "sequence went back from %d to %d: starting a new stream",
+                expected,
+                first_seq,
+                extra={"expected_seq": expected, "first_seq": first_seq},
+            )
+            self._reset()
+        elif expected is not None and first_seq > expected:
+            hole = Gap(expected, first_seq - 1, "changes were not published (sequence hole)")
+            log.warning("sequence hole %d..%d", expected, first_seq - 1)
+            self._ring.clear()  # a resume must not silently step over the hole
+            for sub in list(self._subs.values()):
+                self._deliver(sub, hole)
+        self._next_seq = first_seq + len(txn.changes)
+        for offset, change in enumerate(txn.changes):
+            entry = Entry(first_seq + offset, change)
+            self._ring.append(entry)
+            self.published += 1
+            for sub in list(self._subs.values()):
+                if sub.filter.matches(change):
+                    self._deliver(sub, entry)
+
+    def _deliver(self, sub: Subscription, item: Entry | Gap) -> None:
+        if isinstance(item, Gap):
+            self.gaps += 1
+        if not sub._offer(item):
+            self.dropped += 1
+            self._drop(
+                sub, Closed(CLOSE_LAGGING, f"subscriber lagging: more than {sub.maxsize} events queued")
+            )
+            log.info("websocket subscriber %d dropped: queue full", sub.id, extra={"subscriber": sub.id})
+
+    def _reset(self) -> None:
+        self._ring.clear()
+        self.stream_id = uuid.uuid4().hex[:12]
+        for sub in list(self._subs.values()):
+            self._drop(sub, Closed(CLOSE_STREAM_RESET, "stream restarted: resubscribe without 'after'"))
+
+    def _drop(self, sub: Subscription, closed: Closed) -> None:
+        self._subs.pop(sub.id, None)
+        sub._close(closed)
+
+    # -- consumer side ---------------------------------------------------------------------
+
+    @property
+    def last_seq(self) -> int | None:
+        """The sequence number of the newest published change (None before the first)."""
+        return None if self._next_seq is None else self._next_seq - 1
+
+    @property
+    def oldest_seq(self) -> int | None:
+        """The oldest sequence number still in the ring (None when it is empty)."""
+        return self._ring[0].seq if self._ring else None
+
+    @property
+    def subscribers(self) -> int:
+        return len(self._subs)
+
+    def subscribe(
+        self,
+        flt: EventFilter,
+        *,
+        after: int | None = None,
+        stream: str | None = None,
+        queue_size: int | None = None,
+    ) -> Subscription:
+        """A new subscription; with `after`, replay matching changes newer than that seq first.
+
+        Synchronous on purpose: the replay snapshot and the registration happen with no await
+        in between, so no change can fall between them.
+        """
+        if self.closed:
+            raise RuntimeError("broadcaster is closed")
+        sub = Subscription(self._next_sid, flt, queue_size or self.queue_size)
+        self._next_sid += 1
+        self.subscribed += 1
+        if after is not None:
+            for item in self._replay(flt, after, stream):
+                if isinstance(item, Gap):
+                    self.gaps += 1
+                sub._items.append(item)
+            sub._replay = len(sub._items)
+            if sub._items:
+                sub._wake.set()
+        self._subs[sub.id] = sub
+        return sub
+
+    def _replay(self, flt: EventFilter, after: int, stream: str | None) -> list[Entry | Gap]:
+        last = self.last_seq
+        if stream is not None and stream != self.stream_id:
+            return [Gap(after + 1, None, f"stream {stream!r} is gone (now {self.stream_id!r})")]
+        if last is None or after > last:
+            if last is None and after < 0:
+                return []
+            nxt = 0 if last is None else last + 1
+            return [Gap(after + 1, None, f"seq {after} is ahead of this stream (next is {nxt})")]
+        items: list[Entry | Gap] = []
+        oldest = self.oldest_seq
+        if oldest is None or after + 1 < oldest:
+            # Everything from after+1 up to the oldest kept entry (or the newest seq) is gone.
+            end = last if oldest is None else oldest - 1
+            if end >= after + 1:
+                items.append(Gap(after + 1, end, "requested changes are no longer buffered"))
+        items.extend(e for e in self._ring if e.seq > after and flt.matches(e.change))
+        return items
+
+    def unsubscribe(self, sub: Subscription) -> None:
+        self._subs.pop(sub.id, None)
+
+    def close(self) -> None:
+        """End every subscription with 1001 (server going away); later publishes are ignored."""
+        self.closed = True
+        for sub in list(self._subs.values()):
+            self._drop(sub, Closed(CLOSE_GOING_AWAY, "server shutting down"))

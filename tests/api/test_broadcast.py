@@ -1,0 +1,275 @@
+"""The Broadcaster as pure logic: filters, sequence numbers, ring buffer, gaps, drops."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+from decimal import Decimal
+
+import orjson
+import pytest
+from apihelpers import change, txn
+
+from service.binlog.rowchange import Op
+from service.pipeline.broadcast import (
+    CLOSE_GOING_AWAY,
+    CLOSE_LAGGING,
+    CLOSE_STREAM_RESET,
+    Broadcaster,
+    Closed,
+    Entry,
+    EventFilter,
+    FilterError,
+    Gap,
+    Subscription,
+)
+
+
+def drain(sub: Subscription) -> list[Entry | Gap | Closed]:
+    """Everything a subscription would yield right now, up to and including a Closed."""
+    out: list[Entry | Gap | Closed] = []
+    while (item := sub.get_nowait()) is not None:
+        out.append(item)
+        if isinstance(item, Closed):
+            break
+    return out
+
+
+def seqs(items: list[Entry | Gap | Closed]) -> list[int]:
+    return [i.seq for i in items if isinstance(i, Entry)]
+
+
+# --- filters --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("tables", "schema", "table", "wanted"),
+    [
+        pytest.param(None, "a", "b", True, id="no-filter"),
+        pytest.param("shop.*", "shop", "orders", True, id="schema-glob"),
+        pytest.param("shop.*", "crm", "orders", False, id="schema-glob-other"),
+        pytest.param(["shop.ord?rs", "crm.users"], "shop", "orders", True, id="question-mark"),
+        pytest.param("shop.orders", "shop", "orders_archive", False, id="exact-not-prefix"),
+        pytest.param("*.users", "crm", "users", True, id="table-glob"),
+        pytest.param("Shop.orders", "shop", "orders", False, id="case-sensitive"),
+        pytest.param("shop.[ab]*", "shop", "alpha", True, id="bracket"),
+    ],
+)
+def test_table_patterns(tables: object, schema: str, table: str, wanted: bool) -> None:
+    flt = EventFilter.parse(tables)  # type: ignore[arg-type]
+    assert flt.wants_table(schema, table) is wanted
+    assert flt.wants_table(schema, table) is wanted  # cached answer is the same
+
+
+def test_ops_and_columns_filter() -> None:
+    flt = EventFilter.parse("shop.*", "insert,DELETE", ["id"])
+    assert flt.matches(change(Op.INSERT)) and flt.matches(change(Op.DELETE))
+    assert not flt.matches(change(Op.UPDATE))
+    assert flt.columns == ("id",)
+    assert flt.describe() == {"tables": ["shop.*"], "ops": ["delete", "insert"], "columns": ["id"]}
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        pytest.param({"tables": "orders"}, "must be schema.table", id="no-dot"),
+        pytest.param({"tables": "a.b.c"}, "must be schema.table", id="two-dots"),
+        pytest.param({"ops": "upsert"}, "unknown op", id="bad-op"),
+        pytest.param({"columns": []}, "at least one column", id="empty-columns"),
+        pytest.param({"tables": [1]}, "must be strings", id="not-a-string"),
+    ],
+)
+def test_bad_filters_are_refused_with_a_reason(kwargs: dict[str, object], message: str) -> None:
+    with pytest.raises(FilterError, match=message):
+        EventFilter.parse(**kwargs)  # type: ignore[arg-type]
+
+
+def test_exact_tables_are_the_patterns_without_globs() -> None:
+    assert EventFilter.parse(["shop.orders", "crm.*", "x.y?"]).exact_tables == (("shop", "orders"),)
+
+
+# --- sequence, order, fan-out ----------------------------------------------------------------
+
+
+def test_each_subscriber_gets_exactly_its_matching_changes_in_order() -> None:
+    hub = Broadcaster(buffer_size=100, queue_size=100)
+    everything = hub.subscribe(EventFilter())
+    orders = hub.subscribe(EventFilter.parse("shop.orders"))
+    deletes = hub.subscribe(EventFilter.parse(ops="delete"))
+    hub.on_applied(txn(change(Op.INSERT), change(Op.INSERT, table="users")), 1)
+    hub.on_applied(txn(change(Op.DELETE, table="users")), 3)
+    hub.on_applied(txn(change(Op.UPDATE), change(Op.DELETE)), 4)
+    assert seqs(drain(everything)) == [1, 2, 3, 4, 5]
+    assert seqs(drain(orders)) == [1, 4, 5]
+    assert seqs(drain(deletes)) == [3, 5]
+    assert hub.last_seq == 5 and hub.oldest_seq == 1 and hub.published == 5
+
+
+def test_an_empty_transaction_keeps_the_sequence() -> None:
+    hub = Broadcaster()
+    sub = hub.subscribe(EventFilter())
+    hub.on_applied(txn(change()), 1)
+    hub.on_applied(txn(), 2)  # DDL only: no changes, same next seq
+    hub.on_applied(txn(change()), 2)
+    assert seqs(drain(sub)) == [1, 2]
+    assert hub.gaps == 0
+
+
+def test_encoding_is_the_row_change_plus_seq() -> None:
+    hub = Broadcaster()
+    sub = hub.subscribe(EventFilter.parse(columns="id,amount"))
+    values = {"id": 7, "amount": Decimal("1.50"), "blob": b"\x00\xff", "at": dt.datetime(2024, 1, 2, 3, 4, 5)}
+    hub.on_applied(txn(change(Op.UPDATE, **values)), 10)
+    (entry,) = drain(sub)
+    assert isinstance(entry, Entry)
+    projected = orjson.loads(entry.encode(sub.filter.columns))
+    assert projected["type"] == "change" and projected["seq"] == 10
+    assert projected["op"] == "update" and (projected["schema"], projected["table"]) == ("shop", "orders")
+    assert projected["before"] == projected["after"] == {"id": 7, "amount": "1.50"}
+    full = orjson.loads(entry.encode())
+    assert full["after"]["blob"] == {"$base64": "AP8="}
+    assert full["after"]["at"] == "2024-01-02T03:04:05"
+    assert full["position"]["file"] == "bin.000001"
+    assert entry.encode() is entry.encode()  # encoded once
+
+
+# --- resume, ring buffer and gaps --------------------------------------------------------------
+
+
+def test_resume_replays_only_newer_matching_changes() -> None:
+    hub = Broadcaster(buffer_size=100)
+    for i in range(1, 7):
+        hub.on_applied(txn(change(table="orders" if i % 2 else "users")), i)
+    sub = hub.subscribe(EventFilter.parse("shop.orders"), after=2, stream=hub.stream_id)
+    hub.on_applied(txn(change()), 7)
+    assert seqs(drain(sub)) == [3, 5, 7]
+
+
+def test_resume_from_the_newest_seq_replays_nothing() -> None:
+    hub = Broadcaster()
+    hub.on_applied(txn(change(), change()), 1)
+    sub = hub.subscribe(EventFilter(), after=2)
+    assert drain(sub) == []
+
+
+def test_resume_older_than_the_ring_gets_a_gap_first() -> None:
+    hub = Broadcaster(buffer_size=3)
+    for i in range(1, 11):
+        hub.on_applied(txn(change()), i)
+    assert hub.oldest_seq == 8
+    items = drain(hub.subscribe(EventFilter(), after=4))
+    assert items[0] == Gap(5, 7, "requested changes are no longer buffered")
+    assert seqs(items) == [8, 9, 10]
+    assert orjson.loads(items[0].encode()) == {  # type: ignore[union-attr]
+        "type": "gap",
+        "from_seq": 5,
+        "to_seq": 7,
+        "reason": "requested changes are no longer buffered",
+    }
+    assert hub.gaps == 1
+
+
+def test_resume_with_no_ring_at_all_is_a_gap() -> None:
+    hub = Broadcaster(buffer_size=0)
+    hub.on_applied(txn(change(), change()), 1)
+    items = drain(hub.subscribe(EventFilter(), after=0))
+    assert items == [Gap(1, 2, "requested changes are no longer buffered")]
+
+
+def test_resume_from_another_stream_or_the_future_is_an_open_gap() -> None:
+    hub = Broadcaster()
+    hub.on_applied(txn(change()), 1)
+    (gap,) = drain(hub.subscribe(EventFilter(), after=0, stream="someone-else"))
+    assert isinstance(gap, Gap) and gap.first == 1 and gap.last is None and "gone" in gap.reason
+    (ahead,) = drain(hub.subscribe(EventFilter(), after=50))
+    assert isinstance(ahead, Gap) and ahead.last is None and "ahead" in ahead.reason
+    (fresh,) = drain(Broadcaster().subscribe(EventFilter(), after=9))
+    assert isinstance(fresh, Gap) and fresh.first == 10
+
+
+def test_a_hole_in_the_sequence_is_a_gap_for_everyone() -> None:
+    hub = Broadcaster()
+    live = hub.subscribe(EventFilter())
+    hub.on_applied(txn(change()), 1)
+    hub.on_applied(txn(change()), 5)
+    items = drain(live)
+    assert seqs(items) == [1, 5]
+    assert items[1] == Gap(2, 4, "changes were not published (sequence hole)")
+    # a later resume from before the hole is told about it too
+    resumed = drain(hub.subscribe(EventFilter(), after=0))
+    assert isinstance(resumed[0], Gap) and resumed[0].last == 4 and seqs(resumed) == [5]
+
+
+def test_a_sequence_going_back_starts_a_new_stream() -> None:
+    hub = Broadcaster()
+    sub = hub.subscribe(EventFilter())
+    old = hub.stream_id
+    hub.on_applied(txn(change(), change()), 1)
+    hub.on_applied(txn(change()), 1)
+    items = drain(sub)
+    assert items[-1] == Closed(CLOSE_STREAM_RESET, "stream restarted: resubscribe without 'after'")
+    assert hub.stream_id != old and hub.oldest_seq == 1 and hub.last_seq == 1
+
+
+# --- backpressure ----------------------------------------------------------------------------
+
+
+def test_a_full_queue_drops_only_that_subscriber() -> None:
+    hub = Broadcaster(queue_size=3)
+    slow = hub.subscribe(EventFilter())
+    fast = hub.subscribe(EventFilter())
+    for i in range(1, 4):
+        hub.on_applied(txn(change()), i)
+    assert seqs(drain(fast)) == [1, 2, 3]
+    hub.on_applied(txn(change()), 4)  # slow already holds 3: overflow
+    assert drain(slow) == [Closed(CLOSE_LAGGING, "subscriber lagging: more than 3 events queued")]
+    assert slow.pending == 0  # its queue was released
+    assert seqs(drain(fast)) == [4]
+    assert hub.dropped == 1 and hub.subscribers == 1
+    hub.on_applied(txn(change()), 5)
+    assert seqs(drain(fast)) == [5]
+
+
+def test_a_replay_larger_than_the_queue_is_not_counted_against_it() -> None:
+    hub = Broadcaster(buffer_size=50, queue_size=2)
+    for i in range(1, 21):
+        hub.on_applied(txn(change()), i)
+    sub = hub.subscribe(EventFilter(), after=0)
+    hub.on_applied(txn(change()), 21)
+    hub.on_applied(txn(change()), 22)
+    assert seqs(drain(sub)) == list(range(1, 23))
+    assert hub.dropped == 0
+
+
+def test_publish_never_awaits_and_a_waiting_reader_wakes_up() -> None:
+    async def scenario() -> list[int]:
+        hub = Broadcaster()
+        sub = hub.subscribe(EventFilter())
+        reader = asyncio.create_task(sub.get())
+        await asyncio.sleep(0)
+        assert not reader.done()
+        hub.on_applied(txn(change()), 1)
+        item = await asyncio.wait_for(reader, 1)
+        assert isinstance(item, Entry)
+        return [item.seq]
+
+    assert asyncio.run(scenario()) == [1]
+
+
+def test_close_ends_every_subscription_with_1001_and_ignores_later_publishes() -> None:
+    hub = Broadcaster()
+    sub = hub.subscribe(EventFilter())
+    hub.close()
+    hub.on_applied(txn(change()), 1)
+    assert drain(sub) == [Closed(CLOSE_GOING_AWAY, "server shutting down")]
+    assert hub.published == 0
+    with pytest.raises(RuntimeError):
+        hub.subscribe(EventFilter())
+
+
+def test_unsubscribe_stops_delivery() -> None:
+    hub = Broadcaster()
+    sub = hub.subscribe(EventFilter())
+    hub.unsubscribe(sub)
+    hub.on_applied(txn(change()), 1)
+    assert drain(sub) == [] and hub.subscribers == 0
