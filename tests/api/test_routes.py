@@ -1,0 +1,224 @@
+"""HTTP routes over a typed status double (shapes, status codes, auth, redaction, CORS)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import replace
+
+import pytest
+from apihelpers import StatusDouble, change, streaming_status, txn
+from conftest import TOKEN
+from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
+
+from service.pipeline.status import ColumnStatus, ErrorStatus, ResyncStatus, State, TableStatus
+
+ORDERS = TableStatus(
+    schema="shop",
+    table="orders",
+    table_id=108,
+    columns=(
+        ColumnStatus("id", "INT", None, False, True, None, "binlog"),
+        ColumnStatus("note", "VARCHAR", 400, True, None, "utf8mb4_general_ci", "binlog"),
+    ),
+    primary_key=("id",),
+    inserts=5,
+    updates=2,
+    deletes=1,
+    last_change_ts=1_700_000_000,
+)
+
+
+def test_liveness_needs_no_token(make_client: Callable[..., TestClient]) -> None:
+    c = make_client(api_token=TOKEN)
+    r = c.get("/health/live")
+    assert r.status_code == 200 and r.json() == {"status": "ok"}
+
+
+def test_ready_when_streaming(client: TestClient) -> None:
+    r = client.get("/health/ready")
+    assert r.status_code == 200
+    assert r.json() == {"ready": True, "state": "streaming", "reasons": [], "lag_seconds": 0.0, "max_lag_seconds": 30.0}
+
+
+def test_not_ready_lists_every_reason(client: TestClient, double: StatusDouble) -> None:
+    double.snapshot = replace(
+        streaming_status(lag_seconds=99.0, redis_reachable=False),
+        state=State.RECONNECTING,
+        source=replace(double.snapshot.source, connected=False),
+    )
+    r = client.get("/health/ready")
+    assert r.status_code == 503
+    body = r.json()
+    assert body["ready"] is False and body["state"] == "reconnecting"
+    assert body["reasons"] == [
+        "replicator is reconnecting",
+        "binlog stream not connected",
+        "redis unreachable",
+        "lag 99.0s above max_lag_seconds 30s",
+    ]
+
+
+def test_lag_limit_comes_from_settings(make_client: Callable[..., TestClient], double: StatusDouble) -> None:
+    double.snapshot = streaming_status(lag_seconds=4.0)
+    assert make_client(max_lag_seconds=5).get("/health/ready").status_code == 200
+    r = make_client(max_lag_seconds=3).get("/health/ready")
+    assert r.status_code == 503 and r.json()["reasons"] == ["lag 4.0s above max_lag_seconds 3s"]
+
+
+def test_position(client: TestClient, double: StatusDouble) -> None:
+    double.snapshot = streaming_status(
+        received_gtid="0-1-7",
+        errors=ErrorStatus(count=2, last="OperationalError('mysql://mirror:hunter2@db:3306 refused')", last_ts=1.0),
+    )
+    body = client.get("/position").json()
+    assert body["source"] == {
+        "flavour": "mariadb",
+        "version": "11.4.2-MariaDB",
+        "server_id": 1,
+        "connected": True,
+        "url": "mysql://mirror:***@h:3306",
+    }
+    assert (body["received_file"], body["received_pos"], body["received_gtid"]) == ("bin.000001", 1234, "0-1-7")
+    assert body["applied"]["file"] == "bin.000001" and body["applied"]["gtid_set"] == "0-1-7"
+    assert body["last_event_time"].endswith("Z")
+    assert body["errors"]["count"] == 2
+    assert "hunter2" not in client.get("/position").text
+    assert body["errors"]["last"] == "OperationalError('mysql://mirror:***@db:3306 refused')"
+
+
+def test_position_before_anything_is_known(client: TestClient, double: StatusDouble) -> None:
+    double.snapshot = replace(streaming_status(), state=State.STARTING, received_position=None, applied=None)
+    body = client.get("/position").json()
+    assert body["state"] == "starting" and body["applied"] is None and body["received_file"] is None
+
+
+def test_lag(client: TestClient, double: StatusDouble) -> None:
+    double.snapshot = streaming_status(lag_seconds=42.5, bytes_behind=9000, transactions_waiting=3, rows_waiting=17)
+    assert client.get("/lag").json() == {
+        "seconds_behind": 42.5,
+        "bytes_behind": 9000,
+        "transactions_waiting": 3,
+        "rows_waiting": 17,
+        "max_lag_seconds": 30.0,
+        "over_limit": True,
+    }
+
+
+def test_tables_list_and_detail(client: TestClient, double: StatusDouble) -> None:
+    users = TableStatus(schema="crm", table="users", key_source="none", mirrored=False, skipped_rows=4)
+    double.snapshot = streaming_status(tables=(users, ORDERS))
+    listing = client.get("/tables").json()["tables"]
+    assert [(t["schema"], t["table"]) for t in listing] == [("crm", "users"), ("shop", "orders")]
+    assert listing[0]["mirrored"] is False and listing[0]["rows_applied"]["skipped"] == 4
+    detail = client.get("/tables/shop/orders").json()
+    assert detail["table_id"] == 108 and detail["primary_key"] == ["id"]
+    assert detail["rows_applied"] == {"insert": 5, "update": 2, "delete": 1, "skipped": 0}
+    assert detail["columns"][1] == {
+        "name": "note",
+        "type": "VARCHAR",
+        "metadata": 400,
+        "nullable": True,
+        "unsigned": None,
+        "charset": "utf8mb4_general_ci",
+        "name_source": "binlog",
+    }
+    assert detail["last_change_time"] == "2023-11-14T22:13:20Z"
+    assert detail["resync"] is None
+
+
+def test_table_under_resync(client: TestClient, double: StatusDouble) -> None:
+    resync = ResyncStatus(started_ts=time.time(), rows_done=10, rows_total=100, reason="ALTER TABLE shop.orders ...")
+    double.snapshot = streaming_status(tables=(replace(ORDERS, resync=resync),))
+    assert client.get("/tables/shop/orders").json()["resync"]["rows_done"] == 10
+
+
+def test_unknown_table_is_404_with_detail(client: TestClient) -> None:
+    r = client.get("/tables/shop/nope")
+    assert r.status_code == 404 and r.json() == {"detail": "unknown table shop.nope"}
+
+
+def test_unknown_route_is_json_404(client: TestClient) -> None:
+    r = client.get("/nowhere")
+    assert r.status_code == 404 and r.json() == {"detail": "Not Found"}
+
+
+@pytest.mark.parametrize("path", ["/health/ready", "/position", "/lag", "/tables", "/tables/a/b", "/metrics"])
+def test_token_required_everywhere_but_liveness(make_client: Callable[..., TestClient], path: str) -> None:
+    c = make_client(api_token=TOKEN)
+    missing = c.get(path)
+    assert missing.status_code == 401 and "missing bearer token" in missing.json()["detail"]
+    assert missing.headers["www-authenticate"] == "Bearer"
+    wrong = c.get(path, headers={"Authorization": "Bearer nope"})
+    assert wrong.status_code == 401 and wrong.json()["detail"] == "invalid bearer token"
+    assert c.get(path, headers={"Authorization": "Basic " + TOKEN}).status_code == 401
+    assert c.get(path, params={"token": TOKEN}).status_code == 401  # query tokens: websocket only
+    ok = c.get(path, headers={"Authorization": f"Bearer {TOKEN}"})
+    assert ok.status_code in (200, 404)
+    assert TOKEN not in ok.text
+
+
+def test_metrics_read_the_snapshot_at_scrape_time(authed: TestClient, double: StatusDouble) -> None:
+    double.snapshot = streaming_status(tables=(ORDERS,), lag_seconds=1.5, transactions_applied=8)
+    double.apply(txn(change(), ts=int(time.time()) - 3))
+    r = authed.get("/metrics")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for fam in text_string_to_metric_families(r.text)
+        for s in fam.samples
+    }
+    assert samples[("binlog_mirror_lag_seconds", ())] == 1.5
+    assert samples[("binlog_mirror_transactions_applied_total", ())] == 8
+    key = ("binlog_mirror_rows_applied_total", (("op", "insert"), ("schema", "shop"), ("table", "orders")))
+    assert samples[key] == 5
+    assert samples[("binlog_mirror_state", (("state", "streaming"),))] == 1
+    assert samples[("binlog_mirror_websocket_clients", ())] == 0
+    assert samples[("binlog_mirror_websocket_dropped_subscribers_total", ())] == 0
+    assert samples[("binlog_mirror_broadcast_changes_total", ())] == 1
+    assert samples[("binlog_mirror_apply_delay_seconds_count", ())] == 1
+    assert samples[("binlog_mirror_apply_delay_seconds_bucket", (("le", "5.0"),))] == 1
+    double.snapshot = streaming_status(lag_seconds=0.0)
+    assert "binlog_mirror_lag_seconds 0.0" in authed.get("/metrics").text
+
+
+def test_cors_is_off_by_default_and_configurable(make_client: Callable[..., TestClient]) -> None:
+    origin = {"Origin": "https://dash.example"}
+    assert "access-control-allow-origin" not in make_client().get("/health/live", headers=origin).headers
+    c = make_client(api_cors_origins="https://dash.example")
+    r = c.get("/health/live", headers=origin)
+    assert r.headers["access-control-allow-origin"] == "https://dash.example"
+    pre = c.options(
+        "/lag",
+        headers={
+            **origin,
+            "Access-Control-Request-Method": "GET",
+            "Access-Control-Request-Headers": "authorization",
+        },
+    )
+    assert pre.status_code == 200
+
+
+def test_no_replicator_yet_is_503_not_500(make_client: Callable[..., TestClient], double: StatusDouble) -> None:
+    c = make_client()
+    c.app.state.status_source = None  # type: ignore[attr-defined]
+    assert c.get("/position").status_code == 503
+    assert c.get("/position").json() == {"detail": "replicator not started"}
+    r = c.get("/health/ready")
+    assert r.status_code == 503 and r.json()["reasons"] == ["replicator not started"]
+    assert c.get("/metrics").status_code == 200
+
+
+def test_openapi_documents_every_endpoint(client: TestClient) -> None:
+    schema = client.get("/openapi.json").json()
+    assert set(schema["paths"]) == {
+        "/health/live",
+        "/health/ready",
+        "/position",
+        "/lag",
+        "/tables",
+        "/tables/{schema}/{table}",
+        "/metrics",
+    }
+    assert client.get("/docs").status_code == 200
