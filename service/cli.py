@@ -13,6 +13,7 @@ from rich.console import Console
 
 from service.errors import ReplicatorError
 from service.stack import LocalStack
+from service.stream_cli import stream
 
 __all__ = ["app"]
 
@@ -21,6 +22,7 @@ app = typer.Typer(
 )
 stack_app = typer.Typer(no_args_is_help=True, help="A throwaway local MariaDB + Redis on 127.0.0.1.")
 app.add_typer(stack_app, name="stack")
+app.command("stream")(stream)
 
 console = Console(stderr=True)
 

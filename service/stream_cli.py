@@ -9,7 +9,6 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from service.binlog.canonical import change_to_json
 from service.checkpoint import BinlogPosition, parse_start
 from service.errors import ConfigError, ReplicatorError
 from service.settings import load_settings
@@ -62,6 +61,8 @@ def stream(
 
 
 async def _stream(source: BinlogSource, until_caught_up: bool) -> None:
+    from service.binlog.canonical import change_to_json  # the decoder's lossless JSON form
+
     out = sys.stdout.buffer
     async with source:
         target: BinlogPosition | None = None

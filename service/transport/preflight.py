@@ -29,7 +29,8 @@ def check_config(info: ServerInfo) -> tuple[list[str], list[str]]:
     warnings: list[str] = []
     if info.var("log_bin").upper() not in ("ON", "1"):
         problems.append(
-            "binary logging is off (log_bin=OFF): restart the server with --log-bin=mysql-bin and a unique --server-id"
+            "binary logging is off (log_bin=OFF): "
+            "restart the server with --log-bin=mysql-bin and a unique --server-id"
         )
     fmt = info.var("binlog_format").upper()
     if fmt != "ROW":
@@ -43,8 +44,8 @@ def check_config(info: ServerInfo) -> tuple[list[str], list[str]]:
     metadata = info.var("binlog_row_metadata").upper()
     if metadata != "FULL":
         warnings.append(
-            f"binlog_row_metadata is {metadata or 'not supported'}: column names come from information_schema "
-            f"(needs SELECT); better: {_persist('binlog_row_metadata', 'FULL')}"
+            f"binlog_row_metadata is {metadata or 'not supported'}: column names come from "
+            f"information_schema (needs SELECT); better: {_persist('binlog_row_metadata', 'FULL')}"
         )
     if "PARTIAL_JSON" in info.var("binlog_row_value_options").upper():
         problems.append(

@@ -148,7 +148,8 @@ class BinlogStream:
         except TimeoutError:
             self.close()
             raise SourceError(
-                f"no event or heartbeat from the source for {self.read_timeout:.1f}s: connection presumed dead"
+                f"no event or heartbeat from the source for {self.read_timeout:.1f}s: "
+                "connection presumed dead"
             ) from None
         data: bytes = packet.get_all_data()
         if data[:1] == b"\xfe" and len(data) < 9:
