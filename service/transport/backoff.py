@@ -17,7 +17,7 @@ class Backoff:
     cap: float = 30.0
 
     def ceiling(self, failures: int) -> float:
-        return min(self.cap, self.base * 2 ** min(failures, 32))
+        return min(self.cap, self.base * 2.0 ** min(failures, 32))
 
     def delay(self, failures: int) -> float:
         return random.uniform(0, self.ceiling(failures))

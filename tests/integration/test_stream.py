@@ -8,11 +8,6 @@ import sys
 
 import orjson
 import pytest
-
-from service.checkpoint import BinlogPosition, Checkpoint, MariadbGtidPos, parse_gtid_set
-from service.stack import LocalStack
-from service.transactions import TableFilter
-from service.transport.source import BinlogSource
 from test_stream_util import (
     changes_of,
     collect,
@@ -23,6 +18,11 @@ from test_stream_util import (
     unique_db,
     workload,
 )
+
+from service.checkpoint import BinlogPosition, Checkpoint, MariadbGtidPos, parse_gtid_set
+from service.stack import LocalStack
+from service.transactions import TableFilter
+from service.transport.source import BinlogSource
 
 pytestmark = pytest.mark.integration
 

@@ -7,11 +7,6 @@ import asyncio
 import random
 
 import pytest
-
-from service.stack import LocalStack
-from service.transactions import TableFilter, Transaction
-from service.transport.backoff import Backoff
-from service.transport.source import BinlogSource
 from test_stream_util import (
     Proxy,
     changes_of,
@@ -22,6 +17,11 @@ from test_stream_util import (
     unique_db,
     workload,
 )
+
+from service.stack import LocalStack
+from service.transactions import TableFilter, Transaction
+from service.transport.backoff import Backoff
+from service.transport.source import BinlogSource
 
 pytestmark = pytest.mark.integration
 FAST = Backoff(base=0.05, cap=0.5)
