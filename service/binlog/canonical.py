@@ -1,0 +1,123 @@
+"""Lossless JSON-able form of a RowChange (documented in docs/row-format.md).
+
+int -> number            Decimal -> "string"         float -> number
+str -> string            bytes -> base64 string      BIT -> number
+date -> "YYYY-MM-DD"     datetime (naive) -> "YYYY-MM-DD HH:MM:SS[.ffffff]"
+TIMESTAMP (aware) -> "YYYY-MM-DDTHH:MM:SS[.ffffff]Z"
+timedelta (TIME) -> "[-]HH:MM:SS[.ffffff]"         zero/partial dates: their text
+ENUM/SET -> names ("a,b" for SET) when known, else index / bitmask number
+JSON -> embedded JSON (JSON_NULL -> null)           GEOMETRY -> {"srid", "wkb"}
+VECTOR -> [float, ...]   PARTIAL JSON -> {"json_diffs": [{"op", "path", "value"?}]}
+"""
+
+from __future__ import annotations
+
+import base64
+from datetime import date, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from service.binlog.jsonb import JsonNull, JsonOpaque, JsonPartial
+from service.binlog.rowchange import Row, RowChange
+from service.binlog.values import Geometry
+
+__all__ = ["row_change_to_dict", "row_to_json", "value_to_json"]
+
+
+def _frac(us: int) -> str:
+    return f".{us:06d}" if us else ""
+
+
+def _naive_text(v: datetime, sep: str) -> str:
+    return (
+        f"{v.year:04d}-{v.month:02d}-{v.day:02d}{sep}"
+        f"{v.hour:02d}:{v.minute:02d}:{v.second:02d}{_frac(v.microsecond)}"
+    )
+
+
+def _datetime(v: datetime) -> str:
+    if v.tzinfo is None:
+        return _naive_text(v, " ")
+    off = v.utcoffset()
+    if off:
+        v = v - off
+    return _naive_text(v, "T") + "Z"
+
+
+def _time(v: timedelta) -> str:
+    us = v.days * 86_400_000_000 + v.seconds * 1_000_000 + v.microseconds
+    sign = "-" if us < 0 else ""
+    us = abs(us)
+    secs, frac = divmod(us, 1_000_000)
+    return f"{sign}{secs // 3600:02d}:{secs // 60 % 60:02d}:{secs % 60:02d}{_frac(frac)}"
+
+
+def _json_doc(v: Any) -> Any:
+    """Values inside a JSON document: opaque scalars get MySQL's JSON text forms."""
+    if isinstance(v, dict):
+        return {k: _json_doc(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_json_doc(x) for x in v]
+    if isinstance(v, Decimal):
+        f = float(v)
+        return f if Decimal(repr(f)) == v else str(v)
+    if isinstance(v, JsonOpaque):
+        return f"base64:type{v.type_code}:{base64.b64encode(v.data).decode()}"
+    if isinstance(v, (datetime, date, timedelta)):
+        return value_to_json(v)
+    return v
+
+
+def value_to_json(value: Any) -> Any:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode("ascii")
+    if isinstance(value, datetime):
+        return _datetime(value)
+    if isinstance(value, date):
+        return f"{value.year:04d}-{value.month:02d}-{value.day:02d}"
+    if isinstance(value, timedelta):
+        return _time(value)
+    if isinstance(value, (dict, list)):
+        return _json_doc(value)
+    if isinstance(value, JsonNull):
+        return None
+    if isinstance(value, tuple):  # VECTOR
+        return list(value)
+    if isinstance(value, Geometry):
+        return {"srid": value.srid, "wkb": base64.b64encode(value.wkb).decode("ascii")}
+    if isinstance(value, JsonPartial):
+        diffs: list[dict[str, Any]] = []
+        for d in value.diffs:
+            item: dict[str, Any] = {"op": d.op.name.lower(), "path": d.path}
+            if d.op.name != "REMOVE":
+                item["value"] = value_to_json(d.value)
+            diffs.append(item)
+        return {"json_diffs": diffs}
+    if isinstance(value, JsonOpaque):
+        return _json_doc(value)
+    raise TypeError(f"no canonical JSON form for {type(value).__name__}")
+
+
+def row_to_json(row: Row | None) -> dict[str, Any] | None:
+    if row is None:
+        return None
+    return {k: value_to_json(v) for k, v in row.items()}
+
+
+def row_change_to_dict(change: RowChange) -> dict[str, Any]:
+    p = change.position
+    return {
+        "op": change.op.value,
+        "schema": change.schema,
+        "table": change.table,
+        "before": row_to_json(change.before),
+        "after": row_to_json(change.after),
+        "position": {"file": p.file, "start": p.start, "end": p.end},
+        "ts": change.ts,
+        "server_id": change.server_id,
+        "gtid": change.gtid,
+    }

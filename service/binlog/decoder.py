@@ -1,0 +1,306 @@
+"""BinlogDecoder: the one stateful class of the core. Raw event bytes in, typed events out.
+
+State: the StreamFormat from the last FORMAT_DESCRIPTION, the table maps of the current
+statement, the current file (from ROTATE) and offset, the current GTID, and stats.
+
+Offsets. `EventHeader.offset` is `log_pos - event_size` when the server sets log_pos,
+else the decoder's running offset (MariaDB 11.4+ and in-payload events have log_pos 0).
+Artificial events (fake ROTATE, the re-sent FORMAT_DESCRIPTION with log_pos 0) do not
+advance it; ROTATE sets it to the rotate's position.
+
+TRANSACTION_PAYLOAD: `feed` returns a TransactionPayloadEvent whose `events` iterator
+inflates and decodes the inner events lazily through this decoder. `decode_events(raw)`
+yields the outer event followed by the inner ones, which is what most callers want.
+Rows of inner events carry the payload event's span as their position.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+
+from service.binlog.constants import HEADER_LEN, LOG_EVENT_ARTIFICIAL_F, LOG_EVENT_IGNORABLE_F, STMT_END_F
+from service.binlog.constants import EventType as E
+from service.binlog.control import parse_control, parse_rotate
+from service.binlog.events import (
+    Event,
+    EventHeader,
+    FormatDescriptionEvent,
+    OpaqueEvent,
+    RotateEvent,
+    RowsEvent,
+    TableMapEvent,
+    TransactionPayloadEvent,
+)
+from service.binlog.fde import StreamFormat, parse_format_description
+from service.binlog.gtid import parse_gtid, parse_gtid_list, parse_mariadb_gtid, parse_previous_gtids
+from service.binlog.payload import iter_inner_events, parse_payload_header
+from service.binlog.query import parse_query
+from service.binlog.rowchange import EventSpan
+from service.binlog.rows import ROWS_EVENTS, TablePlan, decode_rows, parse_rows_header
+from service.binlog.schema import TableSchema
+from service.binlog.stats import DecoderStats
+from service.binlog.tablemap import parse_table_map
+from service.errors import (
+    ChecksumMismatch,
+    DecodeError,
+    InvalidValue,
+    MissingTableMap,
+    TruncatedEvent,
+    UnknownEvent,
+    UnsupportedBinlog,
+)
+
+__all__ = ["BinlogDecoder", "DecodeOptions"]
+
+_HEADER = struct.Struct("<IBIIIH")
+_OPAQUE = {
+    E.IGNORABLE, E.TRANSACTION_CONTEXT, E.VIEW_CHANGE,
+    E.LOAD, E.SLAVE, E.CREATE_FILE, E.EXEC_LOAD, E.NEW_LOAD,
+}  # fmt: skip
+_QUERY = {E.QUERY, E.EXECUTE_LOAD_QUERY, E.MARIA_QUERY_COMPRESSED}
+_GTID = {E.GTID, E.ANONYMOUS_GTID, E.GTID_TAGGED}
+_TABLE_CACHE_MAX = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeOptions:
+    verify_checksum: bool = True
+    # Return True to skip decoding a table's rows (the TABLE_MAP is always recorded).
+    skip_rows: Callable[[TableSchema], bool] | None = None
+    # Column names for tables whose TABLE_MAP has none (binlog_row_metadata=MINIMAL);
+    # called once per distinct TABLE_MAP. Otherwise names are "@1".."@N".
+    column_names: Callable[[TableSchema], Sequence[str] | None] | None = None
+
+
+class BinlogDecoder:
+    def __init__(self, options: DecodeOptions = DecodeOptions(), *, file: str = "") -> None:
+        self.options = options
+        self.file = file
+        self.format: StreamFormat | None = None
+        self.gtid: str | None = None
+        self.stats = DecoderStats()
+        self.next_offset = 4
+        self._tables: dict[int, TableSchema] = {}
+        self._maps: dict[bytes, TableSchema] = {}
+        self._plans: dict[int, TablePlan] = {}
+        self._pending: Iterator[Event] | None = None
+        self._payload_span: EventSpan | None = None
+
+    # ---- public API -------------------------------------------------------------
+    def feed(self, raw: bytes | memoryview, offset: int | None = None) -> Event | None:
+        """Decode one whole event (header + body + checksum trailer, if any).
+
+        Returns None only for an unknown event type flagged LOG_EVENT_IGNORABLE_F."""
+        self._drain_pending()
+        data = raw if type(raw) is bytes else bytes(raw)
+        if offset is None:
+            offset = getattr(raw, "offset", None)
+        return self._decode(data, offset, inner=False)
+
+    def decode_events(self, raw: bytes | memoryview, offset: int | None = None) -> Iterator[Event]:
+        """Like feed(), flattened: the event, then any events inside a TRANSACTION_PAYLOAD."""
+        event = self.feed(raw, offset)
+        if event is None:
+            return
+        yield event
+        if isinstance(event, TransactionPayloadEvent):
+            yield from event.events
+
+    def feed_many(self, raws: Iterable[bytes | memoryview]) -> Iterator[Event]:
+        for raw in raws:
+            yield from self.decode_events(raw)
+
+    @property
+    def tables(self) -> dict[int, TableSchema]:
+        """Table maps of the current statement, by table id (read-only view intended)."""
+        return self._tables
+
+    # ---- internals ----------------------------------------------------------------
+    def _drain_pending(self) -> None:
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            for _ in pending:
+                pass
+
+    def _where(self, offset: int) -> str:
+        return f"{self.file or '<stream>'} at offset {offset}"
+
+    def _decode(self, data: bytes, offset: int | None, inner: bool) -> Event | None:
+        if len(data) < HEADER_LEN:
+            raise TruncatedEvent(f"{self._where(offset or self.next_offset)}: event of {len(data)} bytes")
+        ts, type_code, server_id, size, log_pos, flags = _HEADER.unpack_from(data)
+        if offset is None:
+            if inner and self._payload_span is not None:
+                offset = self._payload_span.start
+            elif log_pos and log_pos >= size and not flags & LOG_EVENT_ARTIFICIAL_F:
+                offset = log_pos - size
+            else:
+                offset = self.next_offset
+        if size != len(data):
+            raise TruncatedEvent(f"{self._where(offset)}: header says {size} bytes, got {len(data)}")
+        header = EventHeader(ts, type_code, server_id, size, log_pos, flags, offset)
+        if not inner:
+            artificial = bool(flags & LOG_EVENT_ARTIFICIAL_F) or (log_pos == 0 and type_code in (4, 15))
+            if not artificial:
+                self.next_offset = offset + size
+        self.stats.events_by_type[type_code] += 1
+        try:
+            return self._dispatch(header, data, inner)
+        except DecodeError as exc:
+            if str(exc).startswith(self._where(offset)):
+                raise
+            raise type(exc)(f"{self._where(offset)} ({header.type_name}): {exc}") from exc
+        except (IndexError, struct.error, UnicodeDecodeError, ValueError, OverflowError) as exc:
+            raise InvalidValue(f"{self._where(offset)} ({header.type_name}): {exc!r}") from exc
+
+    def _body(self, header: EventHeader, data: bytes, fmt: StreamFormat, inner: bool) -> bytes:
+        if inner or not fmt.checksum_len:
+            return data[HEADER_LEN:]
+        if len(data) < HEADER_LEN + 4:
+            raise TruncatedEvent("event too short for its CRC32 trailer")
+        if self.options.verify_checksum:
+            want = int.from_bytes(data[-4:], "little")
+            got = zlib.crc32(data[:-4])
+            if want != got and header.type_code == E.FORMAT_DESCRIPTION and header.flags & 1:
+                # LOG_EVENT_BINLOG_IN_USE_F is set in the FDE of a file still open (or not
+                # closed cleanly) after its CRC was computed: check with the flag cleared.
+                got = zlib.crc32(data[:17] + bytes([data[17] & 0xFE]) + data[18:-4])
+            if want != got:
+                raise ChecksumMismatch(
+                    f"{self._where(header.offset)}: CRC32 0x{got:08x} != trailer 0x{want:08x}"
+                )
+        return data[HEADER_LEN:-4]
+
+    def _dispatch(self, h: EventHeader, data: bytes, inner: bool) -> Event | None:
+        t = h.type_code
+        if t == E.FORMAT_DESCRIPTION:
+            return self._fde(h, data)
+        fmt = self.format
+        if fmt is None:
+            if t == E.ROTATE:  # the fake rotate that precedes the FDE in a replication stream
+                body = data[HEADER_LEN:]
+                if len(data) >= HEADER_LEN + 12 and zlib.crc32(data[:-4]) == int.from_bytes(
+                    data[-4:], "little"
+                ):
+                    body = data[HEADER_LEN:-4]
+                return self._rotate(parse_rotate(h, body, None))
+            raise DecodeError(f"{h.type_name} event before any FORMAT_DESCRIPTION_EVENT")
+        body = self._body(h, data, fmt, inner)
+        kind = ROWS_EVENTS.get(t)
+        if kind is not None:
+            return self._rows(h, body, fmt)
+        if t == E.TABLE_MAP:
+            return self._table_map(h, body, fmt)
+        if t in _QUERY:
+            return parse_query(h, body, fmt)
+        if t in _GTID:
+            gev = parse_gtid(h, body)
+            self.gtid = gev.gtid
+            return gev
+        if t == E.MARIA_GTID:
+            mev = parse_mariadb_gtid(h, body)
+            self.gtid = mev.gtid
+            return mev
+        if t == E.ROTATE:
+            return self._rotate(parse_rotate(h, body, fmt))
+        if t == E.TRANSACTION_PAYLOAD:
+            if inner:
+                raise InvalidValue("TRANSACTION_PAYLOAD nested in a TRANSACTION_PAYLOAD")
+            return self._payload(h, body)
+        if t == E.PREVIOUS_GTIDS:
+            return parse_previous_gtids(h, body)
+        if t == E.MARIA_GTID_LIST:
+            return parse_gtid_list(h, body)
+        if t == E.MARIA_START_ENCRYPTION:
+            raise UnsupportedBinlog("encrypted binlog (START_ENCRYPTION_EVENT)")
+        if t == E.START_V3:
+            raise UnsupportedBinlog("START_EVENT_V3 (binlog v1-v3)")
+        event = parse_control(h, body, fmt)
+        if event is not None:
+            return event
+        if t in _OPAQUE or t in E._value2member_map_:
+            return OpaqueEvent(h, body)
+        if h.flags & LOG_EVENT_IGNORABLE_F:
+            self.stats.skipped_ignorable += 1
+            return None
+        raise UnknownEvent(f"{self._where(h.offset)}: unknown event type {t}")
+
+    def _fde(self, h: EventHeader, data: bytes) -> FormatDescriptionEvent:
+        version, server, created, fmt = parse_format_description(data[HEADER_LEN:])
+        if fmt.checksum_len and self.options.verify_checksum:
+            self._body(h, data, fmt, False)
+        self.format = fmt
+        self._tables.clear()
+        return FormatDescriptionEvent(h, version, server, created, fmt)
+
+    def _rotate(self, event: RotateEvent) -> RotateEvent:
+        self.file = event.next_file
+        self.next_offset = event.position
+        self._tables.clear()
+        return event
+
+    def _table_map(self, h: EventHeader, body: bytes, fmt: StreamFormat) -> TableMapEvent:
+        schema = self._maps.get(body)
+        if schema is None:  # TABLE_MAPs repeat per statement: parse each distinct one once
+            schema = parse_table_map(body, fmt, self.options.column_names)
+            if len(self._maps) >= _TABLE_CACHE_MAX:
+                self._maps.clear()
+            self._maps[body] = schema
+        self._tables[schema.table_id] = schema
+        return TableMapEvent(h, schema)
+
+    def _plan(self, schema: TableSchema) -> TablePlan:
+        plan = self._plans.get(id(schema))
+        if plan is None or plan.schema is not schema:
+            if len(self._plans) >= _TABLE_CACHE_MAX:
+                self._plans.clear()
+            plan = self._plans[id(schema)] = TablePlan(schema, self.stats)
+        return plan
+
+    def _rows(self, h: EventHeader, body: bytes, fmt: StreamFormat) -> RowsEvent:
+        kind = ROWS_EVENTS[h.type_code]
+        table_id, flags, extra, start = parse_rows_header(body, fmt, h.type_code)
+        schema = self._tables.get(table_id)
+        if schema is None:
+            raise MissingTableMap(
+                f"{self._where(h.offset)}: no TABLE_MAP for table id {table_id} ({h.type_name})"
+            )
+        if flags & STMT_END_F:
+            self._tables.clear()  # ids are only valid up to the end of the statement
+        skipped = self.options.skip_rows is not None and self.options.skip_rows(schema)
+        if skipped:
+            self.stats.skipped_rows_events += 1
+            changes = []
+        else:
+            span = self._payload_span or EventSpan(self.file, h.offset, h.offset + h.event_size)
+            plan = self._plan(schema)
+            changes = decode_rows(body, start, kind, plan, span, h.timestamp, h.server_id, self.gtid)
+            self.stats.rows += len(changes)
+        return RowsEvent(
+            h, schema, changes, kind.op, flags, kind.version, extra, skipped, kind.partial, kind.compressed
+        )
+
+    def _payload(self, h: EventHeader, body: bytes) -> TransactionPayloadEvent:
+        head = parse_payload_header(body)
+        span = EventSpan(self.file, h.offset, h.offset + h.event_size)
+
+        def inner() -> Iterator[Event]:
+            self._payload_span = span
+            try:
+                for raw in iter_inner_events(body, head):
+                    event = self._decode(raw, None, inner=True)
+                    if event is not None:
+                        yield event
+            except DecodeError as exc:
+                if str(exc).startswith(self._where(h.offset)):
+                    raise
+                raise type(exc)(f"{self._where(h.offset)} (TRANSACTION_PAYLOAD): {exc}") from exc
+            finally:
+                self._payload_span = None
+
+        events = inner()
+        self._pending = events
+        return TransactionPayloadEvent(h, head.compression, head.payload_size, head.uncompressed_size, events)

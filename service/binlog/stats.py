@@ -1,0 +1,26 @@
+"""Mutable decoder counters (the only mutable object column readers touch)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+__all__ = ["DecoderStats"]
+
+
+@dataclass(slots=True)
+class DecoderStats:
+    events_by_type: Counter[int] = field(default_factory=Counter)
+    skipped_ignorable: int = 0  # unknown event types skipped thanks to LOG_EVENT_IGNORABLE_F
+    invalid_text_values: int = 0  # text values whose bytes were invalid in their charset
+    rows: int = 0
+    skipped_rows_events: int = 0  # rows events not decoded because DecodeOptions.skip_rows said so
+
+    def snapshot(self) -> dict[str, object]:
+        return {
+            "events_by_type": dict(self.events_by_type),
+            "skipped_ignorable": self.skipped_ignorable,
+            "invalid_text_values": self.invalid_text_values,
+            "rows": self.rows,
+            "skipped_rows_events": self.skipped_rows_events,
+        }

@@ -1,0 +1,166 @@
+"""Temporal column values (field.cc / my_time.cc layouts).
+
+Valid values become date / datetime / timedelta; TIMESTAMP becomes an aware UTC datetime.
+Zero and partial dates ('0000-00-00', '2020-00-15') are kept as their MySQL text, since
+Python's date cannot hold them.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime, timedelta
+
+from service.errors import InvalidValue
+
+__all__ = [
+    "FRAC_BYTES",
+    "date_from_packed",
+    "datetime_from_packed",
+    "decode_date",
+    "decode_datetime2",
+    "decode_datetime_old",
+    "decode_time2",
+    "decode_time_old",
+    "decode_timestamp2",
+    "decode_timestamp_old",
+    "decode_year",
+    "time_from_packed",
+]
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+FRAC_BYTES = (0, 1, 1, 2, 2, 3, 3)  # by fsp
+_FRAC_MUL = (1, 10000, 10000, 100, 100, 1, 1)
+ZERO_DATETIME = "0000-00-00 00:00:00"
+
+
+def _fmt_date(y: int, m: int, d: int) -> str:
+    return f"{y:04d}-{m:02d}-{d:02d}"
+
+
+def _frac_text(us: int) -> str:
+    return f".{us:06d}" if us else ""
+
+
+def make_date(y: int, m: int, d: int) -> date | str:
+    if m == 0 or d == 0 or y == 0:
+        if m > 12 or d > 31:
+            raise InvalidValue(f"invalid date {_fmt_date(y, m, d)}")
+        return _fmt_date(y, m, d)
+    try:
+        return date(y, m, d)
+    except ValueError as exc:
+        raise InvalidValue(f"invalid date {_fmt_date(y, m, d)}") from exc
+
+
+def make_datetime(y: int, mo: int, d: int, h: int, mi: int, s: int, us: int) -> datetime | str:
+    if h > 23 or mi > 59 or s > 59 or us > 999999:
+        raise InvalidValue(f"invalid time of day {h:02d}:{mi:02d}:{s:02d}.{us:06d}")
+    if mo == 0 or d == 0 or y == 0:
+        if mo > 12 or d > 31:
+            raise InvalidValue(f"invalid date {_fmt_date(y, mo, d)}")
+        return f"{_fmt_date(y, mo, d)} {h:02d}:{mi:02d}:{s:02d}{_frac_text(us)}"
+    try:
+        return datetime(y, mo, d, h, mi, s, us)
+    except ValueError as exc:
+        raise InvalidValue(f"invalid datetime {_fmt_date(y, mo, d)}") from exc
+
+
+def decode_year(v: int) -> int:
+    return 0 if v == 0 else 1900 + v
+
+
+def decode_date(raw: bytes) -> date | str:
+    v = int.from_bytes(raw, "little")
+    return make_date(v >> 9, (v >> 5) & 15, v & 31)
+
+
+def _frac(raw: bytes, fsp: int) -> int:
+    if fsp == 0:
+        return 0
+    us = int.from_bytes(raw, "big") * _FRAC_MUL[fsp]
+    if us > 999999:
+        raise InvalidValue(f"fractional seconds {us} out of range")
+    return us
+
+
+def datetime_from_packed(packed: int) -> datetime | str:
+    """my_time.cc TIME_from_longlong_datetime_packed (DATETIME2 and JSON opaque DATETIME)."""
+    if packed < 0:
+        raise InvalidValue("negative DATETIME")
+    ymdhms, us = packed >> 24, packed & 0xFFFFFF
+    ymd, hms = ymdhms >> 17, ymdhms & 0x1FFFF
+    ym = ymd >> 5
+    return make_datetime(ym // 13, ym % 13, ymd & 31, hms >> 12, (hms >> 6) & 63, hms & 63, us)
+
+
+def date_from_packed(packed: int) -> date | str:
+    value = datetime_from_packed(packed)
+    if isinstance(value, datetime):
+        return value.date()
+    return value.split(" ", 1)[0]
+
+
+def time_from_packed(packed: int) -> timedelta:
+    """my_time.cc TIME_from_longlong_time_packed (TIME2 and JSON opaque TIME)."""
+    neg = packed < 0
+    if neg:
+        packed = -packed
+    hms, us = packed >> 24, packed & 0xFFFFFF
+    h, mi, s = (hms >> 12) & 0x3FF, (hms >> 6) & 63, hms & 63
+    if mi > 59 or s > 59 or us > 999999:
+        raise InvalidValue(f"invalid TIME {h}:{mi}:{s}.{us}")
+    td = timedelta(hours=h, minutes=mi, seconds=s, microseconds=us)
+    return -td if neg else td
+
+
+def decode_datetime2(raw: bytes, fsp: int) -> datetime | str:
+    intpart = int.from_bytes(raw[:5], "big") - 0x8000000000
+    return datetime_from_packed((intpart << 24) + _frac(raw[5:], fsp))
+
+
+def decode_timestamp2(raw: bytes, fsp: int) -> datetime | str:
+    sec = int.from_bytes(raw[:4], "big")
+    us = _frac(raw[4:], fsp)
+    if sec == 0 and us == 0:
+        return ZERO_DATETIME
+    return EPOCH + timedelta(seconds=sec, microseconds=us)
+
+
+def decode_time2(raw: bytes, fsp: int) -> timedelta:
+    """TIME2: 3-byte big-endian offset integer part plus fsp-dependent fraction
+    (my_time_packed_from_binary)."""
+    if fsp >= 5:
+        return time_from_packed(int.from_bytes(raw[:6], "big") - 0x800000000000)
+    intpart = int.from_bytes(raw[:3], "big") - 0x800000
+    if fsp == 0:
+        return time_from_packed(intpart << 24)
+    if fsp <= 2:
+        frac = int.from_bytes(raw[3:4], "big", signed=True)
+        if intpart < 0 and frac:
+            intpart += 1
+            frac -= 0x100
+        return time_from_packed((intpart << 24) + frac * 10000)
+    frac = int.from_bytes(raw[3:5], "big", signed=True)
+    if intpart < 0 and frac:
+        intpart += 1
+        frac -= 0x10000
+    return time_from_packed((intpart << 24) + frac * 100)
+
+
+def decode_time_old(raw: bytes) -> timedelta:
+    v = int.from_bytes(raw, "little", signed=True)
+    neg = v < 0
+    v = abs(v)
+    h, mi, s = v // 10000, (v // 100) % 100, v % 100
+    if mi > 59 or s > 59:
+        raise InvalidValue(f"invalid TIME {v}")
+    td = timedelta(hours=h, minutes=mi, seconds=s)
+    return -td if neg else td
+
+
+def decode_datetime_old(v: int) -> datetime | str:
+    d, t = divmod(v, 1000000)
+    return make_datetime(d // 10000, (d // 100) % 100, d % 100, t // 10000, (t // 100) % 100, t % 100, 0)
+
+
+def decode_timestamp_old(v: int) -> datetime | str:
+    return ZERO_DATETIME if v == 0 else EPOCH + timedelta(seconds=v)

@@ -1,0 +1,246 @@
+"""Per-column value decoders, built once per TABLE_MAP column (see rows.py for the plan).
+
+A column is either *fixed* (a struct code plus an optional converter, so runs of fixed
+columns unpack with one struct call) or *variable* (a reader `(buf, pos) -> (value, pos)`).
+Readers slice without bounds checks; rows.py verifies each row ends inside the event and
+maps IndexError/struct.error to TruncatedEvent.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from service.binlog.charsets import codec_for_collation, decode_latin1
+from service.binlog.constants import ColumnType as T
+from service.binlog.decimal import decimal_size, make_decimal_reader
+from service.binlog.jsonb import decode_json, decode_json_diffs
+from service.binlog.schema import Column
+from service.binlog.stats import DecoderStats
+from service.binlog.temporal import (
+    FRAC_BYTES,
+    decode_date,
+    decode_datetime2,
+    decode_datetime_old,
+    decode_time2,
+    decode_time_old,
+    decode_timestamp2,
+    decode_timestamp_old,
+    decode_year,
+)
+from service.errors import InvalidValue, UnknownColumnType
+
+__all__ = ["FixedSpec", "Geometry", "Reader", "VarSpec", "column_spec", "float32_value", "text_decoder"]
+
+Reader = Callable[[bytes, int], tuple[Any, int]]
+_F = struct.Struct("<f")
+
+
+@dataclass(frozen=True, slots=True)
+class Geometry:
+    srid: int
+    wkb: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class FixedSpec:
+    code: str  # struct code without byte order, e.g. "i" or "5s"
+    size: int
+    convert: Callable[[Any], Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class VarSpec:
+    read: Reader
+
+
+def float32_value(x: float) -> float:
+    """The shortest decimal that reads back as the same float32 (what MySQL prints)."""
+    if x != x or x in (float("inf"), float("-inf")):
+        return x
+    for digits in range(6, 10):
+        candidate = float(f"{x:.{digits}g}")
+        if _F.unpack(_F.pack(candidate))[0] == x:
+            return candidate
+    return x
+
+
+def text_decoder(collation: int | None, stats: DecoderStats) -> Callable[[bytes], Any]:
+    """bytes -> str for the collation; bytes for the binary collation.
+
+    Unknown or absent collation: UTF-8. Invalid bytes never stop the stream: they become
+    U+FFFD (the result is always a valid str, never lone surrogates) and are counted.
+    """
+    codec = codec_for_collation(collation)
+    if codec == "binary":
+        return bytes
+    if codec == "latin1":
+        return decode_latin1
+    name = codec or "utf-8"
+
+    def decode(raw: bytes) -> str:
+        try:
+            return raw.decode(name)
+        except UnicodeDecodeError:
+            stats.invalid_text_values += 1
+            return raw.decode(name, "replace")
+
+    return decode
+
+
+def _prefixed(nbytes: int, convert: Callable[[bytes], Any]) -> Reader:
+    if nbytes == 1:
+
+        def read1(buf: bytes, pos: int) -> tuple[Any, int]:
+            end = pos + 1 + buf[pos]
+            return convert(buf[pos + 1 : end]), end
+
+        return read1
+    if nbytes == 2:
+
+        def read2(buf: bytes, pos: int) -> tuple[Any, int]:
+            end = pos + 2 + (buf[pos] | buf[pos + 1] << 8)
+            return convert(buf[pos + 2 : end]), end
+
+        return read2
+    if nbytes in (3, 4):
+
+        def readn(buf: bytes, pos: int) -> tuple[Any, int]:
+            start = pos + nbytes
+            if start > len(buf):
+                raise IndexError
+            end = start + int.from_bytes(buf[pos:start], "little")
+            return convert(buf[start:end]), end
+
+        return readn
+    raise InvalidValue(f"length prefix of {nbytes} bytes")
+
+
+def _enum(values: tuple[str, ...] | None) -> Callable[[int], Any]:
+    if values is None:
+        return lambda i: i
+
+    def conv(i: int) -> Any:
+        if 1 <= i <= len(values):
+            return values[i - 1]
+        return "" if i == 0 else i
+
+    return conv
+
+
+def _set(values: tuple[str, ...] | None) -> Callable[[bytes], Any]:
+    if values is None:
+        return lambda raw: int.from_bytes(raw, "little")
+    limit = 1 << len(values)
+
+    def conv(raw: bytes) -> Any:
+        mask = int.from_bytes(raw, "little")
+        if mask >= limit:
+            return mask
+        return ",".join(v for i, v in enumerate(values) if mask >> i & 1)
+
+    return conv
+
+
+def _geometry(raw: bytes) -> Geometry:
+    if len(raw) < 4:
+        raise InvalidValue("GEOMETRY value shorter than its SRID")
+    return Geometry(int.from_bytes(raw[:4], "little"), raw[4:])
+
+
+def _vector(raw: bytes) -> tuple[float, ...]:
+    if len(raw) % 4:
+        raise InvalidValue(f"VECTOR value of {len(raw)} bytes")
+    return tuple(float32_value(x) for x in struct.unpack(f"<{len(raw) // 4}f", raw))
+
+
+def _binary_padder(length: int) -> Callable[[bytes], bytes]:
+    def pad(raw: bytes) -> bytes:
+        return raw + b"\x00" * (length - len(raw)) if len(raw) < length else raw
+
+    return pad
+
+
+def column_spec(col: Column, stats: DecoderStats, partial_json: bool = False) -> FixedSpec | VarSpec:
+    t, meta, u = col.type, col.meta, col.unsigned
+    if t == T.TINY:
+        return FixedSpec("B" if u else "b", 1)
+    if t == T.SHORT:
+        return FixedSpec("H" if u else "h", 2)
+    if t == T.INT24:
+        return FixedSpec("3s", 3, lambda raw: int.from_bytes(raw, "little", signed=not u))
+    if t == T.LONG:
+        return FixedSpec("I" if u else "i", 4)
+    if t == T.LONGLONG:
+        return FixedSpec("Q" if u else "q", 8)
+    if t == T.FLOAT:
+        return FixedSpec("f", 4, float32_value)
+    if t == T.DOUBLE:
+        return FixedSpec("d", 8)
+    if t == T.YEAR:
+        return FixedSpec("B", 1, decode_year)
+    if t in (T.DATE, T.NEWDATE):
+        return FixedSpec("3s", 3, decode_date)
+    if t == T.TIME:
+        return FixedSpec("3s", 3, decode_time_old)
+    if t == T.DATETIME:
+        return FixedSpec("Q", 8, decode_datetime_old)
+    if t == T.TIMESTAMP:
+        return FixedSpec("I", 4, decode_timestamp_old)
+    if t in (T.TIMESTAMP2, T.DATETIME2, T.TIME2):
+        fsp = meta
+        if fsp > 6:
+            raise InvalidValue(f"fractional-second precision {fsp} > 6 in {col.name}")
+        if t == T.TIMESTAMP2:
+            n = 4 + FRAC_BYTES[fsp]
+            return FixedSpec(f"{n}s", n, lambda raw: decode_timestamp2(raw, fsp))
+        if t == T.DATETIME2:
+            n = 5 + FRAC_BYTES[fsp]
+            return FixedSpec(f"{n}s", n, lambda raw: decode_datetime2(raw, fsp))
+        n = 3 + FRAC_BYTES[fsp]
+        return FixedSpec(f"{n}s", n, lambda raw: decode_time2(raw, fsp))
+    if t == T.NEWDECIMAL:
+        precision, scale = meta >> 8, meta & 0xFF
+        n = decimal_size(precision, scale)
+        read = make_decimal_reader(precision, scale)
+        return FixedSpec(f"{n}s", n, lambda raw: read(raw, 0)[0])
+    if t == T.BIT:
+        n = (meta >> 8) + (1 if meta & 0xFF else 0)
+        if n == 0:
+            raise InvalidValue(f"BIT column {col.name} of width 0")
+        return FixedSpec(f"{n}s", n, lambda raw: int.from_bytes(raw, "big"))
+    if t == T.ENUM:
+        if col.max_length == 1:
+            return FixedSpec("B", 1, _enum(col.enum_values))
+        if col.max_length == 2:
+            return FixedSpec("H", 2, _enum(col.enum_values))
+        raise InvalidValue(f"ENUM column {col.name} with pack length {col.max_length}")
+    if t == T.SET:
+        n = col.max_length
+        if not 1 <= n <= 8:
+            raise InvalidValue(f"SET column {col.name} with pack length {n}")
+        return FixedSpec(f"{n}s", n, _set(col.set_values))
+    if t == T.NULL:
+        return FixedSpec("0s", 0, lambda raw: None)
+    if t in (T.VARCHAR, T.VAR_STRING):
+        return VarSpec(_prefixed(1 if meta < 256 else 2, text_decoder(col.charset, stats)))
+    if t == T.STRING:
+        decode = text_decoder(col.charset, stats)
+        if decode is bytes and col.max_length:
+            decode = _binary_padder(col.max_length)
+        return VarSpec(_prefixed(1 if col.max_length < 256 else 2, decode))
+    if t in (T.BLOB, T.TINY_BLOB, T.MEDIUM_BLOB, T.LONG_BLOB):
+        return VarSpec(_prefixed(meta, text_decoder(col.charset, stats)))
+    if t == T.JSON:
+        return VarSpec(_prefixed(meta, decode_json_diffs if partial_json else decode_json))
+    if t == T.GEOMETRY:
+        return VarSpec(_prefixed(meta, _geometry))
+    if t == T.VECTOR:
+        return VarSpec(_prefixed(meta, _vector))
+    if t == T.DECIMAL:
+        raise UnknownColumnType(
+            f"column {col.name}: pre-5.0 DECIMAL carries no length in TABLE_MAP and cannot be decoded"
+        )
+    raise UnknownColumnType(f"column {col.name}: column type {int(t)} cannot be decoded")
