@@ -83,6 +83,7 @@ def generate(stack: LocalStack, rows: int) -> list[Workload]:
     cur.execute("SET GLOBAL max_binlog_size = 1073741824")
     cur.execute(f"DROP DATABASE IF EXISTS {SCHEMA}")
     cur.execute(f"CREATE DATABASE {SCHEMA}")
+    cur.execute(f"USE {SCHEMA}")  # the SEQUENCE engine tables (seq_1_to_N) need a current database
     for name in ("t_insert", "t_small"):
         cur.execute(TABLE_DDL.format(name=name))
     chunk = 1000

@@ -18,13 +18,16 @@ def main(host: str, port: str, user: str, password: str, file: str, start: str, 
         log_pos=int(start),
         resume_stream=True,
         blocking=False,
-        is_mariadb=True,
+        # is_mariadb=True would ignore log_file/log_pos and start from a GTID; the file/position
+        # dump is the same command on MariaDB, and the library still decodes MariaDB's events.
         only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent],
     )
     rows, t0 = 0, time.perf_counter()
     for event in stream:
+        if stream.log_file != file:
+            break
         rows += len(event.rows)
-        if stream.log_file != file or stream.log_pos >= int(end):
+        if stream.log_pos >= int(end):
             break
     seconds = time.perf_counter() - t0
     stream.close()

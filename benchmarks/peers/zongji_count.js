@@ -1,6 +1,7 @@
 // Count row changes zongji decodes from FILE between START and END, streamed from the server.
 // usage: node zongji_count.js HOST PORT USER PASSWORD FILE START END
-const ZongJi = require('@vlasky/zongji');
+const zongjiModule = require('@vlasky/zongji'); // ESM package: require(esm) gives its namespace
+const ZongJi = zongjiModule.default || zongjiModule;
 const [host, port, user, password, file, start, end] = process.argv.slice(2);
 const zongji = new ZongJi({ host, port: Number(port), user, password });
 let rows = 0;
