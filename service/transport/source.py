@@ -145,6 +145,13 @@ class BinlogSource:
     async def start(self) -> None:
         """Connect, check the source, resolve the start point and send the dump command.
         Errors here are raised as they are (no retry): a bad URL or config should fail fast."""
+        try:
+            await self._start()
+        except BaseException:
+            await self.close()
+            raise
+
+    async def _start(self) -> None:
         ctl = await self._control()
         self.info = info = await server_info(ctl)
         if self.check_source:

@@ -1,0 +1,106 @@
+"""Preflight: each misconfiguration gives its one actionable line."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from test_stream_util import run_sql, settings_for
+
+from service.errors import PreflightError
+from service.stack import LocalStack
+from service.transport.connection import ServerInfo
+from service.transport.preflight import check_config, check_grants
+from service.transport.source import BinlogSource
+
+pytestmark = pytest.mark.integration
+
+
+def _info(**variables: str) -> ServerInfo:
+    base = {
+        "log_bin": "ON",
+        "binlog_format": "ROW",
+        "binlog_row_image": "FULL",
+        "binlog_row_metadata": "FULL",
+    }
+    return ServerInfo("mysql", (8, 0, 36), "8.0.36", 1, {**base, **variables})
+
+
+@pytest.mark.parametrize(
+    ("variables", "line"),
+    [
+        ({"log_bin": "OFF"}, "binary logging is off (log_bin=OFF): restart the server with --log-bin"),
+        ({"binlog_format": "MIXED"}, "binlog_format is MIXED, need ROW: SET GLOBAL binlog_format = 'ROW'"),
+        ({"binlog_row_image": "MINIMAL"}, "binlog_row_image is MINIMAL, need FULL"),
+        ({"binlog_row_value_options": "PARTIAL_JSON"}, "SET GLOBAL binlog_row_value_options = ''"),
+        ({"binlog_transaction_compression": "ON"}, "SET GLOBAL binlog_transaction_compression = 'OFF'"),
+    ],
+)
+def test_config_problems(variables: dict[str, str], line: str) -> None:
+    problems, _ = check_config(_info(**variables))
+    assert len(problems) == 1 and line in problems[0]
+
+
+def test_config_warnings_and_clean() -> None:
+    assert check_config(_info()) == ([], [])
+    problems, warnings = check_config(_info(binlog_row_metadata="MINIMAL"))
+    assert problems == [] and "SET GLOBAL binlog_row_metadata = 'FULL'" in warnings[0]
+
+
+def test_grants() -> None:
+    maria = ServerInfo("mariadb", (10, 11, 0), "10.11.0-MariaDB", 1, {})
+    assert check_grants(["GRANT ALL PRIVILEGES ON *.* TO `a`@`%`"], maria) == []
+    assert check_grants(["GRANT REPLICATION SLAVE, BINLOG MONITOR ON *.* TO `a`@`%`"], maria) == []
+    missing = check_grants(["GRANT USAGE ON *.* TO `a`@`%`", "GRANT ALL ON `db`.* TO `a`@`%`"], maria)
+    assert missing == [
+        "missing privilege REPLICATION SLAVE: GRANT REPLICATION SLAVE ON *.* TO <user>",
+        "missing privilege BINLOG MONITOR (to read the binlog position): GRANT BINLOG MONITOR ON *.* TO <user>",
+    ]
+
+
+async def test_statement_format_is_refused(stack: LocalStack) -> None:
+    run_sql(stack, ["SET GLOBAL binlog_format = 'STATEMENT'"])
+    try:
+        with pytest.raises(PreflightError) as err:
+            await BinlogSource(settings_for(stack), "now").start()
+    finally:
+        run_sql(stack, ["SET GLOBAL binlog_format = 'ROW'"])
+    assert "- binlog_format is STATEMENT, need ROW: SET GLOBAL binlog_format = 'ROW'" in str(err.value)
+
+
+async def test_user_without_grants_is_refused(stack: LocalStack) -> None:
+    user, password = f"nogrants_{uuid.uuid4().hex[:6]}", uuid.uuid4().hex
+    run_sql(
+        stack, ["SET SESSION sql_log_bin = 0", f"CREATE USER '{user}'@'127.0.0.1' IDENTIFIED BY '{password}'"]
+    )
+    info = stack.load()
+    assert info is not None
+    try:
+        settings = settings_for(stack, f"mysql://{user}:{password}@127.0.0.1:{info.mysql_port}")
+        with pytest.raises(PreflightError) as err:
+            await BinlogSource(settings, "now").start()
+    finally:
+        run_sql(stack, ["SET SESSION sql_log_bin = 0", f"DROP USER '{user}'@'127.0.0.1'"])
+    lines = str(err.value).splitlines()
+    assert (
+        f"- missing privilege REPLICATION SLAVE: GRANT REPLICATION SLAVE ON *.* TO `{user}`@`127.0.0.1`"
+        in lines
+    )
+    assert any(line.startswith("- missing privilege BINLOG MONITOR") for line in lines)
+
+
+async def test_duplicate_server_id_is_refused(stack: LocalStack) -> None:
+    info = stack.load()
+    assert info is not None
+    first = BinlogSource(settings_for(stack, info.admin_url), "now")
+    async with first:  # registered as a replica with its server_id
+        twin = BinlogSource(settings_for(stack, info.admin_url, server_id=first.server_id), "now")
+        with pytest.raises(
+            PreflightError, match=f"server_id {first.server_id} is already used by a connected"
+        ):
+            await twin.start()
+        await twin.close()
+    own = BinlogSource(settings_for(stack, server_id=1), "now")
+    with pytest.raises(PreflightError, match="server_id 1 is the source's own server_id"):
+        await own.start()
+    await own.close()
