@@ -1,0 +1,116 @@
+"""Which columns key each mirrored table, and what its columns are, from information_schema.
+
+The mirror needs a key for every row: the PRIMARY KEY, else the first UNIQUE index whose columns
+are all NOT NULL, else none (the table's rows are skipped with a warning and counted).
+Lookups are cached per table and dropped when a DDL touching the table is applied, so rows that
+follow the DDL in the stream are keyed by the new definition.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import aiomysql
+
+from service.pipeline.status import ColumnStatus
+from service.transactions import TableFilter
+from service.transport.connection import fetch
+
+__all__ = ["Catalog", "TableInfo"]
+
+log = logging.getLogger(__name__)
+
+SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys")
+
+
+@dataclass(frozen=True, slots=True)
+class TableInfo:
+    schema: str
+    table: str
+    key: tuple[str, ...] | None  # None: no usable key
+    key_source: str  # primary | unique | none
+    columns: tuple[ColumnStatus, ...]
+    exists: bool = True
+
+
+class Catalog:
+    def __init__(self, table_filter: TableFilter) -> None:
+        self.filter = table_filter
+        self._tables: dict[tuple[str, str], TableInfo] = {}
+        self._warned: set[tuple[str, str]] = set()
+
+    def key_columns(self, schema: str, table: str) -> tuple[str, ...] | None:
+        info = self._tables.get((schema, table))
+        return info.key if info else None
+
+    def get(self, schema: str, table: str) -> TableInfo | None:
+        return self._tables.get((schema, table))
+
+    def forget(self, schema: str, table: str | None = None) -> None:
+        for k in [k for k in self._tables if k[0] == schema and (table is None or k[1] == table)]:
+            del self._tables[k]
+
+    def known(self, schema: str, table: str) -> bool:
+        return (schema, table) in self._tables
+
+    async def load(self, conn: aiomysql.Connection, schema: str, table: str) -> TableInfo:
+        rows = await fetch(
+            conn,
+            "SELECT INDEX_NAME, COLUMN_NAME, NULLABLE FROM information_schema.STATISTICS "
+            "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s AND NON_UNIQUE = 0 "
+            "ORDER BY INDEX_NAME = 'PRIMARY' DESC, INDEX_NAME, SEQ_IN_INDEX",
+            (schema, table),
+        )
+        indexes: dict[str, list[tuple[str, bool]]] = {}
+        for name, column, nullable in rows:
+            indexes.setdefault(str(name), []).append((str(column), str(nullable or "") == "YES"))
+        key: tuple[str, ...] | None = None
+        source = "none"
+        for name, cols in indexes.items():
+            if name == "PRIMARY":
+                key, source = tuple(c for c, _ in cols), "primary"
+                break
+            if not any(n for _, n in cols):
+                key, source = tuple(c for c, _ in cols), "unique"
+                break
+        crow = await fetch(
+            conn,
+            "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, IS_NULLABLE, CHARACTER_SET_NAME, "
+            "COALESCE(CHARACTER_MAXIMUM_LENGTH, NUMERIC_PRECISION, DATETIME_PRECISION) "
+            "FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s "
+            "ORDER BY ORDINAL_POSITION",
+            (schema, table),
+        )
+        columns = tuple(
+            ColumnStatus(
+                name=str(name),
+                type=str(dtype).upper(),
+                metadata=int(meta) if meta is not None else None,
+                nullable=str(nullable) == "YES",
+                unsigned=("unsigned" in str(ctype).lower()) if dtype in _NUMERIC else None,
+                charset=str(charset) if charset else None,
+                name_source="information_schema",
+            )
+            for name, dtype, ctype, nullable, charset, meta in crow
+        )
+        info = TableInfo(schema, table, key, source, columns, exists=bool(crow))
+        if crow and key is None and (schema, table) not in self._warned:
+            self._warned.add((schema, table))
+            log.warning(
+                "%s.%s has no primary key and no unique NOT NULL key: its rows are skipped", schema, table
+            )
+        self._tables[(schema, table)] = info
+        return info
+
+    async def wanted_tables(self, conn: aiomysql.Connection) -> list[tuple[str, str]]:
+        rows = await fetch(
+            conn,
+            "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_TYPE = 'BASE TABLE' "
+            f"AND TABLE_SCHEMA NOT IN ({','.join(['%s'] * len(SYSTEM_SCHEMAS))})",
+            SYSTEM_SCHEMAS,
+        )
+        return sorted((str(s), str(t)) for s, t in rows if self.filter.wants(str(s), str(t)))
+
+
+_NUMERIC = {"tinyint", "smallint", "mediumint", "int", "bigint", "decimal", "float", "double"}

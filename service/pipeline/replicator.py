@@ -1,0 +1,520 @@
+"""The Replicator: source -> bounded queue -> RedisMirror, with retry, lease, resync and status.
+
+    run()
+      └── loop: wait for the writer lease (standby) ─> session ─> on a retriable error back off
+          session (TaskGroup):
+            reader   async for txn in source: queue.put(txn)    (bounded: backpressure)
+            applier  queue -> batches -> mirror.apply -> on_applied hooks (in order)
+            lease    renew every ttl/3; LeaseLost ends the session and goes back to standby
+            resyncs  one task per table being re-read after a DDL (service/pipeline/resync.py)
+            stats    refresh bytes-behind every few seconds
+
+Every session starts from the checkpoint STORED in Redis, never from memory, so a failure at any
+point resumes exactly after the last applied transaction.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import aiomysql
+from redis.asyncio import Redis
+
+from service.checkpoint import Checkpoint, StartPoint, parse_start
+from service.errors import ConfigError, LeaseLost, ReplicatorError, SinkError
+from service.pipeline.catalog import Catalog
+from service.pipeline.ddl import ddl_actions
+from service.pipeline.resync import resync_table
+from service.pipeline.status import (
+    ErrorStatus,
+    ReplicatorStatus,
+    ResyncStatus,
+    SourceStatus,
+    State,
+    TableStatus,
+)
+from service.settings import Settings
+from service.sink.keys import KeyLayout, split_key
+from service.sink.mirror import MirrorOptions, RedisMirror
+from service.sink.plan import ActionKind, TableAction
+from service.transactions import TableFilter, Transaction
+from service.transport.backoff import Backoff
+from service.transport.connection import connect, map_errors
+
+__all__ = ["AppliedHook", "Replicator", "TransactionSource"]
+
+log = logging.getLogger(__name__)
+
+AppliedHook = Callable[[Transaction, int], None]
+BATCH_MAX = 64
+
+
+class TransactionSource(Protocol):
+    """What the replicator needs from `service.transport.source.BinlogSource`."""
+
+    start_checkpoint: Checkpoint | None
+
+    async def __aenter__(self) -> Any: ...
+    async def __aexit__(self, *exc: object) -> None: ...
+    def __aiter__(self) -> AsyncIterator[Transaction]: ...
+
+
+SourceFactory = Callable[[Settings, StartPoint, TableFilter], TransactionSource]
+
+
+def _default_source(settings: Settings, start: StartPoint, flt: TableFilter) -> TransactionSource:
+    from service.transport.source import BinlogSource
+
+    return BinlogSource(settings, start, table_filter=flt)
+
+
+@dataclass(slots=True)
+class _TableCounters:
+    inserts: int = 0
+    updates: int = 0
+    deletes: int = 0
+    last_change_ts: int | None = None
+    resync: ResyncStatus | None = None
+
+
+class Replicator:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        source_factory: SourceFactory | None = None,
+        on_applied: Sequence[AppliedHook] = (),
+        backoff: Backoff | None = None,
+    ) -> None:
+        if settings.redis is None or settings.mysql is None:
+            raise ConfigError("the replicator needs --mysql and --redis")
+        self.settings = settings
+        self.filter = TableFilter.from_lists(settings.tables, settings.exclude_tables)
+        self.on_applied: list[AppliedHook] = list(on_applied)
+        self._source_factory = source_factory or _default_source
+        self._backoff = backoff or Backoff(base=0.2, cap=5.0)
+        self.layout = KeyLayout(settings.key_prefix)
+        self.catalog = Catalog(self.filter)
+        self.redis: Redis = Redis.from_url(
+            settings.redis.url.get_secret_value(), socket_timeout=10, socket_connect_timeout=5
+        )
+        options = MirrorOptions(
+            json_mode=settings.value_mode == "json",
+            chunk_size=settings.chunk_rows,
+            changelog_maxlen=settings.changelog_maxlen or None,
+            lease_ttl=settings.lease_ttl_seconds,
+        )
+        self.mirror = RedisMirror(self.redis, self.layout, self.catalog.key_columns, options)
+        self._stop = asyncio.Event()
+        self._source: Any = None
+        self._queue: asyncio.Queue[Transaction] = asyncio.Queue(maxsize=settings.queue_size)
+        self._mirrored: set[tuple[str, str]] = set()
+        self._resyncs: dict[tuple[str, str], asyncio.Task[None]] = {}
+        self._ctl: aiomysql.Connection | None = None
+        self._tg: asyncio.TaskGroup | None = None
+        # status
+        self._state, self._since = State.STARTING, time.time()
+        self._leader = False
+        self._redis_ok = False
+        self._applied: Checkpoint | None = None
+        self._applied_ts: int | None = None
+        self._received: Transaction | None = None
+        self._in_flight = (0, 0)
+        self._txns_applied = self._rows_applied = 0
+        self._errors = ErrorStatus()
+        self._tables: dict[tuple[str, str], _TableCounters] = {}
+        self._bytes_behind: int | None = None
+
+    # -- public ----------------------------------------------------------------------------------
+    def add_applied_hook(self, hook: AppliedHook) -> None:
+        """Call `hook(txn, first_seq)` after each applied transaction (sync; must never block)."""
+        self.on_applied.append(hook)
+
+    def stop(self) -> None:
+        """Ask run() to return after the transaction batch in flight (never half-applied)."""
+        self._stop.set()
+
+    async def run(self) -> None:
+        """Replicate until stop(); raises on a non-retriable error (state FAILED)."""
+        failures = 0
+        try:
+            while not self._stop.is_set():
+                applied_before = self._txns_applied
+                try:
+                    await self._wait_for_lease()
+                    if self._stop.is_set():
+                        break
+                    await self._session()
+                except LeaseLost as exc:
+                    self._error(exc)
+                    self._leader = False
+                    log.warning("lost the writer lease (%s); back to standby", exc)
+                except ReplicatorError as exc:
+                    self._error(exc)
+                    if not exc.retriable:
+                        self._set_state(State.FAILED)
+                        log.error("replication stopped: %s", exc)
+                        raise
+                    failures = 1 if self._txns_applied > applied_before else failures + 1
+                    self._set_state(State.RECONNECTING)
+                    delay = self._backoff.delay(failures)
+                    log.warning("replication interrupted: %s; retrying in %.2fs", exc, delay)
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._stop.wait(), delay)
+            self._set_state(State.STOPPED)
+        finally:
+            if self._leader:
+                await self.mirror.release_lease()
+            await self.redis.aclose()
+
+    # -- lease -----------------------------------------------------------------------------------
+    async def _wait_for_lease(self) -> None:
+        waited = False
+        while not self._stop.is_set():
+            self._redis_ok = await self.mirror.ping()
+            if self._redis_ok and await self.mirror.acquire_lease():
+                self._leader = True
+                if waited:
+                    log.info("took over the writer lease (instance %s)", self.mirror.token)
+                return
+            if not waited:
+                log.info("standby: another instance holds the writer lease %s", self.layout.lease_key)
+                waited = True
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), self.settings.lease_ttl_seconds / 3)
+
+    async def _renew_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.lease_ttl_seconds / 3)
+            await self.mirror.renew_lease()
+            self._redis_ok = True
+
+    # -- session ---------------------------------------------------------------------------------
+    async def _session(self) -> None:
+        self._set_state(State.STARTING)
+        checkpoint = await self.mirror.load_checkpoint()
+        if checkpoint is None:
+            policy = self.settings.on_no_checkpoint
+            if policy == "refuse":
+                raise ConfigError(
+                    f"no checkpoint at {self.layout.checkpoint_key} and on_no_checkpoint=refuse: "
+                    "start once with --on-no-checkpoint now (mirror from the current position, after "
+                    "copying the tables) or start (replay all binlogs still on the source)"
+                )
+            start: StartPoint = "start" if policy == "start" else parse_start(self.settings.start)
+        else:
+            start = checkpoint
+        self._applied = checkpoint
+        self._queue = asyncio.Queue(maxsize=self.settings.queue_size)
+        source = self._source_factory(self.settings, start, self.filter)
+        self._source = source
+        try:
+            async with source:
+                self._ctl = await connect(self.settings)
+                await self._bootstrap(checkpoint, source)
+                self._set_state(State.STREAMING)
+                async with asyncio.TaskGroup() as tg:
+                    tg.create_task(self._renew_loop(), name="lease")
+                    tg.create_task(self._stats_loop(), name="stats")
+                    reader = tg.create_task(self._reader(source), name="reader")
+                    for tid in await self.mirror.pending_resyncs():
+                        parts = split_key(tid)
+                        self._start_resync(tg, (parts[0], parts[1]))
+                    self._tg = tg
+                    await self._applier(reader)
+                    raise _Stopped()
+        except BaseExceptionGroup as group:
+            exc = _first(group)
+            if not isinstance(exc, _Stopped):
+                raise exc from None
+        finally:
+            self._tg = None
+            for task in self._resyncs.values():
+                task.cancel()
+            self._resyncs.clear()
+            if self._ctl is not None:
+                self._ctl.close()
+                self._ctl = None
+            self._source = None
+
+    async def _bootstrap(self, checkpoint: Checkpoint | None, source: TransactionSource) -> None:
+        """Reconcile the mirrored tables with the table selection, atomically with the checkpoint."""
+        assert self._ctl is not None
+        self._mirrored = {
+            (p[0], p[1]) for p in (split_key(t) for t in await self.mirror.mirrored_tables()) if len(p) == 2
+        }
+        wanted = set(await self.catalog.wanted_tables(self._ctl))
+        actions = [
+            TableAction(ActionKind.DROP, s, t, reason="no longer selected")
+            for s, t in sorted(self._mirrored - wanted)
+        ]
+        actions += [
+            TableAction(ActionKind.RESYNC, s, t, reason="newly selected")
+            for s, t in sorted(wanted - self._mirrored)
+        ]
+        end = checkpoint or source.start_checkpoint
+        if end is None:
+            raise ConfigError("the source did not report its start position")
+        if not actions and checkpoint is not None:
+            return
+        for s, t in wanted:
+            await self._table_info(s, t)
+        log.info(
+            "bootstrap at %s: %d table(s) to copy, %d to drop",
+            end.position,
+            len(wanted - self._mirrored),
+            len(self._mirrored - wanted),
+        )
+        await self.mirror.apply([(Transaction((), (), None, end.ts, end), actions)])
+        self._note_actions(actions)
+        self._applied = end
+
+    async def _reader(self, source: TransactionSource) -> None:
+        async for txn in source:
+            self._received = txn
+            await self._queue.put(txn)
+
+    async def _applier(self, reader: asyncio.Task[None]) -> None:
+        while not self._stop.is_set():
+            if reader.done() and self._queue.empty():
+                reader.result()
+                return
+            get = asyncio.ensure_future(self._queue.get())
+            stop = asyncio.ensure_future(self._stop.wait())
+            try:
+                await asyncio.wait({get, stop, reader}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                stop.cancel()
+            if not get.done():
+                get.cancel()
+                continue
+            batch = [get.result()]
+            while len(batch) < BATCH_MAX and not batch[-1].ddl and not self._queue.empty():
+                nxt = self._queue.get_nowait()
+                if nxt.ddl and len(batch) > 0:
+                    await self._apply(batch)
+                    batch = []
+                batch.append(nxt)
+            await self._apply(batch)
+
+    async def _apply(self, batch: list[Transaction]) -> None:
+        # Empty transactions (all rows filtered out) only move the checkpoint: keep the last one.
+        batch = [t for i, t in enumerate(batch) if t.changes or t.ddl or i == len(batch) - 1]
+        for txn in batch:
+            for ch in txn.changes:
+                if not self.catalog.known(ch.schema, ch.table):
+                    await self._table_info(ch.schema, ch.table)
+        units: list[tuple[Transaction, list[TableAction]]] = []
+        for txn in batch:
+            actions = [a for d in txn.ddl for a in ddl_actions(d, self.filter, self._mirrored)]
+            units.append((txn, actions))
+        self._in_flight = (len(batch), sum(len(t.changes) for t in batch))
+        firsts = await self.mirror.apply(units)
+        self._in_flight = (0, 0)
+        self._redis_ok = True
+        for (txn, actions), first in zip(units, firsts, strict=True):
+            self._applied, self._applied_ts = txn.end, txn.ts
+            self._txns_applied += 1
+            self._rows_applied += len(txn.changes)
+            for ch in txn.changes:
+                c = self._tables.setdefault((ch.schema, ch.table), _TableCounters())
+                setattr(c, f"{ch.op.value}s", getattr(c, f"{ch.op.value}s") + 1)
+                c.last_change_ts = ch.ts
+            if txn.ddl:
+                for d in txn.ddl:
+                    for s, t in d.tables:
+                        self.catalog.forget(s, t or None)
+                self._note_actions(actions)
+            for hook in self.on_applied:
+                try:
+                    hook(txn, first)
+                except Exception:  # a broken hook must not stop replication
+                    log.exception("on_applied hook %r failed", hook)
+
+    def _note_actions(self, actions: Sequence[TableAction]) -> None:
+        for a in actions:
+            key = (a.schema, a.table)
+            if a.kind is ActionKind.DROP:
+                self._mirrored.discard(key)
+                self._cancel_resync(key)
+            elif a.kind is ActionKind.RENAME:
+                self._mirrored.discard(key)
+                self._cancel_resync(key)
+                assert a.new_schema is not None and a.new_table is not None
+                self._mirrored.add((a.new_schema, a.new_table))
+                self.catalog.forget(a.new_schema, a.new_table)
+            elif a.kind in (ActionKind.REGISTER, ActionKind.RESYNC):
+                self._mirrored.add(key)
+            tg = self._tg
+            if a.kind is ActionKind.RESYNC and tg is not None:
+                self._start_resync(tg, key)
+
+    # -- resync ----------------------------------------------------------------------------------
+    def _cancel_resync(self, key: tuple[str, str]) -> None:
+        task = self._resyncs.pop(key, None)
+        if task is not None:
+            task.cancel()
+
+    def _start_resync(self, tg: asyncio.TaskGroup, key: tuple[str, str]) -> None:
+        self._cancel_resync(key)
+        self._resyncs[key] = tg.create_task(self._resync(key), name=f"resync {key[0]}.{key[1]}")
+        self._set_state(State.RESYNCING)
+
+    async def _resync(self, key: tuple[str, str]) -> None:
+        schema, table = key
+        counters = self._tables.setdefault(key, _TableCounters())
+        started = time.time()
+        counters.resync = ResyncStatus(started, 0, None, "resync")
+        conn = await connect(self.settings)
+        try:
+            with map_errors("resync session"):
+                async with conn.cursor() as cur:
+                    await cur.execute("SET SESSION time_zone = '+00:00'")
+            self.catalog.forget(schema, table)
+            info = await self._table_info(schema, table, conn)
+
+            def progress(done: int, total: int | None) -> None:
+                counters.resync = ResyncStatus(started, done, total, "resync")
+                log.info("resync %s.%s: %d/%s rows", schema, table, done, total if total is not None else "?")
+
+            await resync_table(
+                conn,
+                self.mirror,
+                schema,
+                table,
+                info.key,
+                chunk_rows=self.settings.resync_chunk_rows,
+                progress=progress,
+            )
+        finally:
+            conn.close()
+            counters.resync = None
+            if self._resyncs.get(key) is asyncio.current_task():
+                del self._resyncs[key]
+            if not self._resyncs and self._state == State.RESYNCING:
+                self._set_state(State.STREAMING)
+
+    async def _table_info(self, schema: str, table: str, conn: aiomysql.Connection | None = None) -> Any:
+        conn = conn or self._ctl
+        assert conn is not None
+        with map_errors(f"reading the definition of {schema}.{table}"):
+            return await self.catalog.load(conn, schema, table)
+
+    # -- stats and status ------------------------------------------------------------------------
+    async def _stats_loop(self) -> None:
+        while True:
+            lag_bytes = getattr(self._source, "lag_bytes", None)
+            if lag_bytes is not None:
+                with contextlib.suppress(ReplicatorError):
+                    self._bytes_behind = await lag_bytes()
+            await asyncio.sleep(2.0)
+
+    def _set_state(self, state: State) -> None:
+        if state != self._state:
+            log.info("state: %s -> %s", self._state, state)
+            self._state, self._since = state, time.time()
+
+    def _error(self, exc: BaseException) -> None:
+        retriable = bool(getattr(exc, "retriable", False))
+        self._errors = ErrorStatus(self._errors.count + 1, repr(exc), time.time(), retriable)
+        if isinstance(exc, SinkError):
+            self._redis_ok = False
+
+    def status(self) -> ReplicatorStatus:
+        now = time.time()
+        src = self._source
+        info = getattr(src, "info", None)
+        stats = getattr(src, "stats", None)
+        waiting = self._queue.qsize() + self._in_flight[0]
+        queued: list[Transaction] = list(getattr(self._queue, "_queue", ()))
+        rows_waiting = sum(len(t.changes) for t in queued) + self._in_flight[1]
+        last_event_ts = getattr(stats, "last_event_ts", None) or None
+        last_packet = getattr(stats, "last_event_at", 0.0) or 0.0
+        lag: float | None = None
+        if self._applied_ts is not None or self._applied is not None:
+            fresh = last_packet and now - last_packet < 3 * self.settings.heartbeat_seconds
+            if waiting == 0 and fresh:
+                lag = 0.0
+            elif self._applied_ts:
+                lag = max(0.0, now - self._applied_ts)
+            elif last_packet:
+                lag = max(0.0, now - last_packet)
+        tables = []
+        for key in sorted(set(self._tables) | self._mirrored):
+            c = self._tables.get(key, _TableCounters())
+            t = self.catalog.get(*key)
+            skipped = self.mirror.planner.skipped.rows.get(key, 0)
+            tables.append(
+                TableStatus(
+                    schema=key[0],
+                    table=key[1],
+                    columns=t.columns if t else (),
+                    primary_key=(t.key or ()) if t else (),
+                    key_source=t.key_source if t else "primary",
+                    mirrored=bool(t is None or t.key),
+                    inserts=c.inserts,
+                    updates=c.updates,
+                    deletes=c.deletes,
+                    skipped_rows=skipped,
+                    last_change_ts=c.last_change_ts,
+                    resync=c.resync,
+                )
+            )
+        received = self._received
+        return ReplicatorStatus(
+            state=self._state,
+            since=self._since,
+            source=SourceStatus(
+                flavour=getattr(info, "flavor", None),
+                version=getattr(info, "version_string", None),
+                server_id=getattr(info, "server_id", None),
+                connected=bool(getattr(stats, "connected", False)),
+                url=self.settings.mysql.redacted() if self.settings.mysql else None,
+            ),
+            received_position=received.end.position if received else None,
+            received_gtid=received.gtid if received else None,
+            applied=self._applied,
+            last_event_ts=last_event_ts,
+            lag_seconds=lag,
+            bytes_behind=self._bytes_behind,
+            transactions_waiting=waiting,
+            rows_waiting=rows_waiting,
+            transactions_applied=self._txns_applied,
+            rows_applied=self._rows_applied,
+            redis_reachable=self._redis_ok,
+            leader=self._leader,
+            instance_id=self.mirror.token,
+            errors=self._errors,
+            tables=tuple(tables),
+        )
+
+
+class _Stopped(Exception):
+    """Internal: ends the session's TaskGroup on a clean stop."""
+
+
+def _first(group: BaseExceptionGroup[Any]) -> BaseException:
+    """The exception that matters in a TaskGroup failure: non-retriable first, then any error."""
+    leaves: list[BaseException] = []
+
+    def walk(g: BaseExceptionGroup[Any]) -> None:
+        for e in g.exceptions:
+            if isinstance(e, BaseExceptionGroup):
+                walk(e)
+            else:
+                leaves.append(e)
+
+    walk(group)
+    for e in leaves:
+        if isinstance(e, ReplicatorError) and not e.retriable:
+            return e
+    for e in leaves:
+        if not isinstance(e, _Stopped | asyncio.CancelledError):
+            return e
+    return leaves[0]

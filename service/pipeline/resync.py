@@ -1,0 +1,85 @@
+"""Re-reading a table from the source while the stream keeps applying (docs/mirror.md, "DDL resync").
+
+The mirror marks the table when the resync begins (inside the apply of the DDL's transaction, or of
+the bootstrap transaction for a newly mirrored table). From then on every row the stream writes is
+added to the table's `__touched` set, and `resync_rows` never overwrites a touched row: the stream's
+version is newer than anything read here, because every row read here is at least as new as the
+mark (the source executed the DDL before we applied it). Rows present before the resync and neither
+seen here nor touched by the stream are deleted at the end.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import aiomysql
+
+from service.sink.mirror import RedisMirror
+from service.transport.connection import fetch, map_errors
+
+__all__ = ["resync_table"]
+
+log = logging.getLogger(__name__)
+
+
+def _q(ident: str) -> str:
+    return "`" + ident.replace("`", "``") + "`"
+
+
+async def resync_table(
+    conn: aiomysql.Connection,
+    mirror: RedisMirror,
+    schema: str,
+    table: str,
+    key: tuple[str, ...] | None,
+    *,
+    chunk_rows: int,
+    progress: Callable[[int, int | None], None],
+) -> int:
+    """Copy `schema.table` into the mirror in key order; returns rows read."""
+    started = time.monotonic()
+    total: int | None = None
+    est = await fetch(
+        conn,
+        "SELECT TABLE_ROWS FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s",
+        (schema, table),
+    )
+    if est and est[0][0] is not None:
+        total = int(est[0][0])
+    done = 0
+    if key:
+        cols = ", ".join(_q(c) for c in key)
+        last: tuple[Any, ...] | None = None
+        while True:
+            where = ""
+            args: tuple[Any, ...] = ()
+            if last is not None:
+                where = f"WHERE ({cols}) > ({', '.join(['%s'] * len(key))})"
+                args = last
+            sql = f"SELECT * FROM {_q(schema)}.{_q(table)} {where} ORDER BY {cols} LIMIT {chunk_rows}"
+            with map_errors(f"resync of {schema}.{table}"):
+                async with conn.cursor(aiomysql.DictCursor) as cur:
+                    await cur.execute(sql, args)
+                    rows = list(await cur.fetchall())
+            if not rows:
+                break
+            await mirror.resync_rows(schema, table, rows)
+            done += len(rows)
+            progress(done, total)
+            last = tuple(rows[-1][c] for c in key)
+            if len(rows) < chunk_rows:
+                break
+    removed = await mirror.resync_finish(schema, table)
+    log.info(
+        "resync of %s.%s done: %d rows read, %d stale rows removed in %.2fs",
+        schema,
+        table,
+        done,
+        removed,
+        time.monotonic() - started,
+        extra={"schema": schema, "table": table, "rows": done, "removed": removed},
+    )
+    return done
