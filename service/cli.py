@@ -12,6 +12,7 @@ import typer
 from rich.console import Console
 
 from service.errors import ReplicatorError
+from service.run_cli import run
 from service.stack import LocalStack
 from service.stream_cli import stream
 
@@ -23,6 +24,7 @@ app = typer.Typer(
 stack_app = typer.Typer(no_args_is_help=True, help="A throwaway local MariaDB + Redis on 127.0.0.1.")
 app.add_typer(stack_app, name="stack")
 app.command("stream")(stream)
+app.command("run")(run)
 
 console = Console(stderr=True)
 
