@@ -6,9 +6,11 @@ import asyncio
 import sys
 from typing import Annotated
 
+import orjson
 import typer
 from rich.console import Console
 
+from service.binlog.canonical import row_change_to_dict
 from service.checkpoint import BinlogPosition, parse_start
 from service.errors import ConfigError, ReplicatorError
 from service.settings import load_settings
@@ -49,20 +51,18 @@ def stream(
             )
         start_point = parse_start(settings.start)
     except (ConfigError, ValueError) as exc:
-        console.print(f"[red]error:[/red] {exc}", highlight=False)
+        console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None
     try:
         asyncio.run(_stream(BinlogSource(settings, start_point), until_caught_up))
     except ReplicatorError as exc:
-        console.print(f"[red]error:[/red] {exc}", highlight=False)
+        console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
 
 
 async def _stream(source: BinlogSource, until_caught_up: bool) -> None:
-    from service.binlog.canonical import change_to_json  # the decoder's lossless JSON form
-
     out = sys.stdout.buffer
     async with source:
         target: BinlogPosition | None = None
@@ -79,5 +79,5 @@ async def _stream(source: BinlogSource, until_caught_up: bool) -> None:
             except StopAsyncIteration:
                 return
             for change in txn.changes:
-                out.write(change_to_json(change) + b"\n")
+                out.write(orjson.dumps(row_change_to_dict(change)) + b"\n")
             out.flush()

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 
 import aiomysql
 
+from service.binlog import BinlogDecoder, DecodeOptions
 from service.binlog.constants import EventType
-from service.binlog.decoder import BinlogDecoder, DecodeOptions
 from service.binlog.schema import TableSchema
 from service.checkpoint import (
     BinlogPosition,
