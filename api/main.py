@@ -15,7 +15,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from fastapi import FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
@@ -34,19 +34,22 @@ __all__ = ["AppliedHook", "HookHost", "create_app"]
 log = logging.getLogger(__name__)
 
 AppliedHook = Callable[[Transaction, int], None]
+STOP_TIMEOUT = 10.0  # seconds the lifespan waits for the replicator to stop before cancelling it
 
 
 @runtime_checkable
 class HookHost(Protocol):
-    """A status source that also calls `on_applied` hooks (the Replicator)."""
+    """A status source that calls its `on_applied` hooks after each apply (the Replicator)."""
+
+    on_applied: list[AppliedHook]
 
     def status(self) -> ReplicatorStatus: ...
-
-    def add_applied_hook(self, hook: AppliedHook) -> None: ...
 
 
 class OwnedReplicator(HookHost, Protocol):
     async def run(self) -> None: ...
+
+    def stop(self) -> None: ...
 
 
 def create_app(
@@ -91,7 +94,8 @@ def create_app(
 
 def _attach(replicator: HookHost, hooks: tuple[AppliedHook, ...]) -> None:
     for hook in hooks:
-        replicator.add_applied_hook(hook)
+        if hook not in replicator.on_applied:
+            replicator.on_applied.append(hook)
 
 
 def _status_or_none(app: FastAPI) -> ReplicatorStatus | None:
@@ -113,7 +117,8 @@ def _build_replicator(settings: Settings) -> OwnedReplicator:
 
 @asynccontextmanager
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
-    task: asyncio.Task[Any] | None = None
+    task: asyncio.Task[None] | None = None
+    replicator: OwnedReplicator | None = None
     if app.state.owns_replicator:
         replicator = _build_replicator(app.state.settings)
         _attach(replicator, app.state.hooks)
@@ -123,17 +128,20 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
         yield
     finally:
         app.state.hub.close()  # websocket subscribers get 1001
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        if replicator is not None and task is not None:
+            replicator.stop()  # finishes the batch in flight, never half-applies
+            try:
+                async with asyncio.timeout(STOP_TIMEOUT):
+                    await asyncio.shield(task)
+            except TimeoutError:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
 
 
 async def _run(replicator: OwnedReplicator) -> None:
     """Run the replicator; a failure stays visible in /health/ready instead of killing the API."""
     try:
         await replicator.run()
-    except asyncio.CancelledError:
-        raise
     except Exception:
         log.exception("replicator stopped with an error")

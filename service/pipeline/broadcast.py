@@ -7,10 +7,13 @@ matches. A subscriber whose bounded queue is full is cut off on the spot (`Dropp
 slow client can never slow the stream or the other clients.
 
 Sequence numbers are the Replicator's: the i-th change of a transaction has
-`first_seq + i`. They identify a change within one *stream* (one Broadcaster, named by
-`stream_id`). A subscriber may ask for everything after a sequence number it has already
-seen; what is still in the ring is replayed, and anything older is reported as a `Gap`
-first, never skipped silently.
+`first_seq + i`, and the mirror keeps the counter in Redis, so they keep increasing across
+restarts. A subscriber may ask for everything after a sequence number it has already seen;
+what is still in the ring is replayed, and anything older is reported as a `Gap` first, never
+skipped silently. A resume that arrives before this process has published anything is
+settled at the first publish (contiguous, a gap, or a counter that went back). `stream_id`
+names this process's stream: a client that passes it back gets an explicit gap if it
+changed, even when the numbers would look contiguous.
 
     Broadcaster ── ring: deque[Entry] (bounded, for resume)
         └── Subscription × N ── deque[Entry | Gap] (bounded for live entries)
@@ -241,6 +244,7 @@ class Subscription:
         self.sent = 0
         self._items: deque[Entry | Gap] = deque()
         self._replay = 0  # items at the head of _items that came from the ring (not bounded)
+        self._resume_after: int | None = None  # resume asked before this hub saw any change
         self._wake = asyncio.Event()
 
     @property
@@ -298,6 +302,7 @@ class Broadcaster:
         self._subs: dict[int, Subscription] = {}
         self._next_sid = 0
         self._next_seq: int | None = None  # the seq the next change should carry
+        self._waiting: list[Subscription] = []  # resumed before the first change (see _replay)
         self.closed = False
         # counters read by the metrics collector
         self.published = 0  # changes received from the Replicator
@@ -327,6 +332,8 @@ class Broadcaster:
             for sub in list(self._subs.values()):
                 self._deliver(sub, hole)
         self._next_seq = first_seq + len(txn.changes)
+        if self._waiting:
+            self._resolve_waiting(first_seq)
         for offset, change in enumerate(txn.changes):
             entry = Entry(first_seq + offset, change)
             self._ring.append(entry)
@@ -334,6 +341,19 @@ class Broadcaster:
             for sub in list(self._subs.values()):
                 if sub.filter.matches(change):
                     self._deliver(sub, entry)
+
+    def _resolve_waiting(self, first_seq: int) -> None:
+        """Subscribers that resumed before this hub saw a change learn now whether they missed any."""
+        for sub in self._waiting:
+            after, sub._resume_after = sub._resume_after, None
+            if after is None or sub.closed is not None:
+                continue
+            if first_seq > after + 1:
+                self._deliver(sub, Gap(after + 1, first_seq - 1, "applied before this server started"))
+            elif first_seq <= after:
+                reason = f"seq {after} is ahead of this stream (next is {first_seq})"
+                self._deliver(sub, Gap(after + 1, None, reason))
+        self._waiting.clear()
 
     def _deliver(self, sub: Subscription, item: Entry | Gap) -> None:
         if isinstance(item, Gap):
@@ -347,6 +367,7 @@ class Broadcaster:
 
     def _reset(self) -> None:
         self._ring.clear()
+        self._waiting.clear()
         self.stream_id = uuid.uuid4().hex[:12]
         for sub in list(self._subs.values()):
             self._drop(sub, Closed(CLOSE_STREAM_RESET, "stream restarted: resubscribe without 'after'"))
@@ -389,7 +410,12 @@ class Broadcaster:
         sub = Subscription(self._next_sid, flt, queue_size or self.queue_size)
         self._next_sid += 1
         self.subscribed += 1
-        if after is not None:
+        if after is not None and self._next_seq is None and stream in (None, self.stream_id):
+            # Sequence numbers come from the mirror and outlive this process: whether `after`
+            # is still contiguous is known at the first publish.
+            sub._resume_after = after
+            self._waiting.append(sub)
+        elif after is not None:
             for item in self._replay(flt, after, stream):
                 if isinstance(item, Gap):
                     self.gaps += 1
@@ -404,11 +430,10 @@ class Broadcaster:
         last = self.last_seq
         if stream is not None and stream != self.stream_id:
             return [Gap(after + 1, None, f"stream {stream!r} is gone (now {self.stream_id!r})")]
-        if last is None or after > last:
-            if last is None and after < 0:
-                return []
-            nxt = 0 if last is None else last + 1
-            return [Gap(after + 1, None, f"seq {after} is ahead of this stream (next is {nxt})")]
+        if last is None:
+            return [Gap(after + 1, None, "nothing published yet on this stream")]
+        if after > last:
+            return [Gap(after + 1, None, f"seq {after} is ahead of this stream (next is {last + 1})")]
         items: list[Entry | Gap] = []
         oldest = self.oldest_seq
         if oldest is None or after + 1 < oldest:
@@ -421,6 +446,8 @@ class Broadcaster:
 
     def unsubscribe(self, sub: Subscription) -> None:
         self._subs.pop(sub.id, None)
+        if sub in self._waiting:
+            self._waiting.remove(sub)
 
     def close(self) -> None:
         """End every subscription with 1001 (server going away); later publishes are ignored."""

@@ -70,19 +70,16 @@ class StatusDouble:
 
     def __init__(self, snapshot: ReplicatorStatus | None = None) -> None:
         self.snapshot = snapshot or streaming_status()
-        self.hooks: list[Callable[[Transaction, int], None]] = []
+        self.on_applied: list[Callable[[Transaction, int], None]] = []
         self.next_seq = 1
 
     def status(self) -> ReplicatorStatus:
         return self.snapshot
 
-    def add_applied_hook(self, hook: Callable[[Transaction, int], None]) -> None:
-        self.hooks.append(hook)
-
     def apply(self, t: Transaction) -> int:
         """What the Replicator does after a commit: call every hook with the first seq."""
         first = self.next_seq
         self.next_seq += len(t.changes)
-        for hook in self.hooks:
+        for hook in self.on_applied:
             hook(t, first)
         return first

@@ -17,6 +17,7 @@ from starlette.websockets import WebSocketDisconnect
 
 import api.routes.events as events_route
 from service.binlog.rowchange import Op, RowChange
+from service.pipeline.broadcast import Broadcaster
 from service.pipeline.status import TableStatus
 
 
@@ -35,7 +36,9 @@ def close_of(ws: Any) -> WebSocketDisconnect:
     return info.value
 
 
-def test_query_subscription_gets_only_matching_changes_in_order(client: TestClient, double: StatusDouble) -> None:
+def test_query_subscription_gets_only_matching_changes_in_order(
+    client: TestClient, double: StatusDouble
+) -> None:
     with client.websocket_connect("/ws/events?tables=shop.*&ops=insert,update") as ws:
         hello = ws.receive_json()
         assert hello["type"] == "subscribed" and hello["filter"]["tables"] == ["shop.*"]
@@ -67,7 +70,9 @@ def test_first_message_subscription_with_projection(client: TestClient, double: 
         assert msg["before"] == msg["after"] == {"id": 9}
 
 
-def test_subscribers_with_different_filters_each_get_their_own(client: TestClient, double: StatusDouble) -> None:
+def test_subscribers_with_different_filters_each_get_their_own(
+    client: TestClient, double: StatusDouble
+) -> None:
     with (
         client.websocket_connect("/ws/events?tables=shop.orders") as a,
         client.websocket_connect("/ws/events?tables=crm.*") as b,
@@ -96,9 +101,9 @@ def test_exact_table_not_seen_yet_is_a_warning(client: TestClient, double: Statu
         pytest.param("/ws/events?after=soon", None, 4400, "bad subscribe field 'after'", id="bad-after"),
         pytest.param("/ws/events", "not json", 4400, "not valid JSON", id="not-json"),
         pytest.param("/ws/events", '{"type": "hello"}', 4400, "first message must be", id="wrong-type"),
-        pytest.param("/ws/events", '{"tables": "a.b", "x": 1}', 4400, "bad subscribe field 'x'", id="extra-key"),
+        pytest.param("/ws/events", '{"tables": "a.b", "x": 1}', 4400, "field 'x'", id="extra-key"),
         pytest.param("/ws/events", "[1, 2]", 4400, "first message must be", id="array"),
-        pytest.param("/ws/events?tables=internal.audit", None, 4404, "unknown table internal.audit", id="excluded"),
+        pytest.param("/ws/events?tables=internal.audit", None, 4404, "unknown table", id="excluded"),
     ],
 )
 def test_bad_subscriptions_are_closed_with_a_4xxx_reason(
@@ -143,18 +148,23 @@ def test_resume_after_reconnect_misses_nothing(client: TestClient, double: Statu
     assert seen == [1, 3, 4, 6, 7]
 
 
-def test_resume_too_old_is_an_explicit_gap(make_client: Callable[..., TestClient], double: StatusDouble) -> None:
+def test_resume_too_old_is_an_explicit_gap(
+    make_client: Callable[..., TestClient], double: StatusDouble
+) -> None:
     client = make_client(ws_buffer_events=2)
     for i in range(5):
         publish(client, double, change(id=i))
     with client.websocket_connect("/ws/events?after=1") as ws:
         ws.receive_json()
         gap = ws.receive_json()
-        assert gap == {"type": "gap", "from_seq": 2, "to_seq": 3, "reason": "requested changes are no longer buffered"}
+        reason = "requested changes are no longer buffered"
+        assert gap == {"type": "gap", "from_seq": 2, "to_seq": 3, "reason": reason}
         assert [ws.receive_json()["seq"], ws.receive_json()["seq"]] == [4, 5]
 
 
-def test_a_lagging_subscriber_is_closed_with_1013(make_client: Callable[..., TestClient], double: StatusDouble) -> None:
+def test_a_lagging_subscriber_is_closed_with_1013(
+    make_client: Callable[..., TestClient], double: StatusDouble
+) -> None:
     client = make_client(ws_queue_events=3)
     with client.websocket_connect("/ws/events?tables=shop.*") as ws:
         ws.receive_json()
@@ -171,7 +181,8 @@ def test_shutdown_closes_subscribers_with_1001(client: TestClient) -> None:
         ws.receive_json()
         portal = client.portal
         assert portal is not None
-        portal.call(client.app.state.hub.close)  # type: ignore[attr-defined]
+        hub: Broadcaster = client.app.state.hub  # type: ignore[attr-defined]
+        portal.call(hub.close)
         closed = close_of(ws)
     assert closed.code == 1001
 
