@@ -1,0 +1,199 @@
+"""Helpers shared by the mirror's integration tests: workloads and the Redis == MariaDB check."""
+
+from __future__ import annotations
+
+import random
+import time
+import uuid
+from typing import Any
+
+import pymysql
+import redis as redis_sync
+
+from service.checkpoint import BinlogPosition
+from service.sink.keys import KeyLayout
+from service.sink.values import field_value
+from service.stack import LocalStack
+
+TABLES = {
+    "items": "CREATE TABLE {db}.items (id INT PRIMARY KEY, name VARCHAR(40), qty INT, price DECIMAL(10,2), "
+    "note TEXT NULL, at DATETIME(3) NULL, raw VARBINARY(8) NULL)",
+    "pairs": "CREATE TABLE {db}.pairs (a VARCHAR(10) NOT NULL, b INT NOT NULL, v VARCHAR(20), PRIMARY KEY (a, b))",
+    "uniq": "CREATE TABLE {db}.uniq (code VARCHAR(10) NOT NULL, v INT, UNIQUE KEY (code))",
+    "nokey": "CREATE TABLE {db}.nokey (v INT)",
+    "ledger": "CREATE TABLE {db}.ledger (id INT PRIMARY KEY, note VARCHAR(20))",
+}
+KEYS = {"items": ("id",), "pairs": ("a", "b"), "uniq": ("code",), "ledger": ("id",)}
+
+
+def unique_names() -> tuple[str, str]:
+    tag = uuid.uuid4().hex[:8]
+    return f"mt_{tag}", f"p{tag}"
+
+
+def root(stack: LocalStack, db: str | None = None) -> pymysql.connections.Connection[Any]:
+    return stack.root_connection(db)
+
+
+def create_schema(stack: LocalStack, db: str) -> None:
+    conn = root(stack)
+    with conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE {db}")
+        for sql in TABLES.values():
+            cur.execute(sql.format(db=db))
+    conn.close()
+
+
+def master_position(stack: LocalStack) -> BinlogPosition:
+    conn = root(stack)
+    with conn.cursor() as cur:
+        cur.execute("SHOW MASTER STATUS")
+        row = cur.fetchone()
+    conn.close()
+    assert row is not None
+    return BinlogPosition(str(row[0]), int(row[1]))
+
+
+class Workload:
+    """Random transactions; `ledger` gets one row per committed transaction (exactly-once check)."""
+
+    def __init__(self, stack: LocalStack, db: str, seed: int) -> None:
+        self.db = db
+        self.rng = random.Random(seed)
+        self.conn = root(stack, db)
+        self.conn.autocommit(False)
+        self.next_id = 1
+        self.ledger = 0
+        self.ddl_done = 0
+
+    def _ids(self, cur: Any, table: str = "items") -> list[int]:
+        cur.execute(f"SELECT id FROM {table}")
+        return [r[0] for r in cur.fetchall()]
+
+    def step(self, allow_ddl: bool = True) -> None:
+        rng, cur = self.rng, self.conn.cursor()
+        roll = rng.random()
+        if allow_ddl and roll < 0.03:
+            self._ddl(cur)
+            return
+        if allow_ddl and roll < 0.05:
+            cur.execute("FLUSH BINARY LOGS")
+            return
+        rollback = rng.random() < 0.1
+        for _ in range(rng.randint(1, 4)):
+            self._write(cur)
+        if not rollback:
+            self.ledger += 1
+            cur.execute("INSERT INTO ledger VALUES (%s, %s)", (self.ledger, f"t{self.ledger}"))
+            self.conn.commit()
+        else:
+            self.conn.rollback()
+            self.ledger_rollback = True
+        cur.close()
+
+    def _write(self, cur: Any) -> None:
+        rng = self.rng
+        kind = rng.random()
+        ids = self._ids(cur)
+        if kind < 0.35 or not ids:
+            self.next_id += 1
+            cur.execute(
+                "INSERT INTO items (id, name, qty, price, note, at, raw) VALUES (%s,%s,%s,%s,%s,%s,%s)",
+                (
+                    self.next_id,
+                    rng.choice(["a", "b:c", "d\\e", "__keys", "ü"]),
+                    rng.choice([None, rng.randint(-5, 5)]),
+                    f"{rng.randint(0, 9999) / 100:.2f}",
+                    rng.choice([None, "x" * rng.randint(0, 20)]),
+                    rng.choice([None, "2024-01-02 03:04:05.123"]),
+                    rng.choice([None, bytes([rng.randint(0, 255) for _ in range(3)])]),
+                ),
+            )
+        elif kind < 0.55:
+            cur.execute(
+                "UPDATE items SET qty = %s, note = NULL WHERE id = %s", (rng.randint(0, 9), rng.choice(ids))
+            )
+        elif kind < 0.62:
+            self.next_id += 1
+            cur.execute("UPDATE items SET id = %s WHERE id = %s", (self.next_id, rng.choice(ids)))
+        elif kind < 0.72:
+            cur.execute("DELETE FROM items WHERE id = %s", (rng.choice(ids),))
+        elif kind < 0.85:
+            a, b = rng.choice(["x", "y:z", "__keys"]), rng.randint(0, 3)
+            cur.execute("REPLACE INTO pairs VALUES (%s, %s, %s)", (a, b, str(rng.random())[:8]))
+            if rng.random() < 0.3:
+                cur.execute("UPDATE pairs SET b = b + 10 WHERE a = %s AND b = %s", (a, b))
+        elif kind < 0.95:
+            cur.execute(
+                "INSERT INTO uniq VALUES (%s, %s) ON DUPLICATE KEY UPDATE v = v + 1", (rng.choice("abc"), 1)
+            )
+            cur.execute("INSERT INTO nokey VALUES (%s)", (rng.randint(0, 9),))
+        else:
+            cur.execute("DELETE FROM pairs WHERE b > %s", (rng.randint(0, 12),))
+
+    def _ddl(self, cur: Any) -> None:
+        self.conn.commit()
+        self.ddl_done += 1
+        choice = self.ddl_done % 4
+        if choice == 1:
+            cur.execute(f"ALTER TABLE items ADD COLUMN extra{self.ddl_done} INT NOT NULL DEFAULT 7")
+        elif choice == 2:
+            cur.execute("TRUNCATE TABLE pairs")
+        elif choice == 3:
+            cur.execute("ALTER TABLE items MODIFY COLUMN name VARCHAR(60)")
+            cur.execute(
+                "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA=%s "
+                "AND TABLE_NAME='items' AND COLUMN_NAME LIKE 'extra%%'",
+                (self.db,),
+            )
+            for (col,) in cur.fetchall():
+                cur.execute(f"ALTER TABLE items DROP COLUMN {col}")
+        else:
+            cur.execute("RENAME TABLE uniq TO uniq_tmp, uniq_tmp TO uniq")
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def expected(stack: LocalStack, db: str) -> dict[str, dict[str, dict[bytes, bytes]]]:
+    conn = root(stack, db)
+    lay = KeyLayout("x")
+    out: dict[str, dict[str, dict[bytes, bytes]]] = {}
+    with conn.cursor(pymysql.cursors.DictCursor) as cur:
+        cur.execute("SET time_zone = '+00:00'")
+        for table, key in KEYS.items():
+            cur.execute(f"SELECT * FROM {table}")
+            rows = {}
+            for row in cur.fetchall():
+                fields = {}
+                for k, v in row.items():
+                    if v is not None:
+                        fv = field_value(v)
+                        fields[k.encode()] = fv if isinstance(fv, bytes) else fv.encode()
+                rows[lay.row_suffix([row[c] for c in key])] = fields
+            out[table] = rows
+    conn.close()
+    return out
+
+
+def actual(redis_url: str, prefix: str, db: str) -> dict[str, dict[str, dict[bytes, bytes]]]:
+    r = redis_sync.Redis.from_url(redis_url)
+    lay = KeyLayout(prefix)
+    out: dict[str, dict[str, dict[bytes, bytes]]] = {}
+    for table in KEYS:
+        members = [m.decode() for m in r.smembers(lay.index_key(db, table))]
+        out[table] = {m: r.hgetall(f"{lay.table_base(db, table)}:{m}") for m in members}
+    # the keyless table is never mirrored
+    assert not r.exists(lay.index_key(db, "nokey"))
+    r.close()
+    return out
+
+
+def wait_applied(get_checkpoint: Any, target: BinlogPosition, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        cp = get_checkpoint()
+        if cp is not None and not cp.position < target:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"mirror did not reach {target} (at {get_checkpoint()})")
