@@ -1,0 +1,137 @@
+"""TransactionAssembler + CheckpointTracker over real binlogs (decoded, never hand-built bytes);
+the DDL parser and TableFilter."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from service.binlog import BinlogDecoder, read_binlog_file
+from service.binlog.events import Event, QueryEvent, XidEvent
+from service.checkpoint import BinlogPosition, CheckpointTracker, MariadbGtidPos, parse_gtid_set
+from service.transactions import Ddl, TableFilter, Transaction, TransactionAssembler, parse_ddl
+
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "binlog" / "mariadb-10.11"
+SETUP = FIXTURES / "01-setup+full.000001"
+FULL = FIXTURES / "02-full.000002"
+
+
+def events(path: Path, start: int = 4) -> list[Event]:
+    """Decoded events of `path` from offset `start`, after the file's FDE (as a dump sends them),
+    through a fresh decoder."""
+    decoder = BinlogDecoder(file=path.name)
+    raws = [raw for i, raw in enumerate(read_binlog_file(path)) if i == 0 or raw.offset >= start]
+    return [ev for raw in raws if (ev := decoder.feed(raw)) is not None]
+
+
+def assemble(evs: list[Event], path: Path, flt: TableFilter | None = None) -> list[Transaction]:
+    asm = TransactionAssembler(CheckpointTracker(BinlogPosition(path.name, 4)), flt or TableFilter())
+    return [t for ev in evs if (t := asm.feed(ev)) is not None]
+
+
+@pytest.mark.parametrize(
+    ("name", "n_txns", "n_changes", "n_ddl"),
+    [
+        ("01-setup+full.000001", 5, 0, 5),
+        ("02-full.000002", 9, 16, 0),
+        ("03-minimal-noblob.000003", 5, 5, 0),
+        ("04-compressed.000004", 4, 4, 0),
+        ("06-minimal-metadata.000006", 2, 2, 0),
+    ],
+)
+def test_units_and_boundaries(name: str, n_txns: int, n_changes: int, n_ddl: int) -> None:
+    path = FIXTURES / name
+    evs = events(path)
+    txns = assemble(evs, path)
+    assert (len(txns), sum(len(t.changes) for t in txns), sum(len(t.ddl) for t in txns)) == (
+        n_txns,
+        n_changes,
+        n_ddl,
+    )
+    commit_ends = [
+        ev.header.log_pos
+        for ev in evs
+        if isinstance(ev, XidEvent) or (isinstance(ev, QueryEvent) and ev.sql not in ("BEGIN",))
+    ]
+    assert [t.end.position.pos for t in txns] == commit_ends  # only commit boundaries
+    gtids = [parse_gtid_set(t.end.gtid_set) for t in txns]
+    assert all(isinstance(g, MariadbGtidPos) for g in gtids)
+    assert all(a <= b and a != b for a, b in zip(gtids, gtids[1:], strict=False))
+    for t in txns:
+        assert t.gtid is not None and t.end.gtid_set.endswith(t.gtid)
+        assert all(c.gtid == t.gtid for c in t.changes)
+        assert t.ts == t.end.ts > 0
+
+
+def test_resume_from_a_checkpoint_gives_exactly_the_rest() -> None:
+    all_txns = assemble(events(FULL), FULL)
+    for k in (0, 3, len(all_txns) - 2):
+        cut = all_txns[k].end.position.pos
+        rest = assemble(events(FULL, start=cut), FULL)
+        assert [t.changes for t in rest] == [t.changes for t in all_txns[k + 1 :]]
+        assert [t.end for t in rest] == [t.end for t in all_txns[k + 1 :]]
+
+
+def test_ddl_units_from_the_setup_binlog() -> None:
+    txns = assemble(events(SETUP), SETUP)
+    assert all(len(t.ddl) == 1 and not t.changes for t in txns)
+    assert txns[0].ddl[0].kind == "create" and txns[0].ddl[0].tables == (("mt", ""),)
+    assert [t.ddl[0].tables[0][1] for t in txns[1:]] == ["all_types", "big_enum", "wide", "blobs"]
+
+
+def test_filter_keeps_the_unit_but_drops_unwanted_rows() -> None:
+    evs = events(FULL)
+    everything = assemble(evs, FULL)
+    only_blobs = assemble(evs, FULL, TableFilter(("mt.blob*",)))
+    assert [t.end for t in only_blobs] == [t.end for t in everything]
+    assert {c.table for t in only_blobs for c in t.changes} <= {"blobs"}
+    nothing = assemble(evs, FULL, TableFilter(exclude=("mt.*",)))
+    assert not any(t.changes for t in nothing)
+
+
+def test_rollback_terminated_group_yields_nothing() -> None:
+    evs = events(FULL)
+    first_xid = next(i for i, ev in enumerate(evs) if isinstance(ev, XidEvent))
+    ddl_query = next(ev for ev in events(SETUP) if isinstance(ev, QueryEvent))
+    # a real QUERY event, re-labelled: the group that ended in XID now ends in ROLLBACK
+    rollback = dataclasses.replace(ddl_query, header=evs[first_xid].header, sql="ROLLBACK", schema="mt")
+    patched = evs[:first_xid] + [rollback] + evs[first_xid + 1 :]
+    normal, rolled = assemble(evs, FULL), assemble(patched, FULL)
+    assert rolled == normal[1:]
+
+
+@pytest.mark.parametrize(
+    ("sql", "kind", "tables"),
+    [
+        ("CREATE TABLE t (a INT)", "create", (("db", "t"),)),
+        ("CREATE TABLE IF NOT EXISTS `o``dd`.`t 1` (a INT)", "create", (("o`dd", "t 1"),)),
+        ("create or replace temporary table x.y like z", "create", (("x", "y"),)),
+        ("ALTER TABLE t ADD COLUMN b INT", "alter", (("db", "t"),)),
+        ("ALTER TABLE a.t RENAME TO a.u", "alter", (("a", "t"), ("a", "u"))),
+        ("DROP TABLE IF EXISTS `t1`,`x`.`t2` /* generated by server */", "drop", (("db", "t1"), ("x", "t2"))),
+        ("RENAME TABLE a TO b, x.c TO x.d", "rename", (("db", "a"), ("db", "b"), ("x", "c"), ("x", "d"))),
+        ("TRUNCATE TABLE t", "truncate", (("db", "t"),)),
+        ("truncate q.t", "truncate", (("q", "t"),)),
+        ("CREATE DATABASE IF NOT EXISTS shop", "create", (("shop", ""),)),
+        ("DROP SCHEMA shop", "drop", (("shop", ""),)),
+        ("/* lead */ ALTER DATABASE shop CHARACTER SET utf8mb4", "alter", (("shop", ""),)),
+        ("CREATE INDEX i ON t (a)", "other", ()),
+        ("GRANT SELECT ON *.* TO u", "other", ()),
+    ],
+)
+def test_parse_ddl(sql: str, kind: str, tables: tuple[tuple[str, str], ...]) -> None:
+    assert parse_ddl("db", sql) == Ddl("db", sql, kind, tables)
+
+
+def test_table_filter() -> None:
+    flt = TableFilter(("shop.*", "crm.users", "log_?.events"), ("shop.tmp_*",))
+    assert flt.wants("shop", "orders") and flt.wants("crm", "users") and flt.wants("log_1", "events")
+    assert (
+        not flt.wants("shop", "tmp_x") and not flt.wants("crm", "leads") and not flt.wants("Shop", "orders")
+    )
+    assert TableFilter().wants("any", "thing")
+    assert TableFilter(exclude=("a.*",)).wants("b", "t") and not TableFilter(exclude=("a.*",)).wants("a", "t")
+    assert flt.wants_schema("shop") and flt.wants_schema("crm") and not flt.wants_schema("other")
+    assert TableFilter.from_lists(["a.b"], None) == TableFilter(("a.b",), ())
