@@ -23,21 +23,18 @@ changed, even when the numbers would look contiguous.
 from __future__ import annotations
 
 import asyncio
-import base64
-import datetime as dt
-import decimal
-import enum
 import fnmatch
 import logging
 import re
 import uuid
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
+from service.binlog.canonical import row_change_to_dict
 from service.binlog.rowchange import Op, RowChange
 from service.transactions import Transaction
 
@@ -148,46 +145,18 @@ def _split(value: Iterable[str] | str | None, name: str) -> list[str]:
 # --- encoding ------------------------------------------------------------------------------
 
 
-def _default(value: Any) -> Any:
-    if isinstance(value, decimal.Decimal):
-        return str(value)  # exact; never a float
-    if isinstance(value, bytes | bytearray | memoryview):
-        return {"$base64": base64.b64encode(bytes(value)).decode()}
-    if isinstance(value, dt.timedelta):
-        return value.total_seconds()
-    if isinstance(value, set | frozenset):
-        return sorted(value, key=str)
-    if isinstance(value, enum.Enum):
-        return value.value
-    raise TypeError(f"cannot encode {type(value).__name__}")
-
-
-def _row(row: Mapping[str, Any] | None, columns: tuple[str, ...] | None) -> Any:
-    if row is None or columns is None:
-        return row
-    return {c: row[c] for c in columns if c in row}
+def _project(row: dict[str, Any] | None, columns: tuple[str, ...]) -> dict[str, Any] | None:
+    return None if row is None else {c: row[c] for c in columns if c in row}
 
 
 def encode_change(seq: int, change: RowChange, columns: tuple[str, ...] | None = None) -> bytes:
-    """The websocket message for one change: canonical row-change JSON plus `type` and `seq`."""
-    message = {
-        "type": "change",
-        "seq": seq,
-        "op": change.op.value,
-        "schema": change.schema,
-        "table": change.table,
-        "before": _row(change.before, columns),
-        "after": _row(change.after, columns),
-        "ts": change.ts,
-        "server_id": change.server_id,
-        "gtid": change.gtid,
-        "position": {
-            "file": change.position.file,
-            "start": change.position.start,
-            "end": change.position.end,
-        },
-    }
-    return orjson.dumps(message, default=_default, option=orjson.OPT_NON_STR_KEYS)
+    """The websocket message for one change: the canonical row-change JSON
+    (`service.binlog.canonical`, docs/row-format.md) plus `type` and `seq`."""
+    message = {"type": "change", "seq": seq, **row_change_to_dict(change)}
+    if columns is not None:
+        message["before"] = _project(message["before"], columns)
+        message["after"] = _project(message["after"], columns)
+    return orjson.dumps(message)
 
 
 # --- the ring, subscriptions and the hub ----------------------------------------------------
