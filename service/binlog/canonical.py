@@ -60,7 +60,7 @@ def _json_doc(v: Any) -> Any:
         return [_json_doc(x) for x in v]
     if isinstance(v, Decimal):
         f = float(v)
-        return f if Decimal(repr(f)) == v else str(v)
+        return f if Decimal(repr(f)) == v else format(v, "f")
     if isinstance(v, JsonOpaque):
         return f"base64:type{v.type_code}:{base64.b64encode(v.data).decode()}"
     if isinstance(v, (datetime, date, timedelta)):
@@ -72,7 +72,7 @@ def value_to_json(value: Any) -> Any:
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, Decimal):
-        return str(value)
+        return format(value, "f")  # never exponent notation ("0E-30")
     if isinstance(value, bytes):
         return base64.b64encode(value).decode("ascii")
     if isinstance(value, datetime):

@@ -134,12 +134,12 @@ def decode_time2(raw: bytes, fsp: int) -> timedelta:
     if fsp == 0:
         return time_from_packed(intpart << 24)
     if fsp <= 2:
-        frac = int.from_bytes(raw[3:4], "big", signed=True)
+        frac = raw[3]
         if intpart < 0 and frac:
             intpart += 1
             frac -= 0x100
         return time_from_packed((intpart << 24) + frac * 10000)
-    frac = int.from_bytes(raw[3:5], "big", signed=True)
+    frac = int.from_bytes(raw[3:5], "big")
     if intpart < 0 and frac:
         intpart += 1
         frac -= 0x10000

@@ -1,0 +1,145 @@
+"""Helpers for comparing the decoder with `mariadb-binlog -vv --base64-output=decode-rows`.
+
+`mariadb_rows(path)` parses the `###` lines into (op, schema, table, before, after) with
+"@N" keys and raw byte values; `render(column, value)` turns one of our decoded values
+into the exact bytes mariadb-binlog prints for it.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from datetime import date, datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from service.binlog import Column, ColumnType, Geometry
+from service.binlog.charsets import codec_for_collation
+
+VECTORS = Path("/work/shared/vectors")
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "binlog"
+MARIADB_BINLOG = "/usr/bin/mariadb-binlog"
+
+Image = dict[str, bytes]
+_STMT = re.compile(rb"^### (INSERT INTO|UPDATE|DELETE FROM) `(.*)`\.`(.*)`$")
+_VALUE = re.compile(rb"^###   @(\d+)=(.*) /\* [^*]* meta=\d+ nullable=\d is_null=\d \*/$")
+
+
+def mariadb_rows(path: Path) -> list[tuple[str, str, str, Image | None, Image | None]]:
+    out = subprocess.run(
+        [MARIADB_BINLOG, "--no-defaults", "-vv", "--base64-output=decode-rows", str(path)],
+        check=True,
+        capture_output=True,
+    ).stdout
+    rows: list[tuple[str, str, str, Image | None, Image | None]] = []
+    current: list[Any] | None = None
+    image: Image | None = None
+    for line in out.split(b"\n"):
+        if not line.startswith(b"###"):
+            continue
+        m = _STMT.match(line)
+        if m:
+            if current is not None:
+                rows.append(tuple(current))  # type: ignore[arg-type]
+            op = {b"INSERT INTO": "insert", b"UPDATE": "update", b"DELETE FROM": "delete"}[m.group(1)]
+            current = [op, m.group(2).decode(), m.group(3).decode(), None, None]
+            continue
+        if line in (b"### WHERE", b"### SET"):
+            assert current is not None
+            image = {}
+            current[3 if line == b"### WHERE" else 4] = image
+            continue
+        v = _VALUE.match(line)
+        assert v is not None, line
+        assert image is not None
+        image[f"@{int(v.group(1))}"] = v.group(2).rstrip(b" ")
+    if current is not None:
+        rows.append(tuple(current))  # type: ignore[arg-type]
+    return rows
+
+
+def _quote(raw: bytes) -> bytes:
+    return b"'" + b"".join(b"\\x%02x" % c if c < 0x20 else bytes([c]) for c in raw) + b"'"
+
+
+def _bits(value: int, width: int) -> bytes:
+    return b"b'" + format(value, f"0{width}b").encode() + b"'"
+
+
+_INT_BITS = {
+    ColumnType.TINY: 8,
+    ColumnType.SHORT: 16,
+    ColumnType.INT24: 24,
+    ColumnType.LONG: 32,
+    ColumnType.LONGLONG: 64,
+}
+
+
+def _fraction(us: int, fsp: int) -> str:
+    return f".{us:06d}"[: fsp + 1] if fsp else ""
+
+
+def render(col: Column, value: Any) -> bytes:  # noqa: C901 - one branch per type
+    t = col.type
+    if value is None:
+        return b"NULL"
+    if t in _INT_BITS:
+        bits = _INT_BITS[t]
+        u = value % (1 << bits)
+        s = u - (1 << bits) if u >> (bits - 1) else u
+        return f"{s} ({u})".encode() if s < 0 else str(s).encode()
+    if t == ColumnType.FLOAT:
+        return f"{value:g}".encode()
+    if t == ColumnType.DOUBLE:
+        return f"{value:.20g}".encode()
+    if t == ColumnType.NEWDECIMAL:
+        assert isinstance(value, Decimal)
+        return format(value, "f").encode()
+    if t == ColumnType.YEAR:
+        return str(value or 1900).encode()
+    if t in (ColumnType.DATE, ColumnType.NEWDATE):
+        text = value.isoformat() if isinstance(value, date) else value
+        return b"'" + text.replace("-", ":").encode() + b"'"
+    if t == ColumnType.TIME2:
+        assert isinstance(value, timedelta)
+        us = value // timedelta(microseconds=1)
+        sign, us = ("-" if us < 0 else ""), abs(us)
+        secs, frac = divmod(us, 1_000_000)
+        text = f"{sign}{secs // 3600:02d}:{secs // 60 % 60:02d}:{secs % 60:02d}{_fraction(frac, col.meta)}"
+        return f"'{text}'".encode()
+    if t == ColumnType.DATETIME2:
+        if isinstance(value, datetime):
+            text = value.strftime("%Y-%m-%d %H:%M:%S") + _fraction(value.microsecond, col.meta)
+        else:
+            text = value if "." in value or not col.meta else value + _fraction(0, col.meta)
+        return f"'{text}'".encode()
+    if t == ColumnType.TIMESTAMP2:
+        if isinstance(value, str):
+            return b"0" + _fraction(0, col.meta).encode()
+        return f"{int(value.timestamp())}{_fraction(value.microsecond, col.meta)}".encode()
+    if t == ColumnType.ENUM:
+        if isinstance(value, int):
+            return str(value).encode()
+        return str(0 if value == "" else list(col.enum_values or ()).index(value) + 1).encode()
+    if t == ColumnType.SET:
+        if isinstance(value, str):
+            names = list(col.set_values or ())
+            value = sum(1 << names.index(n) for n in value.split(",") if n)
+        raw = value.to_bytes(col.max_length, "little")
+        return b"b'" + b"".join(format(c, "08b").encode() for c in raw) + b"'"
+    if t == ColumnType.BIT:
+        return _bits(value, (col.meta >> 8) * 8 + (col.meta & 0xFF))
+    if t == ColumnType.GEOMETRY:
+        assert isinstance(value, Geometry)
+        return _quote(value.srid.to_bytes(4, "little") + value.wkb)
+    if isinstance(value, bytes):
+        if t == ColumnType.STRING:
+            value = value.rstrip(b"\x00")
+        return _quote(value)
+    if isinstance(value, str):
+        codec = codec_for_collation(col.charset) or "utf-8"
+        if codec == "latin1":
+            return _quote(value.encode("cp1252", errors="surrogateescape"))
+        return _quote(value.encode(codec))
+    raise AssertionError(f"cannot render {type(value).__name__} for {t.name}")
