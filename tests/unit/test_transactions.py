@@ -14,7 +14,7 @@ from service.checkpoint import BinlogPosition, CheckpointTracker, MariadbGtidPos
 from service.transactions import Ddl, TableFilter, Transaction, TransactionAssembler, parse_ddl
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "binlog" / "mariadb-10.11"
-SETUP = FIXTURES / "01-setup+full.000001"
+SETUP = FIXTURES / "01-setup.000001"
 FULL = FIXTURES / "02-full.000002"
 
 
@@ -34,7 +34,7 @@ def assemble(evs: list[Event], path: Path, flt: TableFilter | None = None) -> li
 @pytest.mark.parametrize(
     ("name", "n_txns", "n_changes", "n_ddl"),
     [
-        ("01-setup+full.000001", 5, 0, 5),
+        ("01-setup.000001", 5, 0, 5),
         ("02-full.000002", 9, 16, 0),
         ("03-minimal-noblob.000003", 5, 5, 0),
         ("04-compressed.000004", 4, 4, 0),
