@@ -54,7 +54,8 @@ def test_grants() -> None:
     missing = check_grants(["GRANT USAGE ON *.* TO `a`@`%`", "GRANT ALL ON `db`.* TO `a`@`%`"], maria)
     assert missing == [
         "missing privilege REPLICATION SLAVE: GRANT REPLICATION SLAVE ON *.* TO <user>",
-        "missing privilege BINLOG MONITOR (to read the binlog position): GRANT BINLOG MONITOR ON *.* TO <user>",
+        "missing privilege BINLOG MONITOR (to read the binlog position): "
+        "GRANT BINLOG MONITOR ON *.* TO <user>",
     ]
 
 
