@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from service.binlog_cli import decode
 from service.errors import ReplicatorError
 from service.run_cli import run
 from service.stack import LocalStack
@@ -24,6 +25,7 @@ app = typer.Typer(
 stack_app = typer.Typer(no_args_is_help=True, help="A throwaway local MariaDB + Redis on 127.0.0.1.")
 app.add_typer(stack_app, name="stack")
 app.command("stream")(stream)
+app.command("decode")(decode)
 app.command("run")(run)
 
 console = Console(stderr=True)
