@@ -18,7 +18,8 @@ from service.stack import LocalStack
 TABLES = {
     "items": "CREATE TABLE {db}.items (id INT PRIMARY KEY, name VARCHAR(40), qty INT, price DECIMAL(10,2), "
     "note TEXT NULL, at DATETIME(3) NULL, raw VARBINARY(8) NULL)",
-    "pairs": "CREATE TABLE {db}.pairs (a VARCHAR(10) NOT NULL, b INT NOT NULL, v VARCHAR(20), PRIMARY KEY (a, b))",
+    "pairs": "CREATE TABLE {db}.pairs (a VARCHAR(10) NOT NULL, b INT NOT NULL, v VARCHAR(20), "
+    "PRIMARY KEY (a, b))",
     "uniq": "CREATE TABLE {db}.uniq (code VARCHAR(10) NOT NULL, v INT, UNIQUE KEY (code))",
     "nokey": "CREATE TABLE {db}.nokey (v INT)",
     "ledger": "CREATE TABLE {db}.ledger (id INT PRIMARY KEY, note VARCHAR(20))",
@@ -122,7 +123,7 @@ class Workload:
             a, b = rng.choice(["x", "y:z", "__keys"]), rng.randint(0, 3)
             cur.execute("REPLACE INTO pairs VALUES (%s, %s, %s)", (a, b, str(rng.random())[:8]))
             if rng.random() < 0.3:
-                cur.execute("UPDATE pairs SET b = b + 10 WHERE a = %s AND b = %s", (a, b))
+                cur.execute("UPDATE IGNORE pairs SET b = b + 10 WHERE a = %s AND b = %s", (a, b))
         elif kind < 0.95:
             cur.execute(
                 "INSERT INTO uniq VALUES (%s, %s) ON DUPLICATE KEY UPDATE v = v + 1", (rng.choice("abc"), 1)

@@ -105,3 +105,45 @@ async def test_random_workload_mirrors_exactly(stack: LocalStack) -> None:
             await asyncio.wait_for(task, 15)
         wl.close()
     assert rep.status().state == State.STOPPED
+
+
+async def test_redis_going_away_is_retried(stack: LocalStack, caplog: pytest.LogCaptureFixture) -> None:
+    info = stack.load()
+    assert info is not None
+    db, prefix = unique_names()
+    create_schema(stack, db)
+    settings = load_settings(
+        None,
+        mysql=info.mysql_url,
+        redis=info.redis_url,
+        tables=[f"{db}.*"],
+        key_prefix=prefix,
+        server_id=7000 + hash(db) % 1000,
+        changelog_maxlen=100000,
+    )
+    rep = Replicator(settings)
+    task = asyncio.create_task(rep.run())
+    wl = Workload(stack, db, seed=23)
+    try:
+        await _wait(info.redis_url, prefix, master_position(stack))
+        for _ in range(10):
+            wl.step(allow_ddl=False)
+        await asyncio.to_thread(stack.stop_redis)
+        for _ in range(20):
+            wl.step(allow_ddl=False)
+        for _ in range(100):
+            if rep.status().state == State.RECONNECTING:
+                break
+            await asyncio.sleep(0.05)
+        st = rep.status()
+        assert st.state == State.RECONNECTING and not st.redis_reachable
+        assert "SinkError" in (st.errors.last or "")
+        await asyncio.to_thread(stack.start_redis)
+        await _wait(info.redis_url, prefix, master_position(stack))
+        assert actual(info.redis_url, prefix, db) == expected(stack, db)
+        assert any("replication interrupted" in r.message for r in caplog.records)
+    finally:
+        rep.stop()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(task, 15)
+        wl.close()
