@@ -1,0 +1,153 @@
+"""MySQL 8.x/9.x vectors: values from documented layouts and what the statements evidently hold."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from decimal import Decimal
+from pathlib import Path
+
+from binlog_text import VECTORS
+
+from service.binlog import (
+    BinlogDecoder,
+    ColumnType,
+    Event,
+    GtidEvent,
+    JsonDiffOp,
+    JsonPartial,
+    Op,
+    PreviousGtidsEvent,
+    RowChange,
+    RowsEvent,
+    TableMapEvent,
+    TransactionPayloadEvent,
+    canonical,
+    read_binlog_file,
+)
+
+M8 = VECTORS / "mysql-8"
+
+
+def events(name: str) -> list[Event]:
+    decoder = BinlogDecoder(file=name)
+    return [ev for raw in read_binlog_file(M8 / name) for ev in decoder.decode_events(raw)]
+
+
+def changes(name: str) -> list[RowChange]:
+    return [c for ev in events(name) if isinstance(ev, RowsEvent) for c in ev.changes]
+
+
+def test_json_documents_and_partial_updates() -> None:
+    rows = changes("json.binlog.000001")
+    assert rows[0].after == {
+        "@1": 1,
+        "@2": {"age": 24, "data": "xxxxxxxxxx", "name": "Joe"},
+        "@3": "Joe",
+        "@4": 24,
+    }
+    assert [r.after["@1"] for r in rows[:6] if r.after] == [1, 2, 3, 4, 5, 6]
+    updates = [r for r in rows if r.op == Op.UPDATE]
+    assert updates[0].before and updates[0].before["@2"] == {"age": 24, "data": "xxxxxxxxxx", "name": "Joe"}
+    assert updates[0].after and updates[0].after["@2"]["age"] == 25
+    partial = [ev for ev in events("json.binlog.000001") if isinstance(ev, RowsEvent) and ev.partial]
+    assert len(partial) == 1 and partial[0].header.type_code == 39
+    first = partial[0].changes[0]
+    assert first.before == {"@1": 1}  # minimal before image: the primary key only
+    assert first.after is not None
+    diff = first.after["@2"]
+    assert isinstance(diff, JsonPartial)
+    assert [(d.op, d.path, d.value) for d in diff.diffs] == [(JsonDiffOp.REPLACE, "$.age", 26)]
+    assert canonical.value_to_json(diff) == {"json_diffs": [{"op": "replace", "path": "$.age", "value": 26}]}
+    assert [c.after["@4"] for c in partial[0].changes if c.after] == [26, 34, 42, 26, 34, 42]
+
+
+def test_json_opaque_values() -> None:
+    docs = [c.after["a"] for c in changes("json-opaque.binlog") if c.after]
+    assert docs[1] == {"b": __import__("datetime").date(2012, 3, 18)}
+    assert canonical.value_to_json(docs[2]) == {"c": "2012-03-18 11:30:45"}
+    assert docs[3] == {"c": timedelta(hours=87, minutes=31, seconds=46, microseconds=654321)}
+    assert docs[4] == {"d": Decimal("123.456")}
+    assert canonical.value_to_json(docs[4]) == {"d": 123.456}
+    assert docs[6] == {"e": [0, 1, True, False]}
+    assert docs[7] == {"e": None}
+    assert canonical.value_to_json(docs[0]) == {"a": "base64:type15:VQ=="}
+
+
+def test_vector_columns() -> None:
+    maps = [ev.table for ev in events("vector.binlog") if isinstance(ev, TableMapEvent)]
+    bar = maps[1]
+    assert [c.type for c in bar.columns] == [
+        ColumnType.LONGLONG,
+        ColumnType.VECTOR,
+        ColumnType.BLOB,
+        ColumnType.VECTOR,
+    ]
+    assert [c.vector_dimension for c in bar.columns] == [None, 2, None, 4]
+    assert bar.columns[2].charset == 255 and bar.primary_key == (0,)
+    rows = changes("vector.binlog")
+    assert rows[0].after == {"id": 1, "vector_column": (1.1, 2.2, 3.3)}
+    assert rows[3].after == {
+        "id": 2,
+        "vector_column": (1.01, -1.01),
+        "foo": "bar",
+        "vector_column2": (42.0, 43.0, 44.0, 45.0),
+    }
+    assert canonical.row_change_to_dict(rows[0])["after"] == {"id": 1, "vector_column": [1.1, 2.2, 3.3]}
+    assert rows[-2].op == Op.DELETE
+
+
+def test_transaction_payload_is_decoded_as_if_in_stream() -> None:
+    evs = events("transaction_compression.000001")
+    payload = [e for e in evs if isinstance(e, TransactionPayloadEvent)]
+    assert len(payload) == 1 and payload[0].compression == 0
+    rows = changes("transaction_compression.000001")
+    assert [(r.schema, r.table, r.after) for r in rows] == [("test", "tb1", {"@1": 1})]
+    start = payload[0].header.offset
+    assert rows[0].position.start == start and rows[0].position.end == start + payload[0].header.event_size
+
+
+def test_tagged_gtid_and_previous_gtids() -> None:
+    evs = events("binlog_transaction_with_GTID_TAG.000001")
+    prev = next(e for e in evs if isinstance(e, PreviousGtidsEvent))
+    assert prev.gtid_set == (
+        "55778904-0299-11f1-b1b8-4ef0c4956feb:1-13,55778904-0299-11f1-b1b8-4ef0c4956feb:mytag:1-2"
+    )
+    gtid = next(e for e in evs if isinstance(e, GtidEvent))
+    assert gtid.gtid == "55778904-0299-11f1-b1b8-4ef0c4956feb:mytag:3" and gtid.tag == "mytag"
+    assert gtid.transaction_length == 296 and gtid.immediate_commit_ts == 1770368687207196
+    rows = changes("binlog_transaction_with_GTID_TAG.000001")
+    assert rows[0].after == {"@1": 3, "@2": 100, "@3": Decimal("250.00")}
+    assert rows[0].gtid == gtid.gtid
+    untagged = events("binlog_transaction_previous_GTID_no_tag.000001")
+    assert any(isinstance(e, PreviousGtidsEvent) and e.gtid_set.endswith(":1-2") for e in untagged)
+
+
+def test_enum_set_char_and_untagged_gtid() -> None:
+    evs = events("mysql-enum-string-set.000001")
+    table = next(e.table for e in evs if isinstance(e, TableMapEvent))
+    assert [c.name for c in table.columns] == ["f1", "f2", "f3", "f4", "f5"]
+    assert table.columns[2].enum_values == ("var1", "variant2", "foo")
+    assert table.columns[3].type == ColumnType.SET
+    rows = changes("mysql-enum-string-set.000001")
+    upd = rows[1]
+    assert upd.after is not None and upd.after["f3"] == "variant2" and upd.after["f4"] == "two,four"
+    assert upd.gtid == "93e95066-a2f4-11ec-9b69-9657f0ae95e2:4"
+    assert rows[2].op == Op.DELETE
+
+
+def test_bit_invisible_minimal_metadata_and_time() -> None:
+    assert changes("mysql_type_bit.000001")[0].after == {"a": 4, "b": "foo", "c": 32}
+    inv = changes("binlog-invisible-columns.000001")
+    assert inv[0].after == {"f1": 1, "f2": 2, "f3": -3, "f4": "4", "f5": b"\x05", "f6": 6000000000}
+    table = next(e.table for e in events("binlog-invisible-columns.000001") if isinstance(e, TableMapEvent))
+    assert [c.visible for c in table.columns] == [False, False, True, True, True, False]  # f6 INVISIBLE
+    assert changes("minimal_row_metadata.000001")[0].after == {"@1": 1, "@3": "a", "@5": 3230202323}
+    assert changes("time_issue.000001")[0].after == {"@1": -timedelta(hours=507, minutes=48, seconds=27)}
+    assert canonical.value_to_json(changes("time_issue.000001")[0].after["@1"]) == "-507:48:27"
+    hidden = changes("rpl_unfiltered_hidden_gcol.000001")
+    assert hidden[0].after == {"@1": 1, "@3": "1"}  # the hidden functional-index column is absent
+
+
+def test_fde_only_file(tmp_path: Path) -> None:
+    evs = events("master-bin.000001")
+    assert [e.header.type_name for e in evs] == ["FORMAT_DESCRIPTION", "PREVIOUS_GTIDS", "STOP"]
