@@ -27,7 +27,7 @@ import aiomysql
 from redis.asyncio import Redis
 
 from service.checkpoint import Checkpoint, StartPoint, parse_start
-from service.errors import ConfigError, LeaseLost, ReplicatorError, SinkError
+from service.errors import ConfigError, LeaseLost, PositionLost, ReplicatorError, SinkError
 from service.pipeline.catalog import Catalog
 from service.pipeline.ddl import ddl_actions
 from service.pipeline.resync import resync_table
@@ -160,6 +160,14 @@ class Replicator:
                     if not exc.retriable:
                         self._set_state(State.FAILED)
                         log.error("replication stopped: %s", exc)
+                        if isinstance(exc, PositionLost):
+                            log.error(
+                                "the stored checkpoint %s is no longer on the source (binlog purged). "
+                                "Way out: delete the mirror's keys (%s:*) and start again with "
+                                "on_no_checkpoint=now; the tables are copied again",
+                                self._applied.position if self._applied else "?",
+                                self.layout.prefix,
+                            )
                         raise
                     failures = 1 if self._txns_applied > applied_before else failures + 1
                     self._set_state(State.RECONNECTING)

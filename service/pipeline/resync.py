@@ -50,6 +50,10 @@ async def resync_table(
     if est and est[0][0] is not None:
         total = int(est[0][0])
     done = 0
+    if not est:
+        # The table is gone (dropped or renamed since): nothing to copy, its stale rows go.
+        log.warning("resync of %s.%s: the table no longer exists on the source", schema, table)
+        key = None
     if key:
         cols = ", ".join(_q(c) for c in key)
         last: tuple[Any, ...] | None = None
