@@ -48,7 +48,7 @@ CLOSE_SUBSCRIBE_TIMEOUT = 4408  # no subscribe message in time
 SUBSCRIBE_TIMEOUT = 10.0
 MAX_CLIENT_MESSAGE = 64 * 1024
 MAX_PATTERNS = 1000
-CLOSE_TIMEOUT = 5.0
+CLOSE_TIMEOUT = 10.0  # a dropped client gets this long to read what was buffered + the close
 SUBSCRIBE_PARAMS = ("tables", "ops", "columns", "after", "stream")
 
 

@@ -12,6 +12,7 @@ from service.checkpoint import BinlogPosition, Checkpoint
 from service.pipeline.status import ReplicatorStatus, SourceStatus, State
 from service.transactions import Transaction
 
+TOKEN = "s3cret-token"
 _pos = 4
 
 

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from apihelpers import StatusDouble
+from apihelpers import TOKEN, StatusDouble
 
 with warnings.catch_warnings():
     # starlette 1.10 asks for `httpx2` instead of `httpx`; either works for TestClient.
@@ -16,8 +16,6 @@ with warnings.catch_warnings():
 
 from api.main import create_app
 from service.settings import Settings
-
-TOKEN = "s3cret-token"
 
 
 @pytest.fixture

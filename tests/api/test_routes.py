@@ -7,8 +7,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
-from apihelpers import StatusDouble, change, streaming_status, txn
-from conftest import TOKEN
+from apihelpers import TOKEN, StatusDouble, change, streaming_status, txn
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 

@@ -10,8 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from apihelpers import StatusDouble, change, txn
-from conftest import TOKEN
+from apihelpers import TOKEN, StatusDouble, change, txn
 from fastapi.testclient import TestClient
 from starlette.websockets import WebSocketDisconnect
 

@@ -1,0 +1,362 @@
+"""The API against a real Replicator: mariadbd -> Replicator -> Redis, served by uvicorn on a port.
+
+HTTP goes through httpx, websockets through the `websockets` client, exactly as a user's would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import os
+import socket
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+
+from api.main import create_app
+from api.server import ApiServer
+from service.pipeline.replicator import Replicator
+from service.settings import Settings, load_settings
+from service.stack import LocalStack
+from tests.integration.test_stream_util import Proxy
+
+pytestmark = pytest.mark.integration
+
+TOKEN = "integration-token"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+@dataclass
+class Running:
+    http: httpx.AsyncClient
+    ws_url: str
+    db: str
+    settings: Settings
+    stack: LocalStack
+
+    def sql(self, *statements: str, args: list[tuple[Any, ...]] | None = None) -> None:
+        conn = self.stack.root_connection(self.db)
+        try:
+            with conn.cursor() as cur:
+                for i, stmt in enumerate(statements):
+                    cur.execute(stmt, args[i] if args else None)
+            conn.commit()
+        finally:
+            conn.close()
+
+    async def asql(self, *statements: str, args: list[tuple[Any, ...]] | None = None) -> None:
+        await asyncio.to_thread(self.sql, *statements, args=args)
+
+    async def get(self, path: str) -> Any:
+        r = await self.http.get(path, headers=AUTH)
+        r.raise_for_status()
+        return r.json()
+
+    async def ws(self, query: str = "", **kwargs: Any) -> ClientConnection:
+        sep = "&" if query else ""
+        return await connect(f"{self.ws_url}?{query}{sep}token={TOKEN}", **kwargs)
+
+
+async def until(check: Callable[[], Awaitable[bool]], timeout: float = 20.0, what: str = "") -> None:
+    async with asyncio.timeout(timeout):
+        while not await check():
+            await asyncio.sleep(0.1)
+
+
+def master_pos(stack: LocalStack) -> tuple[str, int]:
+    conn = stack.root_connection()
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SHOW MASTER STATUS")
+            row = cur.fetchone()
+    finally:
+        conn.close()
+    assert row is not None
+    return str(row[0]), int(row[1])
+
+
+async def caught_up(run: Running) -> None:
+    file, pos = await asyncio.to_thread(master_pos, run.stack)
+    suffix = int(file.rsplit(".", 1)[1])
+
+    async def check() -> bool:
+        applied = (await run.get("/position"))["applied"]
+        if applied is None:
+            return False
+        return (int(applied["file"].rsplit(".", 1)[1]), applied["pos"]) >= (suffix, pos)
+
+    await until(check, what="applied position to reach the source's")
+
+
+@contextlib.asynccontextmanager
+async def running(
+    stack: LocalStack, *, standalone: bool = False, proxy: Proxy | None = None, **overrides: Any
+) -> AsyncIterator[Running]:
+    info = stack.load()
+    assert info is not None
+    tag = uuid.uuid4().hex[:8]
+    db = f"api_{tag}"
+    conn = stack.root_connection()
+    with conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE {db}")
+        cur.execute(f"CREATE TABLE {db}.a (id INT PRIMARY KEY, v VARCHAR(20))")
+        cur.execute(f"CREATE TABLE {db}.b (id INT PRIMARY KEY, v TEXT)")
+    conn.close()
+    mysql = proxy.url("mirror", info.repl_password) if proxy else info.mysql_url
+    settings = load_settings(
+        None,
+        mysql=mysql,
+        redis=info.redis_url,
+        tables=[f"{db}.*"],
+        key_prefix=f"api{tag}",
+        server_id=7000 + int(tag[:4], 16) % 1000,
+        api_port=0,
+        api_token=TOKEN,
+        heartbeat_seconds=overrides.pop("heartbeat_seconds", 1.0),
+        **overrides,
+    )
+    replicator = None if standalone else Replicator(settings)
+    app = create_app(settings, replicator)
+    server = ApiServer(app, settings)
+    tasks = [asyncio.create_task(server.serve())]
+    if replicator is not None:
+        tasks.append(asyncio.create_task(replicator.run()))
+    try:
+        async with asyncio.timeout(15):
+            await server.started.wait()
+        base = f"http://127.0.0.1:{server.port}"
+        async with httpx.AsyncClient(base_url=base, timeout=10) as http:
+            run = Running(http, f"ws://127.0.0.1:{server.port}/ws/events", db, settings, stack)
+
+            async def ready() -> bool:
+                return (await http.get("/health/ready", headers=AUTH)).status_code == 200
+
+            await until(ready, what="ready")
+            yield run
+    finally:
+        if replicator is not None:
+            replicator.stop()
+        tasks[0].cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                async with asyncio.timeout(15):
+                    await task
+
+
+async def collect(ws: ClientConnection, n: int, timeout: float = 20.0) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    async with asyncio.timeout(timeout):
+        while len(out) < n:
+            out.append(orjson.loads(await ws.recv()))
+    return out
+
+
+async def test_standalone_app_position_tables_alter_metrics_and_auth(stack: LocalStack) -> None:
+    async with running(stack, standalone=True) as run:
+        # unauthorised requests are refused; liveness is open
+        assert (await run.http.get("/health/live")).status_code == 200
+        for path in ("/position", "/lag", "/tables", "/metrics", "/health/ready"):
+            assert (await run.http.get(path)).status_code == 401
+        with pytest.raises(ConnectionClosed) as refused:
+            async with connect(run.ws_url + "?tables=x.y") as ws:
+                await ws.recv()
+        assert refused.value.rcvd is not None and refused.value.rcvd.code == 4401
+
+        before = await run.get("/position")
+        assert before["source"]["flavour"] == "mariadb" and before["source"]["server_id"] == 1
+        assert before["source"]["url"].startswith("mysql://mirror:***@")
+        await run.asql(*(f"INSERT INTO a VALUES ({i}, 'v{i}')" for i in range(5)))
+        await caught_up(run)
+        after = await run.get("/position")
+        assert (after["applied"]["file"], after["applied"]["pos"]) > (
+            before["applied"]["file"],
+            before["applied"]["pos"],
+        ) or after["applied"]["file"] != before["applied"]["file"]
+        assert after["last_event_time"] is not None and after["transactions_applied"] >= 1
+
+        table = await run.get(f"/tables/{run.db}/a")
+        assert [c["name"] for c in table["columns"]] == ["id", "v"]
+        assert table["primary_key"] == ["id"] and table["rows_applied"]["insert"] == 5
+        assert (await run.http.get(f"/tables/{run.db}/nope", headers=AUTH)).status_code == 404
+
+        await run.asql("ALTER TABLE a ADD COLUMN w INT NULL", "INSERT INTO a VALUES (9, 'x', 1)")
+        await caught_up(run)
+
+        async def altered() -> bool:
+            t = await run.get(f"/tables/{run.db}/a")
+            return [c["name"] for c in t["columns"]] == ["id", "v", "w"] and t["resync"] is None
+
+        await until(altered, what="ALTER TABLE to show in /tables")
+        metrics = (await run.http.get("/metrics", headers=AUTH)).text
+        assert f'binlog_mirror_rows_applied_total{{op="insert",schema="{run.db}",table="a"}}' in metrics
+        assert "binlog_mirror_apply_delay_seconds_count" in metrics
+        assert TOKEN not in metrics and "password" not in metrics
+
+
+async def test_lag_rises_while_the_stream_is_stalled_and_returns_to_zero(stack: LocalStack) -> None:
+    info = stack.load()
+    assert info is not None
+    async with (
+        Proxy(info.mysql_port) as proxy,
+        running(stack, proxy=proxy, heartbeat_seconds=0.5, max_lag_seconds=2) as run,
+    ):
+        await run.asql("INSERT INTO a VALUES (1, 'x')")
+        await caught_up(run)
+
+        async def lag_is_zero() -> bool:
+            return (await run.get("/lag"))["seconds_behind"] == 0.0
+
+        await until(lag_is_zero, what="lag 0")
+        proxy.stalled = True
+        await run.asql("INSERT INTO a VALUES (2, 'y')")
+
+        async def lag_high() -> bool:
+            lag = await run.get("/lag")
+            return lag["seconds_behind"] is not None and lag["seconds_behind"] > 2.5
+
+        await until(lag_high, timeout=20, what="lag to rise")
+        assert (await run.get("/lag"))["over_limit"] is True
+        not_ready = await run.http.get("/health/ready", headers=AUTH)
+        assert not_ready.status_code == 503 and not_ready.json()["reasons"]
+
+        proxy.stalled = False
+        proxy.drop()
+        await caught_up(run)
+        await until(lag_is_zero, timeout=20, what="lag back to 0")
+        assert (await run.http.get("/health/ready", headers=AUTH)).status_code == 200
+
+
+async def test_websocket_filters_order_each_once_and_resume(stack: LocalStack) -> None:
+    async with running(stack) as run:
+        everything = await run.ws(f"tables={run.db}.*")
+        only_a = await run.ws(f"tables={run.db}.a&columns=id")
+        deletes = await run.ws("", additional_headers=AUTH)  # subscribe by message, token in the header
+        await deletes.send(orjson.dumps({"type": "subscribe", "tables": [f"{run.db}.*"], "ops": ["delete"]}))
+        resumer = await run.ws(f"tables={run.db}.b")
+        hellos = [orjson.loads(await ws.recv()) for ws in (everything, only_a, deletes, resumer)]
+        assert all(h["type"] == "subscribed" for h in hellos)
+        stream = hellos[3]["stream"]
+
+        # (op, table, id) of every change, in commit order
+        expected: list[tuple[str, str, int]] = []
+        for i in range(1, 9):
+            stmts = [f"INSERT INTO a VALUES ({i}, 'a{i}')", f"INSERT INTO b VALUES ({i}, 'b{i}')"]
+            expected += [("insert", "a", i), ("insert", "b", i)]
+            if i % 2 == 0:
+                stmts.append(f"UPDATE a SET v = 'u{i}' WHERE id = {i}")
+                stmts.append(f"DELETE FROM b WHERE id = {i - 1}")
+                expected += [("update", "a", i), ("delete", "b", i - 1)]
+            await run.asql(*stmts)
+            if i == 4:  # the resumer reads what it has and goes away
+                first_part = [e for e in expected if e[1] == "b"]
+                got = await collect(resumer, len(first_part))
+                last_seen = got[-1]["seq"]
+                await resumer.close()
+
+        def key(m: dict[str, Any]) -> tuple[str, str, int]:
+            row = m["after"] or m["before"]
+            return m["op"], m["table"], int(row["id"])
+
+        all_msgs = await collect(everything, len(expected))
+        assert [key(m) for m in all_msgs] == expected
+        seqs = [m["seq"] for m in all_msgs]
+        assert seqs == sorted(set(seqs)) and seqs == list(range(seqs[0], seqs[0] + len(seqs)))
+        a_msgs = await collect(only_a, sum(1 for e in expected if e[1] == "a"))
+        assert [key(m) for m in a_msgs] == [e for e in expected if e[1] == "a"]
+        assert all(set(m["after"]) == {"id"} for m in a_msgs)
+        del_msgs = await collect(deletes, sum(1 for e in expected if e[0] == "delete"))
+        assert [key(m) for m in del_msgs] == [e for e in expected if e[0] == "delete"]
+        # nothing extra arrives for anyone
+        for ws in (everything, only_a, deletes):
+            with pytest.raises(TimeoutError):
+                async with asyncio.timeout(0.5):
+                    await ws.recv()
+            await ws.close()
+
+        async with await run.ws(f"tables={run.db}.b&after={last_seen}&stream={stream}") as again:
+            assert orjson.loads(await again.recv())["type"] == "subscribed"
+            rest = [e for e in expected if e[1] == "b"][len(first_part) :]
+            resumed = await collect(again, len(rest))
+            assert all(m["type"] == "change" for m in resumed)  # no gap: the ring still had them
+            assert [key(m) for m in resumed] == rest
+            assert resumed[0]["seq"] > last_seen
+
+
+def _small_buffer_socket(port: int) -> socket.socket:
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", port))
+    sock.setblocking(False)
+    return sock
+
+
+def _insert_rows(run: Running, rows: int, payload: int) -> None:
+    """One transaction per row on one connection: commit order is id order."""
+    conn = run.stack.root_connection(run.db)
+    try:
+        conn.autocommit(True)
+        with conn.cursor() as cur:
+            for i in range(rows):
+                value = base64.b64encode(os.urandom(payload * 3 // 4)).decode()  # incompressible
+                cur.execute("INSERT INTO b VALUES (%s, %s)", (i, value))
+    finally:
+        conn.close()
+
+
+async def test_a_slow_subscriber_is_cut_with_1013_while_a_fast_one_keeps_going(stack: LocalStack) -> None:
+    rows, payload = 300, 40_000
+    async with running(stack, ws_queue_events=100) as run:
+        port = int(run.ws_url.split(":")[2].split("/")[0])
+        slow = await connect(
+            f"{run.ws_url}?tables={run.db}.b&token={TOKEN}",
+            sock=_small_buffer_socket(port),
+            max_queue=1,
+            compression=None,
+        )
+        fast = await run.ws(f"tables={run.db}.b", compression=None)
+        assert orjson.loads(await slow.recv())["type"] == "subscribed"
+        assert orjson.loads(await fast.recv())["type"] == "subscribed"
+
+        writer = asyncio.create_task(asyncio.to_thread(_insert_rows, run, rows, payload))
+        slow_got: list[int] = []
+
+        async def read_slowly() -> None:
+            with contextlib.suppress(ConnectionClosed):
+                while True:
+                    slow_got.append(orjson.loads(await slow.recv())["seq"])
+                    if not writer.done():
+                        await asyncio.sleep(0.05)  # a consumer far slower than the stream
+
+        slow_reader = asyncio.create_task(read_slowly())
+        got = await collect(fast, rows, timeout=90)
+        await writer
+        assert [m["after"]["id"] for m in got] == list(range(rows))
+        assert all(m["type"] == "change" for m in got)
+
+        async with asyncio.timeout(30):
+            await slow_reader
+        assert slow.close_code == 1013 and "lagging" in (slow.close_reason or "")
+        assert len(slow_got) < rows, len(slow_got)
+        assert slow_got == sorted(slow_got)  # what it did get was in order, with no duplicates
+        metrics = (await run.http.get("/metrics", headers=AUTH)).text
+        assert "binlog_mirror_websocket_dropped_subscribers_total 1.0" in metrics
+        await fast.close()
+
+
+async def test_websocket_refuses_bad_filters_and_excluded_tables(stack: LocalStack) -> None:
+    async with running(stack, exclude_tables=["secret.*"]) as run:
+        for query, code in (("tables=nodot", 4400), ("tables=secret.keys", 4404), ("ops=upsert", 4400)):
+            ws = await run.ws(query)
+            with pytest.raises(ConnectionClosed):
+                await ws.recv()
+            assert ws.close_code == code
+        with pytest.raises(InvalidStatus):  # not a websocket endpoint
+            await connect(run.ws_url.replace("/ws/events", "/position"))
