@@ -10,18 +10,21 @@
 from __future__ import annotations
 
 import hmac
-from typing import Annotated, Protocol
+from typing import Annotated, Any, Protocol
 
 from fastapi import Depends, HTTPException, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CollectorRegistry
 from starlette.requests import HTTPConnection
 
+from api.schemas import DetailOut
 from service.pipeline.broadcast import Broadcaster
 from service.pipeline.status import ReplicatorStatus
 from service.settings import Settings
 
 __all__ = [
+    "AUTH_RESPONSES",
+    "STATUS_RESPONSES",
     "AuthDep",
     "HubDep",
     "RegistryDep",
@@ -99,3 +102,12 @@ def require_token(
 
 
 AuthDep = Depends(require_token)
+
+# OpenAPI `responses` for routers behind the token / reading the status snapshot.
+AUTH_RESPONSES: dict[int | str, dict[str, Any]] = {
+    401: {"model": DetailOut, "description": "Missing or invalid bearer token (when api_token is set)."}
+}
+STATUS_RESPONSES: dict[int | str, dict[str, Any]] = {
+    **AUTH_RESPONSES,
+    503: {"model": DetailOut, "description": "The replicator has not started yet."},
+}

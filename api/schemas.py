@@ -24,6 +24,7 @@ from service.pipeline.status import (
 __all__ = [
     "CheckpointOut",
     "ColumnOut",
+    "DetailOut",
     "ErrorOut",
     "LagOut",
     "LiveOut",
@@ -55,6 +56,12 @@ def redact(text: str | None) -> str | None:
 
 def _time(ts: float | None) -> dt.datetime | None:
     return None if ts is None else dt.datetime.fromtimestamp(ts, tz=dt.UTC)
+
+
+class DetailOut(BaseModel):
+    """Every error body: one clear sentence."""
+
+    detail: str
 
 
 class LiveOut(BaseModel):

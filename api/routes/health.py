@@ -6,7 +6,7 @@ from fastapi import APIRouter, Depends, status
 from fastapi.responses import JSONResponse
 from starlette.requests import Request
 
-from api.deps import SettingsDep, StatusSource, require_token
+from api.deps import AUTH_RESPONSES, SettingsDep, StatusSource, require_token
 from api.schemas import LiveOut, ReadyOut
 from service.pipeline.status import ReplicatorStatus, State
 
@@ -42,7 +42,10 @@ def readiness(s: ReplicatorStatus, max_lag: float) -> list[str]:
     "/ready",
     response_model=ReadyOut,
     summary="Stream connected, Redis reachable, lag under max_lag_seconds",
-    responses={503: {"model": ReadyOut, "description": "Not ready; `reasons` says why."}},
+    responses={
+        **AUTH_RESPONSES,
+        503: {"model": ReadyOut, "description": "Not ready; `reasons` says why."},
+    },
     dependencies=[Depends(require_token)],
 )
 async def ready(request: Request, settings: SettingsDep) -> ReadyOut | JSONResponse:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from api.deps import AuthDep, SettingsDep, StatusDep
+from api.deps import STATUS_RESPONSES, AuthDep, SettingsDep, StatusDep
 from api.schemas import LagOut
 
 __all__ = ["router"]
 
-router = APIRouter(tags=["replication"], dependencies=[AuthDep])
+router = APIRouter(tags=["replication"], dependencies=[AuthDep], responses=STATUS_RESPONSES)
 
 
 @router.get("/lag", response_model=LagOut, summary="Seconds and bytes behind; transactions and rows waiting")

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from api.deps import AuthDep, StatusDep
+from api.deps import STATUS_RESPONSES, AuthDep, StatusDep
 from api.schemas import PositionOut
 
 __all__ = ["router"]
 
-router = APIRouter(tags=["replication"], dependencies=[AuthDep])
+router = APIRouter(tags=["replication"], dependencies=[AuthDep], responses=STATUS_RESPONSES)
 
 
 @router.get(

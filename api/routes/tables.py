@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from fastapi import APIRouter, HTTPException, status
 
-from api.deps import AuthDep, StatusDep
-from api.schemas import TableOut, TablesOut, TableSummaryOut
+from api.deps import STATUS_RESPONSES, AuthDep, StatusDep
+from api.schemas import DetailOut, TableOut, TablesOut, TableSummaryOut
 
 __all__ = ["router"]
 
-router = APIRouter(prefix="/tables", tags=["tables"], dependencies=[AuthDep])
+router = APIRouter(prefix="/tables", tags=["tables"], dependencies=[AuthDep], responses=STATUS_RESPONSES)
 
 
 @router.get("", response_model=TablesOut, summary="Every table seen since start, sorted by schema and table")
@@ -21,7 +21,7 @@ async def list_tables(s: StatusDep) -> TablesOut:
     "/{schema}/{table}",
     response_model=TableOut,
     summary="One table: id, columns, key, rows applied per op, last change",
-    responses={404: {"description": "No rows event for this table since start (or filtered out)."}},
+    responses={404: {"model": DetailOut, "description": "No rows event for this table since start."}},
 )
 async def get_table(schema: str, table: str, s: StatusDep) -> TableOut:
     for t in s.tables:
