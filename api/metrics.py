@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 
-from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -66,7 +66,7 @@ class StatusCollector(Collector):
         yield CounterMetricFamily(
             P + "transactions_applied", "Transactions applied", value=s.transactions_applied
         )
-        yield CounterMetricFamily(P + "rows_applied_all", "Rows applied, all tables", value=s.rows_applied)
+        yield CounterMetricFamily(P + "changes_applied", "Row changes applied", value=s.rows_applied)
         rows = CounterMetricFamily(
             P + "rows_applied", "Rows applied by table and op", labels=["schema", "table", "op"]
         )
@@ -114,7 +114,7 @@ class HubCollector(Collector):
 
 
 class ApplyDelayObserver:
-    """`on_applied` hook: seconds from the source commit to the Redis apply, per transaction.
+    """`on_applied` hook: seconds from the source commit to the Redis apply, and DDL by kind.
 
     The source timestamp has one-second resolution, so buckets start at 1 s.
     """
@@ -127,8 +127,11 @@ class ApplyDelayObserver:
             buckets=(1, 2, 5, 10, 30, 60, 300, 900, 3600),
             registry=registry,
         )
+        self.ddl = Counter(P + "ddl_applied", "DDL statements applied, by kind", ["kind"], registry=registry)
 
     def on_applied(self, txn: Transaction, first_seq: int) -> None:
+        for ddl in txn.ddl:
+            self.ddl.labels(ddl.kind).inc()
         if txn.ts:
             self.histogram.observe(max(0.0, self._clock() - txn.ts))
 
