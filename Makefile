@@ -12,7 +12,7 @@ $(BIN)/binlog-mirror: pyproject.toml
 	@$(PYTHON) -c 'import venv, ensurepip' 2>/dev/null || $(MAKE) system-packages
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev,spark]'
+	$(BIN)/pip install --quiet -e '.[dev]'
 	@touch $@
 
 system-packages:
