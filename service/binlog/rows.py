@@ -28,6 +28,38 @@ __all__ = ["ROWS_EVENTS", "RowsKind", "TablePlan", "decode_rows", "parse_rows_he
 ImageReader = Callable[[bytes, int], tuple[Row, int]]
 
 
+_new = object.__new__
+(_set_op, _set_schema, _set_table, _set_before, _set_after, _set_pos, _set_ts, _set_sid, _set_gtid) = (
+    getattr(RowChange, f).__set__
+    for f in ("op", "schema", "table", "before", "after", "position", "ts", "server_id", "gtid")
+)
+
+
+def _row_change(
+    op: Op,
+    db: str,
+    tbl: str,
+    before: Row | None,
+    after: Row | None,
+    span: EventSpan,
+    ts: int,
+    sid: int,
+    gtid: str | None,
+) -> RowChange:
+    """RowChange(...) without the frozen-dataclass __init__ (1.5 µs -> 1 µs per row)."""
+    rc: RowChange = _new(RowChange)
+    _set_op(rc, op)
+    _set_schema(rc, db)
+    _set_table(rc, tbl)
+    _set_before(rc, before)
+    _set_after(rc, after)
+    _set_pos(rc, span)
+    _set_ts(rc, ts)
+    _set_sid(rc, sid)
+    _set_gtid(rc, gtid)
+    return rc
+
+
 class RowsKind:
     __slots__ = ("op", "version", "compressed", "partial")
 
@@ -119,39 +151,67 @@ class TablePlan:
                 size += spec.size
             else:
                 flush()
-                steps.append((1, spec.read, 0, None))
+                steps.append((1, spec, 0, None))
         flush()
         return _make_reader(tuple(names), tuple(steps))
 
 
 def _make_reader(names: tuple[str, ...], steps: tuple[tuple[int, Any, int, Any], ...]) -> ImageReader:
-    if len(steps) == 1 and steps[0][0] == 0 and steps[0][3] is None:
-        unpack, size = steps[0][1].unpack_from, steps[0][2]
+    """Generate straight-line Python for one row-image pattern.
 
-        def read_fixed(buf: bytes, pos: int) -> tuple[Row, int]:
-            return dict(zip(names, unpack(buf, pos), strict=False)), pos + size
-
-        return read_fixed
-
-    def read(buf: bytes, pos: int) -> tuple[Row, int]:
-        vals: list[Any] = []
-        append = vals.append
-        for kind, a, b, c in steps:
-            if kind == 0:
-                t = a.unpack_from(buf, pos)
-                pos += b
-                if c is None:
-                    vals.extend(t)
-                else:
-                    vals.extend([v if f is None else f(v) for f, v in zip(c, t, strict=False)])
-            elif kind == 1:
-                v, pos = a(buf, pos)
-                append(v)
+    Column names reach the source only through repr() of str (always a safe literal);
+    everything else is referenced through the namespace. No bounds checks here: callers
+    map IndexError/struct.error to TruncatedEvent and check the row end."""
+    ns: dict[str, Any] = {}
+    lines = ["def read(buf, pos):"]
+    k = 0
+    for i, (kind, a, size, extra) in enumerate(steps):
+        if kind == 0:  # run of fixed-width columns: one struct call
+            count = len(a.unpack(bytes(a.size)))
+            targets = [f"v{k + j}" for j in range(count)]
+            ns[f"S{i}"] = a
+            lines.append(f"    {', '.join(targets)}{',' if count == 1 else ''} = S{i}.unpack_from(buf, pos)")
+            lines.append(f"    pos += {size}")
+            if extra is not None:
+                for j, conv in enumerate(extra):
+                    if conv is not None:
+                        ns[f"C{k + j}"] = conv
+                        lines.append(f"    v{k + j} = C{k + j}(v{k + j})")
+            k += count
+        elif kind == 1:  # variable-length column
+            spec: VarSpec = a
+            v = f"v{k}"
+            if spec.prefix == 1:
+                lines += ["    s = pos + 1", "    pos = s + buf[pos]"]
+            elif spec.prefix == 2:
+                lines += ["    s = pos + 2", "    pos = s + (buf[pos] | buf[pos + 1] << 8)"]
             else:
-                append(None)
-        return dict(zip(names, vals, strict=False)), pos
-
-    return read
+                ns[f"R{k}"] = spec.read
+                lines.append(f"    {v}, pos = R{k}(buf, pos)")
+                k += 1
+                continue
+            if spec.codec is not None:
+                ns[f"D{k}"] = spec.convert
+                lines += [
+                    "    try:",
+                    f"        {v} = buf[s:pos].decode({spec.codec!r})",
+                    "    except UnicodeDecodeError:",
+                    f"        {v} = D{k}(buf[s:pos])",
+                ]
+            elif spec.convert is not None:
+                ns[f"D{k}"] = spec.convert
+                lines.append(f"    {v} = D{k}(buf[s:pos])")
+            else:
+                lines.append(f"    {v} = buf[s:pos]")
+            k += 1
+        else:
+            lines.append(f"    v{k} = None")
+            k += 1
+    items = ", ".join(f"{name!r}: v{j}" for j, name in enumerate(names))
+    lines.append(f"    return {{{items}}}, pos")
+    exec("\n".join(lines), ns)  # noqa: S102 - generated from our own plan, see docstring
+    reader: ImageReader = ns["read"]
+    return reader
 
 
 def parse_rows_header(body: bytes, fmt: StreamFormat, type_code: int) -> tuple[int, int, bytes, int]:
@@ -228,31 +288,47 @@ def _rows(
     append = out.append
     pos = 0
     image = plan.image_reader
-    while pos < end:
-        if op == Op.INSERT:
-            nulls = int.from_bytes(buf[pos : pos + nb_ai], "little")
-            after, pos = image(present_ai, nulls)(buf, pos + nb_ai)
-            before = None
-        else:
-            nulls = int.from_bytes(buf[pos : pos + nb_bi], "little")
-            before, pos = image(present_bi, nulls)(buf, pos + nb_bi)
-            if op == Op.UPDATE:
-                partial = 0
-                if kind.partial:
-                    if pos >= end:
-                        raise TruncatedEvent("PARTIAL_UPDATE row ends before value_options")
-                    options = buf[pos]
-                    pos += 1
-                    if options > 1:
-                        raise InvalidValue(f"PARTIAL_UPDATE value_options {options}")
-                    if options & 1:
-                        partial = int.from_bytes(buf[pos : pos + json_bytes], "little")
-                        pos += json_bytes
-                nulls = int.from_bytes(buf[pos : pos + nb_ai], "little")
-                after, pos = image(present_ai, nulls, partial)(buf, pos + nb_ai)
+    if op != Op.UPDATE:  # one image per row: the hot path of bulk inserts/deletes
+        present, nb = (present_ai, nb_ai) if op == Op.INSERT else (present_bi, nb_bi)
+        last_nulls, read = -1, image(present, 0)
+        is_insert = op == Op.INSERT
+        while pos < end:
+            start = pos + nb
+            nulls = int.from_bytes(buf[pos:start], "little")
+            if nulls != last_nulls:
+                last_nulls, read = nulls, image(present, nulls)
+            row, pos = read(buf, start)
+            if pos > end or pos == start - nb:
+                _bad_row(pos, end, db, tbl)
+            if is_insert:
+                append(_row_change(op, db, tbl, None, row, span, ts, server_id, gtid))
             else:
-                after = None
-        if pos > end:
-            raise TruncatedEvent(f"row of {db}.{tbl} runs {pos - end} bytes past the event end")
-        append(RowChange(op, db, tbl, before, after, span, ts, server_id, gtid))
+                append(_row_change(op, db, tbl, row, None, span, ts, server_id, gtid))
+        return out
+    while pos < end:
+        row_start = pos
+        nulls = int.from_bytes(buf[pos : pos + nb_bi], "little")
+        before, pos = image(present_bi, nulls)(buf, pos + nb_bi)
+        partial = 0
+        if kind.partial:
+            if pos >= end:
+                raise TruncatedEvent("PARTIAL_UPDATE row ends before value_options")
+            options = buf[pos]
+            pos += 1
+            if options > 1:
+                raise InvalidValue(f"PARTIAL_UPDATE value_options {options}")
+            if options & 1:
+                partial = int.from_bytes(buf[pos : pos + json_bytes], "little")
+                pos += json_bytes
+        nulls = int.from_bytes(buf[pos : pos + nb_ai], "little")
+        after, pos = image(present_ai, nulls, partial)(buf, pos + nb_ai)
+        if pos > end or pos == row_start:
+            _bad_row(pos, end, db, tbl)
+        append(_row_change(op, db, tbl, before, after, span, ts, server_id, gtid))
     return out
+
+
+def _bad_row(pos: int, end: int, db: str, tbl: str) -> None:
+    if pos > end:
+        raise TruncatedEvent(f"row of {db}.{tbl} runs {pos - end} bytes past the event end")
+    raise InvalidValue(f"empty row image for {db}.{tbl}")  # would repeat forever

@@ -21,6 +21,7 @@ __all__ = [
     "decode_time2",
     "decode_time_old",
     "decode_timestamp2",
+    "decode_timestamp2_fsp0",
     "decode_timestamp_old",
     "decode_year",
     "time_from_packed",
@@ -114,15 +115,32 @@ def time_from_packed(packed: int) -> timedelta:
 
 def decode_datetime2(raw: bytes, fsp: int) -> datetime | str:
     intpart = int.from_bytes(raw[:5], "big") - 0x8000000000
-    return datetime_from_packed((intpart << 24) + _frac(raw[5:], fsp))
+    us = _frac(raw[5:], fsp) if fsp else 0
+    if intpart > 0:  # fast path for ordinary values; zero/partial dates fall through
+        ymd, hms = intpart >> 17, intpart & 0x1FFFF
+        ym = ymd >> 5
+        try:
+            return datetime(ym // 13, ym % 13, ymd & 31, hms >> 12, (hms >> 6) & 63, hms & 63, us)
+        except ValueError:
+            pass
+    return datetime_from_packed((intpart << 24) + us)
+
+
+_fromtimestamp = datetime.fromtimestamp
 
 
 def decode_timestamp2(raw: bytes, fsp: int) -> datetime | str:
     sec = int.from_bytes(raw[:4], "big")
-    us = _frac(raw[4:], fsp)
+    us = _frac(raw[4:], fsp) if fsp else 0
     if sec == 0 and us == 0:
         return ZERO_DATETIME
-    return EPOCH + timedelta(seconds=sec, microseconds=us)
+    value = _fromtimestamp(sec, UTC)
+    return value.replace(microsecond=us) if us else value
+
+
+def decode_timestamp2_fsp0(raw: bytes) -> datetime | str:
+    sec = int.from_bytes(raw, "big")
+    return _fromtimestamp(sec, UTC) if sec else ZERO_DATETIME
 
 
 def decode_time2(raw: bytes, fsp: int) -> timedelta:

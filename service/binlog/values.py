@@ -27,6 +27,7 @@ from service.binlog.temporal import (
     decode_time2,
     decode_time_old,
     decode_timestamp2,
+    decode_timestamp2_fsp0,
     decode_timestamp_old,
     decode_year,
 )
@@ -53,7 +54,23 @@ class FixedSpec:
 
 @dataclass(frozen=True, slots=True)
 class VarSpec:
-    read: Reader
+    read: Reader  # generic reader
+    prefix: int = 0  # length-prefix bytes (1..4) of a length-prefixed value
+    convert: Callable[[bytes], Any] | None = None  # raw bytes -> value; None keeps the bytes
+    codec: str | None = None  # text codec for inline decoding; `convert` handles invalid bytes
+
+
+def _var(nbytes: int, convert: Callable[[bytes], Any], codec: str | None = None) -> VarSpec:
+    keep = convert is bytes
+    return VarSpec(_prefixed(nbytes, convert), nbytes, None if keep else convert, codec)
+
+
+def text_codec(collation: int | None) -> str | None:
+    """The codec the fast path may use inline (strict decode, falling back to text_decoder)."""
+    codec = codec_for_collation(collation)
+    if codec is None:
+        return "utf-8"
+    return None if codec in ("binary", "latin1") else codec
 
 
 def float32_value(x: float) -> float:
@@ -195,6 +212,8 @@ def column_spec(col: Column, stats: DecoderStats, partial_json: bool = False) ->
             raise InvalidValue(f"fractional-second precision {fsp} > 6 in {col.name}")
         if t == T.TIMESTAMP2:
             n = 4 + FRAC_BYTES[fsp]
+            if fsp == 0:
+                return FixedSpec("4s", 4, decode_timestamp2_fsp0)
             return FixedSpec(f"{n}s", n, lambda raw: decode_timestamp2(raw, fsp))
         if t == T.DATETIME2:
             n = 5 + FRAC_BYTES[fsp]
@@ -225,20 +244,21 @@ def column_spec(col: Column, stats: DecoderStats, partial_json: bool = False) ->
     if t == T.NULL:
         return FixedSpec("0s", 0, lambda raw: None)
     if t in (T.VARCHAR, T.VAR_STRING):
-        return VarSpec(_prefixed(1 if meta < 256 else 2, text_decoder(col.charset, stats)))
+        return _var(1 if meta < 256 else 2, text_decoder(col.charset, stats), text_codec(col.charset))
     if t == T.STRING:
         decode = text_decoder(col.charset, stats)
-        if decode is bytes and col.max_length:
-            decode = _binary_padder(col.max_length)
-        return VarSpec(_prefixed(1 if col.max_length < 256 else 2, decode))
+        n = 1 if col.max_length < 256 else 2
+        if decode is bytes:  # BINARY(n): the binlog drops trailing zero bytes; restore them
+            return _var(n, _binary_padder(col.max_length) if col.max_length else bytes)
+        return _var(n, decode, text_codec(col.charset))
     if t in (T.BLOB, T.TINY_BLOB, T.MEDIUM_BLOB, T.LONG_BLOB):
-        return VarSpec(_prefixed(meta, text_decoder(col.charset, stats)))
+        return _var(meta, text_decoder(col.charset, stats), text_codec(col.charset))
     if t == T.JSON:
-        return VarSpec(_prefixed(meta, decode_json_diffs if partial_json else decode_json))
+        return _var(meta, decode_json_diffs if partial_json else decode_json)
     if t == T.GEOMETRY:
-        return VarSpec(_prefixed(meta, _geometry))
+        return _var(meta, _geometry)
     if t == T.VECTOR:
-        return VarSpec(_prefixed(meta, _vector))
+        return _var(meta, _vector)
     if t == T.DECIMAL:
         raise UnknownColumnType(
             f"column {col.name}: pre-5.0 DECIMAL carries no length in TABLE_MAP and cannot be decoded"

@@ -1,0 +1,71 @@
+"""The decode CLI, and the rule that service.binlog stays pure (no asyncio / drivers / pydantic)."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from binlog_text import FIXTURES, VECTORS
+
+import service.binlog
+
+RUN = [sys.executable, "-c", "import typer; from service.binlog_cli import decode; typer.run(decode)"]
+FORBIDDEN = {"asyncio", "aiomysql", "redis", "pydantic", "pydantic_settings", "fastapi", "orjson", "pyspark"}
+
+
+def test_binlog_package_imports_nothing_impure() -> None:
+    root = Path(service.binlog.__file__).parent
+    for path in root.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            for name in names:
+                top = name.split(".")[0]
+                assert top not in FORBIDDEN, f"{path.name} imports {name}"
+                assert not name.startswith(("service.transport", "service.sink", "service.pipeline")), name
+
+
+def test_decode_prints_one_json_line_per_row_change() -> None:
+    path = VECTORS / "mysql-5.7" / "mysql-bin.checksum-none"
+    out = subprocess.run([*RUN, str(path)], check=True, capture_output=True, text=True).stdout
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert len(lines) == 36
+    assert {"op", "schema", "table", "before", "after", "position", "ts", "server_id", "gtid"} <= set(
+        lines[0]
+    )
+    starts = [line["position"]["start"] for line in lines]
+    assert starts == sorted(starts) and lines[0]["position"]["file"] == path.name
+
+
+def test_decode_filters_tables_positions_and_prints_events() -> None:
+    path = next((FIXTURES / "mariadb-10.11").glob("02*"))
+    run = [*RUN, str(path), "--tables", "mt.big_*"]
+    rows = subprocess.run(run, check=True, capture_output=True, text=True).stdout.splitlines()
+    assert [json.loads(r)["after"]["e"] for r in rows] == ["e1", "e300", "e256", None]
+    run = [*RUN, str(path), "--events", "--start-position", "4", "--stop-position", "400"]
+    events = [
+        json.loads(r)
+        for r in subprocess.run(run, check=True, capture_output=True, text=True).stdout.splitlines()
+    ]
+    assert events[0]["event"] == "FORMAT_DESCRIPTION" and events[0]["header"]["offset"] == 4
+    assert all(e["header"]["offset"] < 400 for e in events)
+
+
+def test_decode_corrupt_file_exits_nonzero_with_one_line(tmp_path: Path) -> None:
+    src = (VECTORS / "mysql-5.7" / "mysql-bin.checksum-crc32").read_bytes()
+    bad = tmp_path / "bad.000001"
+    bad.write_bytes(src[:400] + bytes([src[400] ^ 0xFF]) + src[401:])
+    result = subprocess.run([*RUN, str(bad)], capture_output=True, text=True)
+    assert result.returncode == 1
+    err = result.stderr.strip().splitlines()
+    assert len(err) == 1 and "bad.000001 at offset 384" in err[0], err
+    truncated = tmp_path / "cut.000001"
+    truncated.write_bytes(src[:1000])
+    result = subprocess.run([*RUN, str(truncated)], capture_output=True, text=True)
+    assert result.returncode == 1 and "offset 944" in result.stderr
