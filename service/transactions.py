@@ -16,7 +16,7 @@ from service.binlog.events import Event, GtidEvent, QueryEvent, RowsEvent
 from service.binlog.rowchange import RowChange
 from service.checkpoint import Checkpoint, CheckpointTracker, statement_kind
 
-__all__ = ["Ddl", "TableFilter", "Transaction", "TransactionAssembler", "parse_ddl"]
+__all__ = ["Ddl", "TableFilter", "Transaction", "TransactionAssembler", "is_rename_only", "parse_ddl"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,82 +63,204 @@ class TableFilter:
         return not self.include or any(fnmatchcase(schema, p.split(".", 1)[0]) for p in self.include)
 
 
-# --- DDL: a small parser, enough to know which tables a statement touches -------------------------
+# --- DDL: a small tokenizer and parser, enough to know which tables a statement touches ----------
 
-_IDENT = r"(?:`(?:[^`]|``)+`|[A-Za-z0-9_$\u0080-\uffff]+)"
-_NAME = rf"({_IDENT}(?:\s*\.\s*{_IDENT})?)"
-_COMMENTS = re.compile(r"/\*(?!!|M!).*?\*/|/\*!?M?!\d*|\*/|(?:--\s|#)[^\n]*", re.S)
-_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
-    (
-        "create",
-        re.compile(
-            rf"^CREATE\s+(?:OR\s+REPLACE\s+)?(?:TEMPORARY\s+)?TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?{_NAME}",
-            re.I,
-        ),
-    ),
-    ("alter", re.compile(rf"^ALTER\s+(?:ONLINE\s+|IGNORE\s+)*TABLE\s+(?:IF\s+EXISTS\s+)?{_NAME}", re.I)),
-    ("truncate", re.compile(rf"^TRUNCATE\s+(?:TABLE\s+)?{_NAME}", re.I)),
-    ("create", re.compile(rf"^CREATE\s+(?:DATABASE|SCHEMA)\s+(?:IF\s+NOT\s+EXISTS\s+)?({_IDENT})", re.I)),
-    ("drop", re.compile(rf"^DROP\s+(?:DATABASE|SCHEMA)\s+(?:IF\s+EXISTS\s+)?({_IDENT})", re.I)),
-    ("alter", re.compile(rf"^ALTER\s+(?:DATABASE|SCHEMA)\s+({_IDENT})", re.I)),
-]
-_DROP_TABLE = re.compile(r"^DROP\s+(?:TEMPORARY\s+)?TABLES?\s+(?:IF\s+EXISTS\s+)?(.*)$", re.I | re.S)
-_RENAME_TABLE = re.compile(r"^RENAME\s+TABLES?\s+(.*)$", re.I | re.S)
-_ALTER_RENAME = re.compile(rf"\bRENAME\s+(?:TO\s+|AS\s+)?{_NAME}\s*$", re.I)
-_ONE_NAME = re.compile(rf"\s*{_NAME}\s*", re.S)
-_DB_LEVEL = re.compile(r"^(?:CREATE|DROP|ALTER)\s+(?:DATABASE|SCHEMA)\b", re.I)
+_TOKEN = re.compile(
+    r"""
+      (?P<ws>\s+)
+    | (?P<exec>/\*M?!\d*)                   # executable comment /*!50100 ... */: its body is code
+    | (?P<comment>/\*.*?\*/|(?:--(?=\s|$)|\#)[^\n]*)
+    | (?P<close>\*/)                        # the end of an executable comment
+    | `(?P<quoted>(?:[^`]|``)*)`
+    | (?P<string>'(?:[^'\\]|\\.|'')*'|"(?:[^"\\]|\\.|"")*")
+    | (?P<word>[A-Za-z0-9_$\u0080-\uffff]+)
+    | (?P<punct>.)
+    """,
+    re.S | re.X,
+)
+_SKIP = frozenset({"ws", "exec", "comment", "close"})
 
 
-def _unquote(ident: str) -> str:
-    ident = ident.strip()
-    if ident.startswith("`") and ident.endswith("`"):
-        return ident[1:-1].replace("``", "`")
-    return ident
+@dataclass(frozen=True, slots=True)
+class _Tok:
+    kind: str  # word | ident (backquoted, unquoted here) | string | punct
+    text: str
+
+    @property
+    def up(self) -> str:
+        return self.text.upper() if self.kind == "word" else ""
+
+    def punct(self, char: str) -> bool:
+        return self.kind == "punct" and self.text == char
 
 
-def _qualify(name: str, default_schema: str) -> tuple[str, str]:
-    parts = re.findall(_IDENT, name)
-    if len(parts) == 2:
-        return _unquote(parts[0]), _unquote(parts[1])
-    return default_schema, _unquote(parts[0])
-
-
-def _name_list(text: str, default_schema: str) -> list[tuple[str, str]]:
-    out = []
-    for item in text.split(","):
-        m = _ONE_NAME.fullmatch(item.split()[0] if item.split() else "")
-        if m:
-            out.append(_qualify(m.group(1), default_schema))
+def _tokens(sql: str) -> list[_Tok]:
+    out: list[_Tok] = []
+    for m in _TOKEN.finditer(sql):
+        kind = m.lastgroup or "punct"
+        if kind in _SKIP:
+            continue
+        if kind == "quoted":
+            out.append(_Tok("ident", m.group("quoted").replace("``", "`")))
+        elif kind != "punct" or m.group("punct") != ";":
+            out.append(_Tok(kind, m.group(kind)))
     return out
+
+
+class _Cursor:
+    """A position in a statement's tokens, with the few moves the DDL grammar needs."""
+
+    def __init__(self, toks: list[_Tok], default_schema: str) -> None:
+        self.toks, self.i, self.schema = toks, 0, default_schema
+
+    def peek(self, ahead: int = 0) -> _Tok:
+        j = self.i + ahead
+        return self.toks[j] if j < len(self.toks) else _Tok("end", "")
+
+    def words(self, *words: str) -> bool:
+        """Consume `words` if they come next (case-insensitive)."""
+        if all(self.peek(k).up == w for k, w in enumerate(words)):
+            self.i += len(words)
+            return True
+        return False
+
+    def ident(self) -> str | None:
+        t = self.peek()
+        if t.kind not in ("word", "ident"):
+            return None
+        self.i += 1
+        return t.text
+
+    def name(self) -> tuple[str, str] | None:
+        """`table` or `schema.table`; either part may be backquoted (and hold dots)."""
+        first = self.ident()
+        if first is None:
+            return None
+        if self.peek().punct(".") and self.peek(1).kind in ("word", "ident"):
+            self.i += 1
+            second = self.ident()
+            assert second is not None
+            return first, second
+        return self.schema, first
+
+    def items(self) -> list[_Cursor]:
+        """The rest of the statement split at top-level commas (outside parentheses)."""
+        parts: list[list[_Tok]] = [[]]
+        depth = 0
+        for t in self.toks[self.i :]:
+            depth += t.punct("(") - t.punct(")")
+            if depth == 0 and t.punct(","):
+                parts.append([])
+            else:
+                parts[-1].append(t)
+        return [_Cursor(p, self.schema) for p in parts if p]
+
+    @property
+    def done(self) -> bool:
+        return self.i >= len(self.toks)
+
+
+# `RENAME x` clauses of ALTER TABLE that do not rename the table
+_RENAME_NOT_TABLE = frozenset({"COLUMN", "INDEX", "KEY", "CONSTRAINT", "PARTITION"})
+# words after ALTER DATABASE that mean "the default database" (no name given)
+_DB_OPTIONS = frozenset({"DEFAULT", "CHARACTER", "CHARSET", "COLLATE", "COMMENT", "READ", "ENCRYPTION"})
+
+
+def _alter_clauses(cur: _Cursor) -> tuple[list[tuple[str, str]], bool]:
+    """ALTER TABLE's clauses: (the `RENAME [TO|AS] name` targets, whether there is any other clause)."""
+    targets: list[tuple[str, str]] = []
+    other = False
+    for item in cur.items():
+        target = None
+        if item.words("RENAME") and item.peek().up not in _RENAME_NOT_TABLE:
+            _ = item.words("TO") or item.words("AS")
+            target = item.name()
+        if target is not None and item.done:
+            targets.append(target)
+        else:
+            other = True
+    return targets, other
+
+
+def _names(cur: _Cursor) -> list[tuple[str, str]]:
+    """A comma-separated list of table names (trailing words such as RESTRICT are ignored)."""
+    return [n for item in cur.items() if (n := item.name()) is not None]
+
+
+def _parse(cur: _Cursor) -> tuple[str, list[tuple[str, str]], bool]:
+    """(kind, tables, rename_only) of one statement."""
+    if cur.words("CREATE"):
+        cur.words("OR", "REPLACE")
+        if cur.words("DATABASE") or cur.words("SCHEMA"):
+            cur.words("IF", "NOT", "EXISTS")
+            db = cur.ident()
+            return ("create", [(db, "")], False) if db else ("other", [], False)
+        cur.words("TEMPORARY")
+        if cur.words("TABLE"):
+            cur.words("IF", "NOT", "EXISTS")
+            name = cur.name()  # CREATE TABLE t (...) | LIKE s | (LIKE s) | SELECT ...: t is touched
+            return ("create", [name], False) if name else ("other", [], False)
+        return "other", [], False
+    if cur.words("ALTER"):
+        if cur.words("DATABASE") or cur.words("SCHEMA"):
+            if cur.peek().up in _DB_OPTIONS:
+                return "alter", [(cur.schema, "")], False
+            db = cur.ident()
+            return ("alter", [(db, "")], False) if db else ("other", [], False)
+        while cur.words("ONLINE") or cur.words("IGNORE"):
+            pass
+        if cur.words("TABLE"):
+            cur.words("IF", "EXISTS")
+            name = cur.name()
+            if name is None:
+                return "other", [], False
+            targets, other = _alter_clauses(cur)
+            return "alter", [name, *targets[-1:]], bool(targets) and not other
+        return "other", [], False
+    if cur.words("DROP"):
+        if cur.words("DATABASE") or cur.words("SCHEMA"):
+            cur.words("IF", "EXISTS")
+            db = cur.ident()
+            return ("drop", [(db, "")], False) if db else ("other", [], False)
+        cur.words("TEMPORARY")
+        if cur.words("TABLE") or cur.words("TABLES"):
+            cur.words("IF", "EXISTS")
+            return "drop", _names(cur), False
+        return "other", [], False
+    if cur.words("TRUNCATE"):
+        cur.words("TABLE")
+        name = cur.name()
+        return ("truncate", [name], False) if name else ("other", [], False)
+    if cur.words("RENAME") and (cur.words("TABLE") or cur.words("TABLES")):
+        cur.words("IF", "EXISTS")
+        pairs: list[tuple[str, str]] = []
+        for item in cur.items():  # a [WAIT n | NOWAIT] TO b
+            old = item.name()
+            while not item.done and not item.words("TO"):
+                item.i += 1
+            new = item.name()
+            if old is not None and new is not None:
+                pairs += [old, new]
+        return "rename", pairs, True
+    return "other", [], False
 
 
 def parse_ddl(schema: str, sql: str) -> Ddl:
     """Classify a schema-changing statement and name the (schema, table) pairs it touches.
 
-    Database-level statements report `(database, "")`. Anything not understood is kind "other"
-    with no tables; callers that must be safe then treat the whole default schema as touched."""
-    text = _COMMENTS.sub(" ", sql).strip().rstrip(";").strip()
-    if _DB_LEVEL.match(text):
-        for kind, pattern in _PATTERNS[3:]:
-            if m := pattern.match(text):
-                return Ddl(schema, sql, kind, ((_unquote(m.group(1)), ""),))
-    for kind, pattern in _PATTERNS[:3]:
-        if m := pattern.match(text):
-            tables = [_qualify(m.group(1), schema)]
-            if kind == "alter" and (r := _ALTER_RENAME.search(text)):
-                tables.append(_qualify(r.group(1), schema))  # ALTER TABLE a RENAME TO b
-            return Ddl(schema, sql, kind, tuple(tables))
-    if m := _DROP_TABLE.match(text):
-        names = re.sub(r"\b(?:RESTRICT|CASCADE)\b", "", m.group(1), flags=re.I)
-        return Ddl(schema, sql, "drop", tuple(_name_list(names, schema)))
-    if m := _RENAME_TABLE.match(text):
-        pairs: list[tuple[str, str]] = []
-        for item in m.group(1).split(","):
-            halves = re.split(r"\s+TO\s+", item.strip(), flags=re.I)
-            for half in halves:
-                pairs.extend(_name_list(half, schema))
-        return Ddl(schema, sql, "rename", tuple(pairs))
-    return Ddl(schema, sql, "other", ())
+    Database-level statements report `(database, "")`; RENAME TABLE reports (old, new) pairs in
+    order; ALTER TABLE reports the table, then its new name when a clause renames it. Comments
+    are skipped, the bodies of executable comments (`/*!50100 ... */`) are read. Anything not
+    understood is kind "other" with no tables; callers that must be safe then treat the whole
+    default schema as touched."""
+    kind, tables, _ = _parse(_Cursor(_tokens(sql), schema))
+    return Ddl(schema, sql, kind, tuple(tables))
+
+
+def is_rename_only(sql: str) -> bool:
+    """True for `ALTER TABLE a RENAME TO b` (rows unchanged) and RENAME TABLE; False when the
+    ALTER has any other clause (`RENAME TO b, ADD COLUMN c ...` rewrites the rows)."""
+    return _parse(_Cursor(_tokens(sql), ""))[2]
 
 
 # --- the assembler ------------------------------------------------------------------------------

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Set
 
 from service.sink.plan import ActionKind, TableAction
-from service.transactions import Ddl, TableFilter
+from service.transactions import Ddl, TableFilter, is_rename_only
 
 __all__ = ["ddl_actions"]
-
-_PURE_RENAME = re.compile(r"^\s*ALTER\s+TABLE\s+\S+\s+RENAME\s+(?:TO\s+|AS\s+)?\S+\s*;?\s*$", re.I | re.S)
 
 
 def ddl_actions(ddl: Ddl, flt: TableFilter, mirrored: Set[tuple[str, str]]) -> list[TableAction]:
@@ -52,7 +49,7 @@ def ddl_actions(ddl: Ddl, flt: TableFilter, mirrored: Set[tuple[str, str]]) -> l
         tables = [(s, t) for s, t in ddl.tables if t]
         if len(tables) == 2:
             rename(tables[0], tables[1])
-            if flt.wants(*tables[1]) and not _PURE_RENAME.match(ddl.sql):
+            if flt.wants(*tables[1]) and not is_rename_only(ddl.sql):
                 out.append(TableAction(ActionKind.RESYNC, *tables[1], reason=reason))
         elif len(tables) == 1 and flt.wants(*tables[0]):
             out.append(TableAction(ActionKind.RESYNC, *tables[0], reason=reason))
