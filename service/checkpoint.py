@@ -30,6 +30,7 @@ from service.binlog.events import (
     RotateEvent,
     RowsEvent,
     TableMapEvent,
+    TransactionPayloadEvent,
     XaPrepareEvent,
     XidEvent,
 )
@@ -369,12 +370,15 @@ class CheckpointTracker:
     non-artificial event moves the offset to `header.log_pos`, or, when the server writes
     log_pos = 0 (MariaDB 11.4+ in some cases), to the previous offset + event size. The FORMAT_DESCRIPTION
     the server re-sends when a dump starts past offset 4 has log_pos 0 and moves nothing.
+    Events inside a TRANSACTION_PAYLOAD (MySQL binlog_transaction_compression; the decoder gives
+    them the payload's offset) move nothing either: the payload event already moved past them.
     """
 
     position: BinlogPosition
     gtids: GtidSet | None = None  # executed set so far; None when unknown (no GTID tracking)
     in_transaction: bool = False
     _pending_gtid: MysqlGtid | MariadbGtid | None = field(default=None, repr=False)
+    _payload_at: int | None = field(default=None, repr=False)  # offset of the last TRANSACTION_PAYLOAD
 
     @property
     def checkpoint(self) -> Checkpoint:
@@ -426,6 +430,12 @@ class CheckpointTracker:
             return
         if isinstance(event, FormatDescriptionEvent) and h.log_pos == 0:
             return
+        if isinstance(event, TransactionPayloadEvent):
+            self._payload_at = h.offset
+        elif self._payload_at is not None:
+            if h.offset == self._payload_at:
+                return  # inside a compressed payload: the position is already after the payload
+            self._payload_at = None
         pos = h.log_pos if h.log_pos else self.position.pos + h.event_size
         self.position = BinlogPosition(self.position.file, pos)
 

@@ -52,11 +52,8 @@ def check_config(info: ServerInfo) -> tuple[list[str], list[str]]:
             "binlog_row_value_options=PARTIAL_JSON writes JSON diffs, not values: "
             "SET GLOBAL binlog_row_value_options = '' (and in my.cnf)"
         )
-    if info.var("binlog_transaction_compression").upper() in ("ON", "1"):
-        problems.append(
-            "binlog_transaction_compression is ON (compressed transaction payloads are not mirrored): "
-            + _persist("binlog_transaction_compression", "OFF")
-        )
+    # binlog_transaction_compression=ON (MySQL 8.0.20+) is fine: TRANSACTION_PAYLOAD events are
+    # decompressed and their inner events decoded (BinlogDecoder.decode_events).
     if info.var("log_bin_compress").upper() in ("ON", "1"):
         warnings.append("log_bin_compress is ON: compressed MariaDB events are decoded (costs CPU)")
     return problems, warnings

@@ -366,15 +366,15 @@ class BinlogSource:
             if len(raw) > 4 and raw[4] in HEARTBEAT_TYPES:
                 stats.heartbeats += 1
                 continue
-            event = session.decoder.feed(raw)
-            if event is None:
-                continue
-            stats.events += 1
-            stats.last_event_ts = event.header.timestamp or stats.last_event_ts
-            txn = assembler.feed(event)
-            stats.read_position = assembler.tracker.position
-            if txn is not None:
-                await self._deliver(session, txn)
+            # decode_events flattens TRANSACTION_PAYLOAD (binlog_transaction_compression=ON):
+            # the payload event, then the events inside it, in order.
+            for event in session.decoder.decode_events(raw):
+                stats.events += 1
+                stats.last_event_ts = event.header.timestamp or stats.last_event_ts
+                txn = assembler.feed(event)
+                stats.read_position = assembler.tracker.position
+                if txn is not None:
+                    await self._deliver(session, txn)
 
     async def _deliver(self, session: _Session, txn: Transaction) -> None:
         assert self._resume is not None

@@ -229,3 +229,40 @@ def test_parse_ddl_harder(sql: str, kind: str, tables: tuple[tuple[str, str], ..
 )
 def test_is_rename_only(sql: str, rename_only: bool) -> None:
     assert is_rename_only(sql) is rename_only
+
+
+COMPRESSED = Path("/work/shared/vectors/mysql-8/transaction_compression.000001")
+
+
+@pytest.mark.skipif(not COMPRESSED.exists(), reason="shared MySQL vectors not present")
+def test_compressed_transaction_payload_is_one_transaction() -> None:
+    """MySQL 8 binlog_transaction_compression=ON: GTID, TRANSACTION_PAYLOAD(BEGIN, TABLE_MAP,
+    WRITE_ROWS, XID). decode_events flattens the payload; the transaction ends after the payload
+    event (offset 431), not at offsets computed from the inner events' sizes."""
+    decoder = BinlogDecoder(file=COMPRESSED.name)
+    asm = TransactionAssembler(CheckpointTracker(BinlogPosition(COMPRESSED.name, 4)))
+    txns = [
+        t for raw in read_binlog_file(COMPRESSED) for ev in decoder.decode_events(raw) if (t := asm.feed(ev))
+    ]
+    assert len(txns) == 1
+    (txn,) = txns
+    assert txn.end.position == BinlogPosition(COMPRESSED.name, 431)
+    assert txn.gtid is None and txn.ddl == () and txn.ts == 1695159109
+    (change,) = txn.changes
+    assert (change.op.value, change.schema, change.table) == ("insert", "test", "tb1")
+    assert change.before is None and change.after == {"@1": 1}  # the vector has no column names
+    assert change.position.start == 274  # the payload event's span
+    # the ROTATE that follows the payload moves the position as usual
+    assert not asm.in_transaction and asm.tracker.position == BinlogPosition("binlog.000043", 4)
+
+
+@pytest.mark.skipif(not COMPRESSED.exists(), reason="shared MySQL vectors not present")
+def test_compressed_payload_through_a_filter() -> None:
+    decoder = BinlogDecoder(file=COMPRESSED.name)
+    asm = TransactionAssembler(
+        CheckpointTracker(BinlogPosition(COMPRESSED.name, 4)), TableFilter.from_lists(["other.*"])
+    )
+    txns = [
+        t for raw in read_binlog_file(COMPRESSED) for ev in decoder.decode_events(raw) if (t := asm.feed(ev))
+    ]
+    assert [(t.changes, t.end.position.pos) for t in txns] == [((), 431)]
