@@ -36,6 +36,9 @@ class Transaction:
     gtid: str | None
     ts: int
     end: Checkpoint  # where to resume after this transaction
+    # Indexes into `changes` whose before or after image lacks columns of the table: the source
+    # logged a partial row image (binlog_row_image=MINIMAL or NOBLOB, global or per session).
+    partial: frozenset[int] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,6 +280,7 @@ class TransactionAssembler:
     tracker: CheckpointTracker
     table_filter: TableFilter = field(default_factory=TableFilter)
     _changes: list[RowChange] = field(default_factory=list)
+    _partial: list[int] = field(default_factory=list)
     _ddl: list[Ddl] = field(default_factory=list)
     _gtid: str | None = None
     _rolled_back: bool = False
@@ -290,7 +294,11 @@ class TransactionAssembler:
         if isinstance(event, RowsEvent) and not event.skipped:
             wanted = self.table_filter.wants(event.table.schema, event.table.table)
             if wanted:
-                self._changes.extend(event.changes)
+                width = len(event.table.columns)
+                for change in event.changes:
+                    if _narrower(change.before, width) or _narrower(change.after, width):
+                        self._partial.append(len(self._changes))
+                    self._changes.append(change)
         elif isinstance(event, GtidEvent):
             self._gtid = None if event.anonymous else event.gtid
         elif isinstance(event, QueryEvent):
@@ -310,8 +318,10 @@ class TransactionAssembler:
                 gtid=self._gtid,
                 ts=end.ts,
                 end=end,
+                partial=frozenset(self._partial),
             )
         self._changes, self._ddl, self._gtid, self._rolled_back = [], [], None, False
+        self._partial = []
         return txn
 
     def _stamp(self, change: RowChange) -> RowChange:
@@ -326,3 +336,7 @@ class TransactionAssembler:
             self.table_filter.wants_schema(s) if not t else self.table_filter.wants(s, t)
             for s, t in ddl.tables
         )
+
+
+def _narrower(image: dict[str, object] | None, width: int) -> bool:
+    return image is not None and len(image) < width

@@ -8,11 +8,16 @@ follow the DDL in the stream are keyed by the new definition.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
-from dataclasses import dataclass
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 import aiomysql
 
+from service.errors import SourceError
 from service.pipeline.status import ColumnStatus
 from service.transactions import TableFilter
 from service.transport.connection import fetch
@@ -32,6 +37,10 @@ class TableInfo:
     key_source: str  # primary | unique | none
     columns: tuple[ColumnStatus, ...]
     exists: bool = True
+    # What a column the source left out of a partial INSERT image (binlog_row_image=MINIMAL)
+    # holds: its constant default, or None for a nullable column without one. Columns with
+    # expression defaults (the server logs those) and generated columns are not here.
+    defaults: Mapping[str, Any] = field(default_factory=dict)
 
 
 class Catalog:
@@ -77,7 +86,8 @@ class Catalog:
         crow = await fetch(
             conn,
             "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, IS_NULLABLE, CHARACTER_SET_NAME, "
-            "COALESCE(CHARACTER_MAXIMUM_LENGTH, NUMERIC_PRECISION, DATETIME_PRECISION) "
+            "COALESCE(CHARACTER_MAXIMUM_LENGTH, NUMERIC_PRECISION, DATETIME_PRECISION), "
+            "COLUMN_DEFAULT, EXTRA "
             "FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s "
             "ORDER BY ORDINAL_POSITION",
             (schema, table),
@@ -92,9 +102,10 @@ class Catalog:
                 charset=str(charset) if charset else None,
                 name_source="information_schema",
             )
-            for name, dtype, ctype, nullable, charset, meta in crow
+            for name, dtype, ctype, nullable, charset, meta, _, _ in crow
         )
-        info = TableInfo(schema, table, key, source, columns, exists=bool(crow))
+        defaults = await self._defaults(conn, schema, table, crow)
+        info = TableInfo(schema, table, key, source, columns, exists=bool(crow), defaults=defaults)
         if crow and key is None and (schema, table) not in self._warned:
             self._warned.add((schema, table))
             log.warning(
@@ -102,6 +113,38 @@ class Catalog:
             )
         self._tables[(schema, table)] = info
         return info
+
+    @staticmethod
+    async def _defaults(
+        conn: aiomysql.Connection, schema: str, table: str, crow: list[tuple[Any, ...]]
+    ) -> dict[str, Any]:
+        """Constant defaults read back through `DEFAULT(col)`, so they come typed exactly as the
+        values of a SELECT (the connection's time_zone must be +00:00, as for a resync)."""
+        out: dict[str, Any] = {}
+        constant: list[tuple[str, str]] = []
+        for name, dtype, _, nullable, _, _, default, extra in crow:
+            if "GENERATED" in str(extra or "").upper():
+                continue  # generated, or an expression default (MySQL DEFAULT_GENERATED)
+            text = None if default is None else str(default)
+            if text is None or text.upper() == "NULL":
+                if str(nullable) == "YES":
+                    out[str(name)] = None
+            elif not _EXPRESSION.match(text):
+                constant.append((str(name), str(dtype).lower()))
+        if not constant:
+            return out
+        picks = ", ".join(f"DEFAULT(t.{_q(c)})" for c, _ in constant)
+        try:
+            source = f"(SELECT 1) AS one LEFT JOIN {_q(schema)}.{_q(table)} AS t ON FALSE"
+            rows = await fetch(conn, f"SELECT {picks} FROM {source}")
+        except SourceError as exc:
+            log.warning("%s.%s: cannot read column defaults (%s)", schema, table, exc)
+            return out
+        for (name, dtype), value in zip(constant, rows[0] if rows else (), strict=False):
+            if dtype == "timestamp" and isinstance(value, dt.datetime):
+                value = value.replace(tzinfo=dt.UTC)  # as the binlog decodes TIMESTAMP
+            out[name] = value
+        return out
 
     async def wanted_tables(self, conn: aiomysql.Connection) -> list[tuple[str, str]]:
         rows = await fetch(
@@ -114,3 +157,10 @@ class Catalog:
 
 
 _NUMERIC = {"tinyint", "smallint", "mediumint", "int", "bigint", "decimal", "float", "double"}
+# function-call defaults (current_timestamp(), uuid(), nextval(s)) and CURRENT_TIMESTAMP: evaluated
+# per row by the server, which then logs the column even in a MINIMAL image
+_EXPRESSION = re.compile(r"^(?:\w+\s*\(.*\)|CURRENT_TIMESTAMP|NOW|LOCALTIME(?:STAMP)?)$", re.I | re.S)
+
+
+def _q(ident: str) -> str:
+    return "`" + ident.replace("`", "``") + "`"

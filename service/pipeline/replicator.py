@@ -20,12 +20,13 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import aiomysql
 from redis.asyncio import Redis
 
+from service.binlog.rowchange import Op
 from service.checkpoint import Checkpoint, StartPoint, parse_start
 from service.errors import ConfigError, LeaseLost, PositionLost, ReplicatorError, SinkError
 from service.pipeline.catalog import Catalog
@@ -225,6 +226,9 @@ class Replicator:
         try:
             async with source:
                 self._ctl = await connect(self.settings)
+                with map_errors("preparing the catalog session"):
+                    async with self._ctl.cursor() as cur:  # TIMESTAMP defaults in UTC, as decoded
+                        await cur.execute("SET SESSION time_zone = '+00:00'")
                 await self._bootstrap(checkpoint, source)
                 self._set_state(State.STREAMING)
                 async with asyncio.TaskGroup() as tg:
@@ -318,6 +322,7 @@ class Replicator:
             for ch in txn.changes:
                 if not self.catalog.known(ch.schema, ch.table):
                     await self._table_info(ch.schema, ch.table)
+        batch = [self._complete_inserts(t) if t.partial else t for t in batch]
         units: list[tuple[Transaction, list[TableAction]]] = []
         for txn in batch:
             actions = [a for d in txn.ddl for a in ddl_actions(d, self.filter, self._mirrored)]
@@ -344,6 +349,21 @@ class Replicator:
                     hook(txn, first)
                 except Exception:  # a broken hook must not stop replication
                     log.exception("on_applied hook %r failed", hook)
+
+    def _complete_inserts(self, txn: Transaction) -> Transaction:
+        """A partial INSERT image (MINIMAL) omits the columns the statement left at their default:
+        fill them from the catalog, so the row in Redis equals the row on the source. (Partial
+        UPDATE/DELETE images need nothing: the planner merges the present columns.)"""
+        changes = list(txn.changes)
+        for i in txn.partial:
+            ch = changes[i]
+            if ch.op is not Op.INSERT or ch.after is None:
+                continue
+            info = self.catalog.get(ch.schema, ch.table)
+            missing = {k: v for k, v in info.defaults.items() if k not in ch.after} if info else {}
+            if missing:
+                changes[i] = replace(ch, after={**missing, **ch.after})
+        return replace(txn, changes=tuple(changes))
 
     def _note_actions(self, actions: Sequence[TableAction]) -> None:
         for a in actions:

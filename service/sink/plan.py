@@ -91,8 +91,12 @@ class Planner:
             nulls = [k for k, v in after.items() if v is None]
             out += ["X", key, len(nulls), *nulls]
 
-    def change(self, ch: RowChange) -> list[Arg] | None:
-        """Instructions for one row change; None when the row cannot be keyed (counted, skipped)."""
+    def change(self, ch: RowChange, partial: bool = False) -> list[Arg] | None:
+        """Instructions for one row change; None when the row cannot be keyed (counted, skipped).
+
+        `partial`: the change's images lack columns (MINIMAL/NOBLOB), so an UPDATE merges the
+        present columns into the stored row instead of replacing it."""
+        full = self.full_images and not partial
         cols = self.key_columns(ch.schema, ch.table)
         if not cols:
             self.skipped.add(ch.schema, ch.table)
@@ -105,20 +109,22 @@ class Planner:
         out: list[Arg] = []
         old = self._suffix(cols, ch.before) if ch.op is not Op.INSERT else None
         new = self._suffix(cols, ch.after) if ch.op is not Op.DELETE else None
-        if ch.op is Op.UPDATE and new is None and old is not None and not self.full_images:
-            new = old  # partial after-image without the key columns: the key did not change
+        if ch.op is Op.UPDATE and new is None and ch.before is not None and ch.after is not None and not full:
+            # partial after-image: key columns it lacks did not change (MINIMAL logs only the
+            # changed columns, so `SET b = 5` on key (a, b) brings b but not a)
+            new = self._suffix(cols, {**ch.before, **ch.after})
         if ch.op is not Op.INSERT and old is None or ch.op is not Op.DELETE and new is None:
             self.skipped.add(ch.schema, ch.table)
             return None
         if old is not None and old != new:
-            if new is not None and not self.full_images:
+            if new is not None and not full:
                 out += ["M", f"{base}:{old}", f"{base}:{new}"]
             else:
                 out += ["D", f"{base}:{old}"]
             out += ["R", index, old, "T", tid, touched, old]
         if new is not None:
             assert ch.after is not None
-            replace = ch.op is Op.INSERT or self.full_images
+            replace = ch.op is Op.INSERT or full
             self._write_row(out, f"{base}:{new}", ch.after, replace)
             out += ["A", index, new, "T", tid, touched, new]
         if self.changelog_maxlen is not None:
@@ -167,8 +173,8 @@ class Planner:
         for a in actions:
             cur += self.action(a)
         seen: set[tuple[str, str]] = set()
-        for ch in txn.changes:
-            ops = self.change(ch)
+        for i, ch in enumerate(txn.changes):
+            ops = self.change(ch, i in txn.partial)
             if ops is None:
                 ops = ["S"]  # not mirrored, but it keeps its sequence number (first_seq + i)
             elif (ch.schema, ch.table) not in seen:

@@ -37,9 +37,10 @@ def check_config(info: ServerInfo) -> tuple[list[str], list[str]]:
         problems.append(f"binlog_format is {fmt or 'unknown'}, need ROW: {_persist('binlog_format', 'ROW')}")
     image = info.var("binlog_row_image").upper()
     if image and image != "FULL":
-        problems.append(
-            f"binlog_row_image is {image}, need FULL (rows must carry every column): "
-            + _persist("binlog_row_image", "FULL")
+        warnings.append(
+            f"binlog_row_image is {image}: partial row images are merged column by column, "
+            "omitted INSERT columns get their constant defaults, and generated columns the server "
+            f"does not log may be missing; for an exact mirror: {_persist('binlog_row_image', 'FULL')}"
         )
     metadata = info.var("binlog_row_metadata").upper()
     if metadata != "FULL":

@@ -31,7 +31,6 @@ def _info(**variables: str) -> ServerInfo:
     [
         ({"log_bin": "OFF"}, "binary logging is off (log_bin=OFF): restart the server with --log-bin"),
         ({"binlog_format": "MIXED"}, "binlog_format is MIXED, need ROW: SET GLOBAL binlog_format = 'ROW'"),
-        ({"binlog_row_image": "MINIMAL"}, "binlog_row_image is MINIMAL, need FULL"),
         ({"binlog_row_value_options": "PARTIAL_JSON"}, "SET GLOBAL binlog_row_value_options = ''"),
     ],
 )
@@ -46,6 +45,9 @@ def test_config_warnings_and_clean() -> None:
     assert check_config(_info(binlog_transaction_compression="ON")) == ([], [])
     problems, warnings = check_config(_info(binlog_row_metadata="MINIMAL"))
     assert problems == [] and "SET GLOBAL binlog_row_metadata = 'FULL'" in warnings[0]
+    for image in ("MINIMAL", "NOBLOB"):  # partial images are mirrored (merged), with a warning
+        problems, warnings = check_config(_info(binlog_row_image=image))
+        assert problems == [] and f"binlog_row_image is {image}: partial row images" in warnings[0]
 
 
 def test_grants() -> None:
