@@ -49,9 +49,10 @@ def text_value(value: Any) -> str:
     if isinstance(value, Decimal):
         return str(value)
     if isinstance(value, dt.datetime):
-        if value.tzinfo is not None:  # TIMESTAMP: stored as UTC wall time, like DATETIME
-            value = value.astimezone(dt.UTC).replace(tzinfo=None)
-        return value.isoformat(sep=" ")
+        when: dt.datetime = value
+        if when.tzinfo is not None:  # TIMESTAMP: stored as UTC wall time, like DATETIME
+            when = when.astimezone(dt.UTC).replace(tzinfo=None)
+        return when.isoformat(sep=" ")
     if isinstance(value, dt.date | dt.time):
         return value.isoformat()
     if isinstance(value, dt.timedelta):
