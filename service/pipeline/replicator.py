@@ -157,19 +157,13 @@ class Replicator:
                     self._leader = False
                     log.warning("lost the writer lease (%s); back to standby", exc)
                 except ReplicatorError as exc:
+                    if isinstance(exc, PositionLost):
+                        exc = self._position_lost(exc)
                     self._error(exc)
                     if not exc.retriable:
                         self._set_state(State.FAILED)
                         log.error("replication stopped: %s", exc)
-                        if isinstance(exc, PositionLost):
-                            log.error(
-                                "the stored checkpoint %s is no longer on the source (binlog purged). "
-                                "Way out: delete the mirror's keys (%s:*) and start again with "
-                                "on_no_checkpoint=now; the tables are copied again",
-                                self._applied.position if self._applied else "?",
-                                self.layout.prefix,
-                            )
-                        raise
+                        raise exc
                     failures = 1 if self._txns_applied > applied_before else failures + 1
                     self._set_state(State.RECONNECTING)
                     delay = self._backoff.delay(failures)
@@ -181,6 +175,17 @@ class Replicator:
             if self._leader:
                 await self.mirror.release_lease()
             await self.redis.aclose()
+
+    def _position_lost(self, exc: PositionLost) -> PositionLost:
+        """The same error, with what it means for the mirror and the way out (docs/mirror.md)."""
+        where = self._applied.position if self._applied else "?"
+        lost = PositionLost(
+            f"the stored checkpoint {where} is no longer on the source (binlog purged?): {exc}. "
+            f"Way out: delete the mirror's keys ({self.layout.prefix}:*) and start again with "
+            "on_no_checkpoint=now; the selected tables are copied again"
+        )
+        lost.__cause__ = exc
+        return lost
 
     # -- lease -----------------------------------------------------------------------------------
     async def _wait_for_lease(self) -> None:

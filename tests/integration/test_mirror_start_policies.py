@@ -1,0 +1,150 @@
+"""What the mirror does without a checkpoint (on_no_checkpoint = refuse | start), and with a
+checkpoint the source has purged (PositionLost, with the way out)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis as redis_sync
+
+from service.checkpoint import BinlogPosition, Checkpoint
+from service.errors import ConfigError, PositionLost
+from service.pipeline.replicator import Replicator
+from service.pipeline.status import State
+from service.settings import Settings, load_settings
+from service.stack import LocalStack
+from service.transactions import Transaction
+from tests.integration.mirror_helpers import unique_names, wait_applied
+
+pytestmark = pytest.mark.integration
+
+
+def _settings(stack: LocalStack, db: str, prefix: str, **overrides: Any) -> Settings:
+    info = stack.load()
+    assert info is not None
+    return load_settings(
+        None,
+        mysql=info.mysql_url,
+        redis=info.redis_url,
+        tables=[f"{db}.*"],
+        key_prefix=prefix,
+        server_id=4000 + hash(prefix) % 1000,
+        heartbeat_seconds=1.0,
+        **overrides,
+    )
+
+
+def _sql(stack: LocalStack, *statements: str) -> list[Any]:
+    conn = stack.root_connection()
+    try:
+        with conn.cursor() as cur:
+            out = []
+            for sql in statements:
+                cur.execute(sql)
+                out = list(cur.fetchall())
+        conn.commit()
+        return out
+    finally:
+        conn.close()
+
+
+def _stored(redis_url: str, prefix: str) -> Checkpoint | None:
+    r = redis_sync.Redis.from_url(redis_url)
+    try:
+        raw = r.hgetall(f"{prefix}:__checkpoint")
+    finally:
+        r.close()
+    return Checkpoint(BinlogPosition(raw[b"file"].decode(), int(raw[b"pos"]))) if raw else None
+
+
+def _master(stack: LocalStack) -> BinlogPosition:
+    row = _sql(stack, "SHOW MASTER STATUS")[0]
+    return BinlogPosition(str(row[0]), int(row[1]))
+
+
+async def _stop(rep: Replicator, task: asyncio.Task[None]) -> None:
+    rep.stop()
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(task, 15)
+
+
+async def test_refuse_without_a_checkpoint_says_how_to_start(stack: LocalStack) -> None:
+    db, prefix = unique_names()
+    rep = Replicator(_settings(stack, db, prefix, on_no_checkpoint="refuse"))
+    with pytest.raises(ConfigError) as err:
+        await asyncio.wait_for(rep.run(), 15)
+    message = str(err.value)
+    assert f"no checkpoint at {prefix}:__checkpoint and on_no_checkpoint=refuse" in message
+    assert "--on-no-checkpoint now" in message and "start (replay all binlogs" in message
+    assert rep.status().state == State.FAILED
+    assert _stored(stack.load().redis_url, prefix) is None  # type: ignore[union-attr]
+
+
+async def test_start_replays_from_the_oldest_binlog_then_a_purged_checkpoint_stops_the_mirror(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    own = LocalStack(tmp_path / "own")  # PURGE BINARY LOGS changes the server for good
+    own.up()
+    try:
+        info = own.load()
+        assert info is not None
+        db, prefix = "purged", "pg"
+        _sql(own, f"CREATE DATABASE {db}", f"CREATE TABLE {db}.t (id INT PRIMARY KEY, v VARCHAR(10))")
+        _sql(own, f"INSERT INTO {db}.t VALUES (1, 'a'), (2, 'b')", "FLUSH BINARY LOGS")
+        _sql(own, f"UPDATE {db}.t SET v = 'b2' WHERE id = 2", f"INSERT INTO {db}.t VALUES (3, 'c')")
+        oldest = str(_sql(own, "SHOW BINARY LOGS")[0][0])
+
+        # on_no_checkpoint=start: the stream begins in the oldest binlog, not at the current end
+        applied: list[Transaction] = []
+        rep = Replicator(
+            _settings(own, db, prefix, on_no_checkpoint="start"),
+            on_applied=[lambda txn, seq: applied.append(txn)],
+        )
+        task = asyncio.create_task(rep.run())
+        try:
+            await asyncio.to_thread(wait_applied, lambda: _stored(info.redis_url, prefix), _master(own))
+            assert applied and applied[0].end.position.file == oldest
+            r = redis_sync.Redis.from_url(info.redis_url)
+            rows = {k: r.hgetall(f"{prefix}:{db}:t:{k}") for k in ("1", "2", "3")}
+            r.close()
+            assert rows == {
+                "1": {b"id": b"1", b"v": b"a"},
+                "2": {b"id": b"2", b"v": b"b2"},
+                "3": {b"id": b"3", b"v": b"c"},
+            }
+        finally:
+            await _stop(rep, task)
+        checkpoint = _stored(info.redis_url, prefix)
+        assert checkpoint is not None
+
+        # the source moves on and purges the binlog that holds the checkpoint
+        _sql(own, f"INSERT INTO {db}.t VALUES (4, 'd')", "FLUSH BINARY LOGS", "FLUSH BINARY LOGS")
+        current = _master(own).file
+        for _ in range(100):  # a log still read by a dump thread (ours, closing) is not purged
+            _sql(own, f"PURGE BINARY LOGS TO '{current}'")
+            if str(_sql(own, "SHOW BINARY LOGS")[0][0]) == current:
+                break
+            await asyncio.sleep(0.05)
+        assert str(_sql(own, "SHOW BINARY LOGS")[0][0]) == current != checkpoint.position.file
+
+        caplog.set_level(logging.ERROR, logger="service.pipeline.replicator")
+        again = Replicator(_settings(own, db, prefix))
+        with pytest.raises(PositionLost) as err:
+            await asyncio.wait_for(again.run(), 30)
+        message = str(err.value)
+        assert f"the stored checkpoint {checkpoint.position} is no longer on the source" in message
+        assert f"Way out: delete the mirror's keys ({prefix}:*)" in message
+        assert "on_no_checkpoint=now" in message
+        assert isinstance(err.value.__cause__, PositionLost)  # the server's own ERR 1236 text
+        status = again.status()
+        assert status.state == State.FAILED and not status.errors.retriable
+        assert "Way out" in (status.errors.last or "")
+        assert any("Way out" in rec.getMessage() for rec in caplog.records)
+        assert _stored(info.redis_url, prefix) == checkpoint  # nothing was written
+    finally:
+        own.down()
