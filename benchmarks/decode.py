@@ -11,16 +11,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
-import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
+from benchmarks.harness import ensure_zongji, run_measured
 from benchmarks.workload import WORK, Workload, load_or_generate
 from service.stack import LocalStack
 
@@ -39,34 +37,8 @@ class Result:
 
 
 def _run(cmd: list[str], env: dict[str, str] | None = None, timeout: float = 3600) -> tuple[str, str, float]:
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    deadline = time.monotonic() + timeout
-    while True:
-        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-        if pid:
-            break
-        if time.monotonic() > deadline:
-            proc.kill()
-        time.sleep(0.02)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    out, err = proc.communicate()
-    if proc.returncode != 0:
-        raise RuntimeError(err.strip().splitlines()[-1] if err.strip() else f"exit {proc.returncode}")
-    return out, err, usage.ru_maxrss / 1024
-
-
-def ensure_zongji() -> Path | None:
-    if not shutil.which("node") or not shutil.which("npm"):
-        return None
-    modules = WORK / "node_modules" / "@vlasky" / "zongji"
-    if not modules.exists():
-        console.print("installing @vlasky/zongji with npm ...")
-        subprocess.run(
-            ["npm", "install", "--no-audit", "--no-fund", "--prefix", str(WORK), "@vlasky/zongji"],
-            check=True,
-            capture_output=True,
-        )
-    return WORK / "node_modules"
+    m = run_measured(cmd, env, timeout)
+    return m.out, m.err, m.rss_mb
 
 
 def tools(stack: LocalStack, zongji_modules: Path | None) -> dict[str, object]:
@@ -108,7 +80,9 @@ def tools(stack: LocalStack, zongji_modules: Path | None) -> dict[str, object]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--regenerate", action="store_true")
     parser.add_argument("--keep-stack", action="store_true", help="leave the benchmark stack running")
@@ -122,7 +96,7 @@ def main() -> None:
         workloads = load_or_generate(stack, args.rows, args.regenerate)
         selected = {
             name: make
-            for name, make in tools(stack, ensure_zongji()).items()
+            for name, make in tools(stack, ensure_zongji(console)).items()
             if not args.only or any(s.strip() in name for s in args.only.split(","))
         }
         results: list[Result] = []
@@ -157,7 +131,11 @@ def report(workloads: list[Workload], results: list[Result]) -> None:
             continue
         rate = r.rows / r.seconds if r.seconds else 0.0
         peer = next(
-            (p for p in results if p.workload == r.workload and p.tool == "python-mysql-replication" and p.seconds),
+            (
+                p
+                for p in results
+                if p.workload == r.workload and p.tool == "python-mysql-replication" and p.seconds
+            ),
             None,
         )
         ratio = f"{rate / (peer.rows / peer.seconds):.1f}x" if peer else ""

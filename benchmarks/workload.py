@@ -98,7 +98,8 @@ def generate(stack: LocalStack, rows: int) -> list[Workload]:
         for lo in range(1, rows + 1, chunk):
             cur.execute("BEGIN")
             cur.execute(
-                "UPDATE bench.t_insert SET big = big + 1, amount = amount + 0.01, flag = IF(flag IS NULL, 1, NULL)"
+                "UPDATE bench.t_insert SET big = big + 1, amount = amount + 0.01,"
+                " flag = IF(flag IS NULL, 1, NULL)"
                 f" WHERE id BETWEEN {lo} AND {lo + chunk - 1}"
             )
             cur.execute("COMMIT")

@@ -1,0 +1,68 @@
+"""Stream FILE from START to END from the server with binlog-mirror's transport (for benchmarks.stream).
+
+    python -m benchmarks.ours_stream MYSQL_URL FILE START END
+
+`service.transport.BinlogSource` with a start of BinlogPosition(FILE, START); counts the row
+changes of the Transactions it yields until one ends at or after END. A concurrent task measures
+event-loop lag (how late `asyncio.sleep(0.01)` wakes up) the whole time. Prints one JSON line:
+{"rows", "transactions", "seconds", "lag_p50_ms", "lag_p99_ms", "lag_max_ms", "lag_samples"}.
+The timer covers connect + preflight + dump + all transactions (the peers time from their
+first event; the difference is a few milliseconds).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+
+from benchmarks.harness import percentile
+from service.checkpoint import BinlogPosition
+from service.settings import Settings
+from service.transport.source import BinlogSource
+
+SERVER_ID = 9903
+PROBE = 0.01
+
+
+async def _probe(lags: list[float]) -> None:
+    while True:
+        t = time.perf_counter()
+        await asyncio.sleep(PROBE)
+        lags.append(time.perf_counter() - t - PROBE)
+
+
+async def main(url: str, file: str, start: int, end: int) -> None:
+    settings = Settings(mysql=url, server_id=SERVER_ID)
+    target = BinlogPosition(file, end)
+    lags: list[float] = []
+    rows = txns = 0
+    t0 = time.perf_counter()
+    probe = asyncio.create_task(_probe(lags))
+    async with BinlogSource(settings, BinlogPosition(file, start)) as source:
+        async for txn in source:
+            rows += len(txn.changes)
+            txns += 1
+            if txn.end.position >= target:
+                break
+    seconds = time.perf_counter() - t0
+    probe.cancel()
+    ms = [x * 1000 for x in lags]
+    print(
+        json.dumps(
+            {
+                "rows": rows,
+                "transactions": txns,
+                "seconds": seconds,
+                "lag_p50_ms": percentile(ms, 50),
+                "lag_p99_ms": percentile(ms, 99),
+                "lag_max_ms": max(ms, default=0.0),
+                "lag_samples": len(ms),
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    asyncio.run(main(sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])))
