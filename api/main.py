@@ -22,7 +22,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse
 
 from api.deps import StatusSource
-from api.metrics import build_registry
+from api.metrics import build_registry, register_pipeline_metrics
 from api.routes import events, health, lag, metrics, position, tables
 from service.pipeline.broadcast import Broadcaster
 from service.pipeline.status import ReplicatorStatus
@@ -78,6 +78,7 @@ def create_app(
     app.state.hooks = (hub.on_applied, apply_delay.on_applied)
     if isinstance(replicator, HookHost):
         _attach(replicator, app.state.hooks)
+    register_pipeline_metrics(registry, replicator)
 
     if settings.api_cors_origins:
         app.add_middleware(
@@ -122,6 +123,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     if app.state.owns_replicator:
         replicator = _build_replicator(app.state.settings)
         _attach(replicator, app.state.hooks)
+        register_pipeline_metrics(app.state.registry, replicator)
         app.state.status_source = replicator
         task = asyncio.create_task(_run(replicator), name="replicator")
     try:

@@ -2,7 +2,9 @@
 
 Each app has its own `CollectorRegistry` (no process-global state, so tests can build many
 apps). Besides the collectors, `ApplyDelayObserver` is an `on_applied` hook that records how
-long after its source commit each transaction became visible in Redis.
+long after its source commit each transaction became visible in Redis, and
+`register_pipeline_metrics` adds the metrics the pipeline owns and times itself (the
+Replicator's `apply_seconds` histogram, timed around each Redis apply call).
 """
 
 from __future__ import annotations
@@ -18,7 +20,13 @@ from service.pipeline.broadcast import Broadcaster
 from service.pipeline.status import ReplicatorStatus, State
 from service.transactions import Transaction
 
-__all__ = ["ApplyDelayObserver", "HubCollector", "StatusCollector", "build_registry"]
+__all__ = [
+    "ApplyDelayObserver",
+    "HubCollector",
+    "StatusCollector",
+    "build_registry",
+    "register_pipeline_metrics",
+]
 
 P = "binlog_mirror_"
 
@@ -84,6 +92,28 @@ class StatusCollector(Collector):
         yield CounterMetricFamily(
             P + "errors", "Errors since start, retried ones included", value=s.errors.count
         )
+        yield CounterMetricFamily(
+            P + "reconnects",
+            "Source reconnects and session restarts after a retriable error",
+            value=s.reconnects,
+        )
+        yield CounterMetricFamily(
+            P + "decode_errors", "Binlog events that could not be decoded", value=s.decode_errors
+        )
+        events = CounterMetricFamily(P + "events", "Binlog events decoded, by event type", labels=["type"])
+        for name, count in s.events_by_type:
+            events.add_metric([name], count)
+        yield events
+        yield CounterMetricFamily(
+            P + "ignorable_events_skipped",
+            "Unknown events skipped because the source flagged them ignorable",
+            value=s.skipped_ignorable_events,
+        )
+        yield CounterMetricFamily(
+            P + "invalid_text_values",
+            "Text values whose bytes were invalid in their column's character set",
+            value=s.invalid_text_values,
+        )
 
 
 class HubCollector(Collector):
@@ -143,3 +173,14 @@ def build_registry(
     registry.register(StatusCollector(status))
     registry.register(HubCollector(hub))
     return registry, ApplyDelayObserver(registry)
+
+
+def register_pipeline_metrics(registry: CollectorRegistry, pipeline: object) -> None:
+    """Register the collectors a pipeline object owns (`apply_seconds`), once per registry."""
+    histogram = getattr(pipeline, "apply_seconds", None)
+    if not isinstance(histogram, Histogram):
+        return
+    try:
+        registry.register(histogram)
+    except ValueError:  # already registered in this registry
+        pass

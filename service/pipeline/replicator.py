@@ -19,16 +19,25 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import aiomysql
+from prometheus_client import Histogram
 from redis.asyncio import Redis
 
 from service.binlog.rowchange import Op
 from service.checkpoint import Checkpoint, StartPoint, parse_start
-from service.errors import ConfigError, LeaseLost, PositionLost, ReplicatorError, SinkError
+from service.errors import (
+    ConfigError,
+    DecodeError,
+    LeaseLost,
+    PositionLost,
+    ReplicatorError,
+    SinkError,
+)
 from service.pipeline.catalog import Catalog
 from service.pipeline.ddl import ddl_actions
 from service.pipeline.resync import resync_table
@@ -131,6 +140,20 @@ class Replicator:
         self._errors = ErrorStatus()
         self._tables: dict[tuple[str, str], _TableCounters] = {}
         self._bytes_behind: int | None = None
+        # counters of sources from earlier sessions (the current one is read live)
+        self._restarts = 0  # sessions restarted after a retriable error
+        self._decode_errors = 0
+        self._past_reconnects = 0
+        self._past_events: Counter[str] = Counter()
+        self._past_ignorable = self._past_invalid = 0
+        # Seconds per Redis apply call (one batch of transactions). Not registered anywhere: the
+        # API registers it in its app registry (api/main.py), next to apply_delay_seconds.
+        self.apply_seconds = Histogram(
+            "binlog_mirror_apply_seconds",
+            "Seconds per apply call to Redis (one batch of up to 64 transactions, one script each)",
+            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+            registry=None,
+        )
 
     # -- public ----------------------------------------------------------------------------------
     def add_applied_hook(self, hook: AppliedHook) -> None:
@@ -165,6 +188,7 @@ class Replicator:
                         log.error("replication stopped: %s", exc)
                         raise exc
                     failures = 1 if self._txns_applied > applied_before else failures + 1
+                    self._restarts += 1
                     self._set_state(State.RECONNECTING)
                     delay = self._backoff.delay(failures)
                     log.warning("replication interrupted: %s; retrying in %.2fs", exc, delay)
@@ -258,6 +282,7 @@ class Replicator:
             if self._ctl is not None:
                 self._ctl.close()
                 self._ctl = None
+            self._fold_source(source)
             self._source = None
 
     async def _bootstrap(self, checkpoint: Checkpoint | None, source: TransactionSource) -> None:
@@ -333,7 +358,8 @@ class Replicator:
             actions = [a for d in txn.ddl for a in ddl_actions(d, self.filter, self._mirrored)]
             units.append((txn, actions))
         self._in_flight = (len(batch), sum(len(t.changes) for t in batch))
-        firsts = await self.mirror.apply(units)
+        with self.apply_seconds.time():
+            firsts = await self.mirror.apply(units)
         self._in_flight = (0, 0)
         self._redis_ok = True
         for (txn, actions), first in zip(units, firsts, strict=True):
@@ -448,6 +474,32 @@ class Replicator:
                     self._bytes_behind = await lag_bytes()
             await asyncio.sleep(2.0)
 
+    def _fold_source(self, source: object) -> None:
+        """Keep a finished session's source counters (sources live for one session)."""
+        stats = getattr(source, "stats", None)
+        self._past_reconnects += int(getattr(stats, "reconnects", 0))
+        totals = getattr(source, "decoder_totals", None)
+        if totals is not None:
+            by_type, ignorable, invalid = totals()
+            self._past_events.update(by_type)
+            self._past_ignorable += ignorable
+            self._past_invalid += invalid
+
+    def _counters(self) -> tuple[int, tuple[tuple[str, int], ...], int, int]:
+        """(reconnects, events by type, ignorable skipped, invalid text values), all sessions."""
+        src = self._source
+        reconnects = self._restarts + self._past_reconnects
+        reconnects += int(getattr(getattr(src, "stats", None), "reconnects", 0))
+        events = Counter(self._past_events)
+        ignorable, invalid = self._past_ignorable, self._past_invalid
+        totals = getattr(src, "decoder_totals", None)
+        if totals is not None:
+            by_type, more_ignorable, more_invalid = totals()
+            events.update(by_type)
+            ignorable += more_ignorable
+            invalid += more_invalid
+        return reconnects, tuple(sorted(events.items())), ignorable, invalid
+
     def _set_state(self, state: State) -> None:
         if state != self._state:
             log.info("state: %s -> %s", self._state, state)
@@ -458,6 +510,8 @@ class Replicator:
         self._errors = ErrorStatus(self._errors.count + 1, repr(exc), time.time(), retriable)
         if isinstance(exc, SinkError):
             self._redis_ok = False
+        if isinstance(exc, DecodeError):
+            self._decode_errors += 1
 
     def status(self) -> ReplicatorStatus:
         now = time.time()
@@ -500,6 +554,7 @@ class Replicator:
                 )
             )
         received = self._received
+        reconnects, events_by_type, ignorable, invalid = self._counters()
         return ReplicatorStatus(
             state=self._state,
             since=self._since,
@@ -525,6 +580,11 @@ class Replicator:
             instance_id=self.mirror.token,
             errors=self._errors,
             tables=tuple(tables),
+            reconnects=reconnects,
+            decode_errors=self._decode_errors,
+            events_by_type=events_by_type,
+            skipped_ignorable_events=ignorable,
+            invalid_text_values=invalid,
         )
 
 

@@ -113,6 +113,11 @@ class ReplicatorStatus:
     instance_id: str = ""  # this instance's lease token
     errors: ErrorStatus = field(default_factory=ErrorStatus)
     tables: tuple[TableStatus, ...] = ()  # sorted by (schema, table)
+    reconnects: int = 0  # source reconnects + session restarts after a retriable error, since start
+    decode_errors: int = 0  # DecodeErrors seen since start (each stops the replicator)
+    events_by_type: tuple[tuple[str, int], ...] = ()  # (EventType name, events decoded), sorted
+    skipped_ignorable_events: int = 0  # unknown events skipped thanks to LOG_EVENT_IGNORABLE_F
+    invalid_text_values: int = 0  # text values whose bytes were invalid in their charset
 
     @property
     def ready(self) -> bool:

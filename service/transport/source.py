@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 
 import aiomysql
@@ -26,6 +27,7 @@ import aiomysql
 from service.binlog import BinlogDecoder, DecodeOptions
 from service.binlog.constants import EventType
 from service.binlog.schema import TableSchema
+from service.binlog.stats import DecoderStats
 from service.checkpoint import (
     BinlogPosition,
     Checkpoint,
@@ -75,6 +77,10 @@ class SourceStats:
     last_error: str = ""
     read_position: BinlogPosition | None = None  # after the last event read (maybe mid-transaction)
     delivered: Checkpoint | None = None  # end of the last transaction put in the queue
+    # decoder counters, summed over every connection's decoder (see BinlogSource.decoder_totals)
+    events_by_type: Counter[str] = field(default_factory=Counter)  # EventType name -> events
+    skipped_ignorable: int = 0  # unknown events skipped thanks to LOG_EVENT_IGNORABLE_F
+    invalid_text_values: int = 0  # text values whose bytes were invalid in their charset
 
 
 @dataclass(slots=True)
@@ -172,6 +178,7 @@ class BinlogSource:
             self._task = None
         if self._session is not None:
             self._session.stream.close()
+            self._fold(self._session.decoder.stats)
             self._session = None
         if self._ctl is not None:
             self._ctl.close()
@@ -351,7 +358,28 @@ class BinlogSource:
         self.stats.last_error = str(exc)
         if session is not None:
             session.stream.close()
+            self._fold(session.decoder.stats)
         self._session = None
+
+    def _fold(self, dstats: DecoderStats) -> None:
+        """Add a finished connection's decoder counters to the totals."""
+        stats = self.stats
+        stats.events_by_type.update(_type_names(dstats))
+        stats.skipped_ignorable += dstats.skipped_ignorable
+        stats.invalid_text_values += dstats.invalid_text_values
+
+    def decoder_totals(self) -> tuple[dict[str, int], int, int]:
+        """(events by type name, ignorable events skipped, invalid text values) over every
+        decoder this source has used, the current connection's included."""
+        stats = self.stats
+        by_type = Counter(stats.events_by_type)
+        skipped, invalid = stats.skipped_ignorable, stats.invalid_text_values
+        session = self._session
+        if session is not None:
+            by_type.update(_type_names(session.decoder.stats))
+            skipped += session.decoder.stats.skipped_ignorable
+            invalid += session.decoder.stats.invalid_text_values
+        return dict(by_type), skipped, invalid
 
     async def _pump(self, session: _Session) -> bool:
         """Read until an error (raised) or a non-blocking dump's EOF (returns True)."""
@@ -393,3 +421,13 @@ class BinlogSource:
         session.delivered_any = True
         self.stats.transactions += 1
         self.stats.delivered = txn.end
+
+
+def _type_names(dstats: DecoderStats) -> Counter[str]:
+    out: Counter[str] = Counter()
+    for code, n in dstats.events_by_type.items():
+        try:
+            out[EventType(code).name] += n
+        except ValueError:
+            out[f"UNKNOWN_{code}"] += n
+    return out

@@ -151,6 +151,16 @@ async def running(
                     await task
 
 
+def _samples(text: str) -> dict[str, float]:
+    """Prometheus text -> {"name{labels}": value} (labels as the exposition writes them)."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            out[name] = float(value)
+    return out
+
+
 async def collect(ws: ClientConnection, n: int, timeout: float = 20.0) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     async with asyncio.timeout(timeout):
@@ -199,6 +209,21 @@ async def test_standalone_app_position_tables_alter_metrics_and_auth(stack: Loca
         assert f'binlog_mirror_rows_applied_total{{op="insert",schema="{run.db}",table="a"}}' in metrics
         assert "binlog_mirror_apply_delay_seconds_count" in metrics
         assert TOKEN not in metrics and "password" not in metrics
+        # decoder and source counters, and the apply-latency histogram owned by the pipeline
+        values = _samples(metrics)
+        assert values['binlog_mirror_events_total{type="WRITE_ROWS_V1"}'] >= 2  # MariaDB writes v1
+        assert values['binlog_mirror_events_total{type="XID"}'] >= 2
+        assert values['binlog_mirror_events_total{type="QUERY"}'] >= 1
+        assert values["binlog_mirror_decode_errors_total"] == 0
+        assert values["binlog_mirror_reconnects_total"] == 0
+        assert values["binlog_mirror_ignorable_events_skipped_total"] == 0
+        assert values["binlog_mirror_invalid_text_values_total"] == 0
+        assert values["binlog_mirror_apply_seconds_count"] >= 2  # one per apply call (batch)
+        assert (
+            values['binlog_mirror_apply_seconds_bucket{le="+Inf"}']
+            == values["binlog_mirror_apply_seconds_count"]
+        )
+        assert values["binlog_mirror_apply_seconds_sum"] > 0
 
 
 async def test_lag_rises_while_the_stream_is_stalled_and_returns_to_zero(stack: LocalStack) -> None:
@@ -232,6 +257,9 @@ async def test_lag_rises_while_the_stream_is_stalled_and_returns_to_zero(stack: 
         await caught_up(run)
         await until(lag_is_zero, timeout=20, what="lag back to 0")
         assert (await run.http.get("/health/ready", headers=AUTH)).status_code == 200
+        values = _samples((await run.http.get("/metrics", headers=AUTH)).text)
+        assert values["binlog_mirror_reconnects_total"] >= 1  # the dropped connection
+        assert values["binlog_mirror_decode_errors_total"] == 0
 
 
 async def test_websocket_filters_order_each_once_and_resume(stack: LocalStack) -> None:
