@@ -108,7 +108,8 @@ class StackInfo:
 
     @property
     def mysql_url(self) -> str:
-        """The replication user: REPLICATION SLAVE, REPLICATION CLIENT, BINLOG MONITOR, SELECT."""
+        """The replication user: REPLICATION SLAVE, REPLICATION CLIENT, BINLOG MONITOR, SELECT, and
+        REPLICATION MASTER ADMIN (MariaDB needs it for SHOW SLAVE HOSTS: the unique server_id check)."""
         return f"mysql://{REPLICATION_USER}:{self.repl_password}@127.0.0.1:{self.mysql_port}"
 
     @property
@@ -319,7 +320,8 @@ class LocalStack:
         repl = f"'{REPLICATION_USER}'@'127.0.0.1'"
         statements = [
             f"CREATE USER IF NOT EXISTS {repl} IDENTIFIED BY '{info.repl_password}'",
-            f"GRANT REPLICATION SLAVE, BINLOG MONITOR, REPLICATION CLIENT, SELECT ON *.* TO {repl}",
+            "GRANT REPLICATION SLAVE, BINLOG MONITOR, REPLICATION CLIENT, REPLICATION MASTER ADMIN, SELECT"
+            f" ON *.* TO {repl}",
             f"CREATE USER IF NOT EXISTS '{ADMIN_USER}'@'127.0.0.1' IDENTIFIED BY '{info.admin_password}'",
             f"GRANT ALL PRIVILEGES ON *.* TO '{ADMIN_USER}'@'127.0.0.1' WITH GRANT OPTION",
         ]
