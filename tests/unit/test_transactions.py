@@ -231,10 +231,11 @@ def test_is_rename_only(sql: str, rename_only: bool) -> None:
     assert is_rename_only(sql) is rename_only
 
 
-COMPRESSED = Path("/work/shared/vectors/mysql-8/transaction_compression.000001")
+COMPRESSED = (
+    Path(__file__).resolve().parents[1] / "fixtures/binlog/vectors/mysql-8/transaction_compression.000001"
+)
 
 
-@pytest.mark.skipif(not COMPRESSED.exists(), reason="shared MySQL vectors not present")
 def test_compressed_transaction_payload_is_one_transaction() -> None:
     """MySQL 8 binlog_transaction_compression=ON: GTID, TRANSACTION_PAYLOAD(BEGIN, TABLE_MAP,
     WRITE_ROWS, XID). decode_events flattens the payload; the transaction ends after the payload
@@ -256,7 +257,6 @@ def test_compressed_transaction_payload_is_one_transaction() -> None:
     assert not asm.in_transaction and asm.tracker.position == BinlogPosition("binlog.000043", 4)
 
 
-@pytest.mark.skipif(not COMPRESSED.exists(), reason="shared MySQL vectors not present")
 def test_compressed_payload_through_a_filter() -> None:
     decoder = BinlogDecoder(file=COMPRESSED.name)
     asm = TransactionAssembler(

@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from service.binlog import BinlogDecoder, DecodeOptions, RowsEvent, read_binlog_file  # noqa: E402
 
-SRC = Path("/work/shared/vectors/mysql-5.7/mysql-bin.checksum-crc32")
+SRC = Path(__file__).resolve().parents[2] / "fixtures/binlog/vectors/mysql-5.7/mysql-bin.checksum-crc32"
 ROWS_PER_EVENT = 1000
 
 

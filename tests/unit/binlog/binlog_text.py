@@ -17,7 +17,7 @@ from typing import Any
 from service.binlog import Column, ColumnType, Geometry
 from service.binlog.charsets import codec_for_collation
 
-VECTORS = Path("/work/shared/vectors")
+VECTORS = Path(__file__).resolve().parents[2] / "fixtures" / "binlog" / "vectors"  # real MySQL binlogs
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "binlog"
 MARIADB_BINLOG = "/usr/bin/mariadb-binlog"
 
