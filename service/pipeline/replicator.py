@@ -450,6 +450,7 @@ class Replicator:
                 info.key,
                 chunk_rows=self.settings.resync_chunk_rows,
                 progress=progress,
+                utc_columns=frozenset(c.name for c in info.columns if c.type == "TIMESTAMP"),
             )
         finally:
             conn.close()

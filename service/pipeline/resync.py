@@ -10,6 +10,7 @@ seen here nor touched by the stream are deleted at the end.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import time
 from collections.abc import Callable
@@ -38,8 +39,13 @@ async def resync_table(
     *,
     chunk_rows: int,
     progress: Callable[[int, int | None], None],
+    utc_columns: frozenset[str] = frozenset(),
 ) -> int:
-    """Copy `schema.table` into the mirror in key order; returns rows read."""
+    """Copy `schema.table` into the mirror in key order; returns rows read.
+
+    `utc_columns` are the TIMESTAMP columns: SELECT returns them naive (the session's time_zone
+    is +00:00), the binlog decodes them as aware UTC datetimes; they are made aware here so both
+    paths store the same value (canonical JSON `...Z`)."""
     started = time.monotonic()
     total: int | None = None
     est = await fetch(
@@ -70,6 +76,8 @@ async def resync_table(
                     rows = list(await cur.fetchall())
             if not rows:
                 break
+            if utc_columns:
+                rows = [_utc(row, utc_columns) for row in rows]
             await mirror.resync_rows(schema, table, rows)
             done += len(rows)
             progress(done, total)
@@ -87,3 +95,12 @@ async def resync_table(
         extra={"schema": schema, "table": table, "rows": done, "removed": removed},
     )
     return done
+
+
+def _utc(row: dict[str, Any], columns: frozenset[str]) -> dict[str, Any]:
+    out = dict(row)
+    for c in columns:
+        v = out.get(c)
+        if isinstance(v, dt.datetime) and v.tzinfo is None:
+            out[c] = v.replace(tzinfo=dt.UTC)
+    return out

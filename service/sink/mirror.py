@@ -23,7 +23,6 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
 from redis import exceptions as rexc
 from redis.asyncio import Redis
 
@@ -32,7 +31,7 @@ from service.errors import LeaseLost, SinkError
 from service.sink.keys import KeyLayout
 from service.sink.plan import Arg, KeyColumns, Planner, TableAction, checkpoint_args, checkpoint_fields
 from service.sink.scripts import APPLY, RELEASE, RENEW, RESYNC_FINISH, RESYNC_ROWS
-from service.sink.values import field_value, json_value
+from service.sink.values import field_value, json_document
 from service.transactions import Transaction
 
 __all__ = ["MirrorOptions", "RedisMirror", "map_redis_errors"]
@@ -217,8 +216,7 @@ class RedisMirror:
             if suffix is None:
                 continue
             if self.options.json_mode:
-                doc = {k: json_value(v) for k, v in row.items()}
-                args += [suffix, 1, "", orjson.dumps(doc)]
+                args += [suffix, 1, "", json_document(row)]
                 continue
             present = [(k, v) for k, v in row.items() if v is not None]
             args += [suffix, len(present)]

@@ -10,11 +10,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-import orjson
-
 from service.binlog.rowchange import Op, Row, RowChange
 from service.sink.keys import KeyLayout
-from service.sink.values import field_value, json_value
+from service.sink.values import field_value, json_document
 from service.transactions import Transaction
 
 __all__ = ["ActionKind", "Planner", "SkipCounter", "TableAction"]
@@ -53,12 +51,6 @@ class SkipCounter:
 KeyColumns = Callable[[str, str], tuple[str, ...] | None]
 
 
-def _dumps(row: Row | None) -> bytes:
-    if row is None:
-        return b"null"
-    return orjson.dumps({k: json_value(v) for k, v in row.items()})
-
-
 @dataclass(slots=True)
 class Planner:
     layout: KeyLayout
@@ -77,9 +69,9 @@ class Planner:
     def _write_row(self, out: list[Arg], key: str, after: Row, replace: bool) -> None:
         if self.json_mode:
             if replace:
-                out += ["J", key, orjson.dumps({k: json_value(v) for k, v in after.items()})]
+                out += ["J", key, json_document(after)]
             else:
-                out += ["JM", key, orjson.dumps({k: json_value(v) for k, v in after.items()})]
+                out += ["JM", key, json_document(after)]
             return
         if replace:
             out += ["D", key]
@@ -130,7 +122,7 @@ class Planner:
         if self.changelog_maxlen is not None:
             fields: list[Arg] = ["op", ch.op.value, "schema", ch.schema, "table", ch.table]
             fields += ["key", new if new is not None else old or "", "ts", ch.ts]
-            fields += ["before", _dumps(ch.before), "after", _dumps(ch.after)]
+            fields += ["before", json_document(ch.before), "after", json_document(ch.after)]
             out += ["XA", lay.changes_key, self.changelog_maxlen, len(fields) // 2, *fields]
         else:
             out += ["S"]

@@ -21,6 +21,56 @@ local function fence(lease_key, token)
   end
   return nil
 end
+local function members(doc)
+  -- A flat JSON object as written by orjson (compact) -> ordered raw keys, raw key -> raw value.
+  -- Values are never decoded: cjson would turn 18446744073709551615 or 0.1000000000000001 into
+  -- doubles printed with 14 digits, and [] into {}.
+  local keys, vals = {}, {}
+  local i, n = 2, #doc
+  while i <= n do
+    local c = string.byte(doc, i)
+    if c == 125 then break end                      -- }
+    if c == 44 then i = i + 1 end                   -- ,
+    local ks = i
+    i = i + 1
+    while true do                                   -- the key string
+      c = string.byte(doc, i)
+      if c == 92 then i = i + 2 elseif c == 34 then break else i = i + 1 end
+    end
+    local key = string.sub(doc, ks, i)
+    i = i + 2                                       -- closing quote and ':'
+    local vs, depth, instr = i, 0, false
+    while i <= n do                                 -- the value, up to a top-level , or }
+      c = string.byte(doc, i)
+      if instr then
+        if c == 92 then i = i + 1 elseif c == 34 then instr = false end
+      elseif c == 34 then instr = true
+      elseif c == 123 or c == 91 then depth = depth + 1
+      elseif c == 125 or c == 93 then
+        if depth == 0 then break end
+        depth = depth - 1
+      elseif c == 44 and depth == 0 then break
+      end
+      i = i + 1
+    end
+    if vals[key] == nil then keys[#keys + 1] = key end
+    vals[key] = string.sub(doc, vs, i - 1)
+  end
+  return keys, vals
+end
+local function merge_json(cur, patch)
+  -- `patch`'s members over `cur`'s, keeping cur's order; values copied as raw JSON text
+  local keys, vals = {}, {}
+  if cur then keys, vals = members(cur) end
+  local pkeys, pvals = members(patch)
+  for _, k in ipairs(pkeys) do
+    if vals[k] == nil then keys[#keys + 1] = k end
+    vals[k] = pvals[k]
+  end
+  local parts = {}
+  for j, k in ipairs(keys) do parts[j] = k .. ':' .. vals[k] end
+  return '{' .. table.concat(parts, ',') .. '}'
+end
 local function batched(cmd, key, first, last)
   -- cmd key ARGV[first..last], in slices small enough for unpack()
   local step = 1000
@@ -78,10 +128,7 @@ while i <= n do
     redis.call('SET', ARGV[i + 1], ARGV[i + 2]); i = i + 3
   elseif op == 'JM' then                 -- merge a JSON patch into a JSON row document
     local cur = redis.call('GET', ARGV[i + 1])
-    local doc = {}
-    if cur then doc = cjson.decode(cur) end
-    for k, v in pairs(cjson.decode(ARGV[i + 2])) do doc[k] = v end
-    redis.call('SET', ARGV[i + 1], cjson.encode(doc)); i = i + 3
+    redis.call('SET', ARGV[i + 1], merge_json(cur, ARGV[i + 2])); i = i + 3
   elseif op == 'M' then                  -- move row old -> new (partial images: keep the rest)
     if redis.call('EXISTS', ARGV[i + 1]) == 1 then redis.call('RENAME', ARGV[i + 1], ARGV[i + 2]) end
     i = i + 3

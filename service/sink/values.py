@@ -1,14 +1,16 @@
-"""Column values as Redis strings: lossless, one form per type (documented in docs/mirror.md).
+"""Column values in Redis (documented in docs/mirror.md, "Values").
 
-Hash fields and key parts are strings; NULL is never stored (the field is absent; in json mode
-the document holds `null`).
+Hash fields and key parts use the text forms below, lossless, one per type; NULL is never stored
+(the field is absent). Everything that is JSON (json-mode row documents, change-log images) uses
+the product's one JSON form, `service.binlog.canonical` (docs/row-format.md): `json_document`.
+Hash-field text forms:
 
     int                  decimal digits                     -5, 18446744073709551615
     float (FLOAT/DOUBLE) shortest round-trip repr           0.1, 1e+20, inf, nan
     Decimal              its exact digits, scale kept       12.50
     str                  as is (UTF-8)
-    bytes                raw bytes in hash fields; base64 in json documents; 0x-hex in keys
-    datetime             YYYY-MM-DD HH:MM:SS[.ffffff]       (naive; TIMESTAMP is UTC)
+    bytes                raw bytes in hash fields (Redis is binary-safe); 0x-hex in keys
+    datetime             YYYY-MM-DD HH:MM:SS[.ffffff]       (TIMESTAMP: its UTC wall time)
     date / time          YYYY-MM-DD / HH:MM:SS[.ffffff]
     timedelta (TIME)     [-]H:MM:SS[.ffffff], hours may exceed 24 (MySQL TIME range)
     set / frozenset      comma-joined, sorted
@@ -17,14 +19,16 @@ the document holds `null`).
 
 from __future__ import annotations
 
-import base64
 import datetime as dt
+from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
 import orjson
 
-__all__ = ["field_value", "json_value", "key_text"]
+from service.binlog.canonical import row_to_json
+
+__all__ = ["field_value", "json_document", "key_text"]
 
 
 def _timedelta(value: dt.timedelta) -> str:
@@ -71,13 +75,10 @@ def field_value(value: Any) -> str | bytes:
     return text_value(value)
 
 
-def json_value(value: Any) -> str | None:
-    """A value inside a json-mode row document."""
-    if value is None:
-        return None
-    if isinstance(value, bytes | bytearray | memoryview):
-        return base64.b64encode(bytes(value)).decode()
-    return text_value(value)
+def json_document(row: Mapping[str, Any] | None) -> bytes:
+    """A row as compact canonical JSON (`service.binlog.canonical.row_to_json`): the json-mode
+    document and the change-log `before`/`after`, the same form as the websocket's."""
+    return orjson.dumps(row_to_json(dict(row)) if row is not None else None)
 
 
 def key_text(value: Any) -> str:

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import uuid
 from collections.abc import AsyncIterator
+from decimal import Decimal
 
+import orjson
 import pytest
 from redis.asyncio import Redis
 
+from service.binlog.canonical import row_to_json
 from service.binlog.rowchange import EventSpan, Op, RowChange
 from service.checkpoint import BinlogPosition, Checkpoint
 from service.errors import LeaseLost, SinkError
@@ -180,4 +184,44 @@ async def test_json_mode(redis: Redis) -> None:
     await m.acquire_lease()
     await m.load_checkpoint()
     await m.apply([(txn(ins("a", id=1, v="x", n=None, b=b"\x00")), [])])
-    assert await redis.get(f"{p}:db:a:1") == b'{"id":"1","v":"x","n":null,"b":"AA=="}'
+    assert await redis.get(f"{p}:db:a:1") == b'{"id":1,"v":"x","n":null,"b":"AA=="}'
+
+
+async def test_json_mode_documents_are_canonical_and_partial_merges_keep_values_exact(redis: Redis) -> None:
+    """json mode stores canonical JSON (service.binlog.canonical); a partial update (MINIMAL image)
+    is merged in Lua without decoding values, so big integers, exact floats, [] and strings with
+    JSON punctuation survive the merge byte for byte."""
+    p = _prefix()
+    m = RedisMirror(redis, KeyLayout(p), keys_of, MirrorOptions(json_mode=True, changelog_maxlen=100))
+    await m.acquire_lease()
+    await m.load_checkpoint()
+    row = {
+        "id": 1,
+        "big": 18446744073709551615,
+        "f": 0.1000000000000001,
+        "d": Decimal("12.50"),
+        "ts": dt.datetime(2024, 5, 6, 7, 8, 9, tzinfo=dt.UTC),
+        "at": dt.datetime(2024, 1, 2, 3, 4, 5, 678000),
+        "t": dt.timedelta(hours=-1, minutes=-2),
+        "j": {"a": [], "b": {"c": 'x,}"y'}},
+        "s": 'q,"}{[',
+        "n": None,
+        "b": b"\x00\xff",
+    }
+    await m.apply([(txn(ins("a", **row)), [])])
+    canonical = row_to_json(row)
+    assert orjson.loads(await redis.get(f"{p}:db:a:1")) == canonical
+    assert canonical["d"] == "12.50" and canonical["ts"] == "2024-05-06T07:08:09Z"
+    patch = {"f": 2.5e-300, "j": [1, {"k": "]"}], "n": 18446744073709551614, "s": None}
+    partial = Transaction(
+        changes=(upd("a", {"id": 1}, patch),), ddl=(), gtid=None, ts=7, end=txn().end, partial=frozenset({0})
+    )
+    await m.apply([(partial, [])])
+    raw = await redis.get(f"{p}:db:a:1")
+    assert orjson.loads(raw) == {**canonical, **row_to_json(patch)}
+    assert b'"big":18446744073709551615' in raw and b'"n":18446744073709551614' in raw
+    # the change log carries the same canonical form as the websocket
+    entries = await redis.xrange(f"{p}:__changes")
+    assert orjson.loads(entries[0][1][b"after"]) == canonical
+    assert orjson.loads(entries[1][1][b"after"]) == row_to_json(patch)
+    assert orjson.loads(entries[1][1][b"before"]) == {"id": 1}
