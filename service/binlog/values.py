@@ -15,21 +15,20 @@ from typing import Any
 
 from service.binlog.charsets import codec_for_collation, decode_latin1
 from service.binlog.constants import ColumnType as T
-from service.binlog.decimal import decimal_size, make_decimal_reader
+from service.binlog.decimal import decimal_size, make_decimal_converter
 from service.binlog.jsonb import decode_json, decode_json_diffs
 from service.binlog.schema import Column
 from service.binlog.stats import DecoderStats
 from service.binlog.temporal import (
     FRAC_BYTES,
     decode_date,
-    decode_datetime2,
     decode_datetime_old,
     decode_time2,
     decode_time_old,
-    decode_timestamp2,
-    decode_timestamp2_fsp0,
     decode_timestamp_old,
     decode_year,
+    make_datetime2_converter,
+    make_timestamp2_converter,
 )
 from service.errors import InvalidValue, UnknownColumnType
 
@@ -212,19 +211,16 @@ def column_spec(col: Column, stats: DecoderStats, partial_json: bool = False) ->
             raise InvalidValue(f"fractional-second precision {fsp} > 6 in {col.name}")
         if t == T.TIMESTAMP2:
             n = 4 + FRAC_BYTES[fsp]
-            if fsp == 0:
-                return FixedSpec("4s", 4, decode_timestamp2_fsp0)
-            return FixedSpec(f"{n}s", n, lambda raw: decode_timestamp2(raw, fsp))
+            return FixedSpec(f"{n}s", n, make_timestamp2_converter(fsp))
         if t == T.DATETIME2:
             n = 5 + FRAC_BYTES[fsp]
-            return FixedSpec(f"{n}s", n, lambda raw: decode_datetime2(raw, fsp))
+            return FixedSpec(f"{n}s", n, make_datetime2_converter(fsp))
         n = 3 + FRAC_BYTES[fsp]
         return FixedSpec(f"{n}s", n, lambda raw: decode_time2(raw, fsp))
     if t == T.NEWDECIMAL:
         precision, scale = meta >> 8, meta & 0xFF
         n = decimal_size(precision, scale)
-        read = make_decimal_reader(precision, scale)
-        return FixedSpec(f"{n}s", n, lambda raw: read(raw, 0)[0])
+        return FixedSpec(f"{n}s", n, make_decimal_converter(precision, scale))
     if t == T.BIT:
         n = (meta >> 8) + (1 if meta & 0xFF else 0)
         if n == 0:
