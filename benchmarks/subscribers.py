@@ -1,0 +1,112 @@
+"""N websocket subscribers in one process (for benchmarks.fanout), so the server's process only
+does the server's work.
+
+    python -m benchmarks.subscribers PORT N TABLES EXPECT DEADLINE_S OUT [--sample K]
+
+Opens N connections to ws://127.0.0.1:PORT/ws/events?tables=TABLES (no permessage-deflate), prints
+{"ready": true, "connected": N} once every one is subscribed, then reads until each subscriber
+has EXPECT changes, was closed, or DEADLINE_S seconds passed. K subscribers, spread evenly, parse
+every message and record (row id, CLOCK_MONOTONIC receive time) for latency; the others only
+count change messages (a prefix test, no JSON parse) to keep the client cheap. Writes OUT (JSON).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import orjson
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed
+
+from benchmarks.harness import clock
+
+CHANGE = '{"type":"change"'
+
+
+@dataclass
+class Sub:
+    index: int
+    sampled: bool
+    count: int = 0
+    first_at: float = 0.0
+    last_at: float = 0.0
+    close_code: int | None = None
+    close_reason: str = ""
+    ids: list[int] = field(default_factory=list)
+    times: list[float] = field(default_factory=list)
+
+
+async def run(args: argparse.Namespace) -> None:
+    url = f"ws://127.0.0.1:{args.port}/ws/events?tables={args.tables}"
+    step = max(1, args.n // max(1, args.sample))
+    subs = [Sub(i, args.sample > 0 and i % step == 0) for i in range(args.n)]
+    ready = 0
+    all_ready = asyncio.Event()
+    start = asyncio.Event()
+
+    sem = asyncio.Semaphore(20)  # handshakes in flight
+
+    async def one(sub: Sub) -> None:
+        nonlocal ready
+        async with sem:
+            ws = await connect(url, compression=None, proxy=None, max_queue=1024, open_timeout=60)
+            hello = orjson.loads(await ws.recv())
+        assert hello["type"] == "subscribed", hello
+        ready += 1
+        if ready == len(subs):
+            all_ready.set()
+        async with ws:
+            await start.wait()
+            try:
+                while sub.count < args.expect:
+                    msg = await ws.recv()
+                    now = clock()
+                    if sub.sampled:
+                        data = orjson.loads(msg)
+                        if data["type"] != "change":
+                            continue
+                        sub.ids.append(data["after"]["id"])
+                        sub.times.append(now)
+                    elif not msg.startswith(CHANGE):
+                        continue
+                    if not sub.count:
+                        sub.first_at = now
+                    sub.count += 1
+                    sub.last_at = now
+            except ConnectionClosed as exc:
+                rcvd = exc.rcvd
+                sub.close_code = rcvd.code if rcvd else None
+                sub.close_reason = rcvd.reason if rcvd else "no close frame"
+
+    tasks = [asyncio.create_task(one(s)) for s in subs]
+    await asyncio.wait_for(all_ready.wait(), 120)
+    print(json.dumps({"ready": True, "connected": ready}), flush=True)
+    start.set()
+    t0 = time.monotonic()
+    _, pending = await asyncio.wait(tasks, timeout=args.deadline)
+    for t in pending:
+        t.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
+    Path(args.out).write_text(json.dumps([asdict(s) for s in subs]))
+    print(json.dumps({"done": True, "seconds": time.monotonic() - t0, "timed_out": len(pending)}))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("port", type=int)
+    parser.add_argument("n", type=int)
+    parser.add_argument("tables")
+    parser.add_argument("expect", type=int)
+    parser.add_argument("deadline", type=float)
+    parser.add_argument("out")
+    parser.add_argument("--sample", type=int, default=10)
+    asyncio.run(run(parser.parse_args()))
+
+
+if __name__ == "__main__":
+    main()
