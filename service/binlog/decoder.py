@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from service.binlog.constants import HEADER_LEN, LOG_EVENT_ARTIFICIAL_F, LOG_EVENT_IGNORABLE_F, STMT_END_F
 from service.binlog.constants import EventType as E
-from service.binlog.control import parse_control, parse_rotate
+from service.binlog.control import CONTROL_EVENTS, parse_control, parse_rotate
 from service.binlog.events import (
     Event,
     EventHeader,
@@ -63,6 +63,20 @@ _OPAQUE = {
 _QUERY = {E.QUERY, E.EXECUTE_LOAD_QUERY, E.MARIA_QUERY_COMPRESSED}
 _GTID = {E.GTID, E.ANONYMOUS_GTID, E.GTID_TAGGED}
 _TABLE_CACHE_MAX = 4096
+_FDE = int(E.FORMAT_DESCRIPTION)
+# CRC-32 of any data followed by its own CRC-32 (little-endian) is this constant, so a
+# trailer checks with one crc32() over the whole event, without slicing the trailer off.
+_CRC32_RESIDUE = 0x2144DF1C
+
+_Handler = Callable[[EventHeader, bytes, StreamFormat], "Event | None"]
+
+
+def _previous_gtids(h: EventHeader, body: bytes, fmt: StreamFormat) -> Event:
+    return parse_previous_gtids(h, body)
+
+
+def _gtid_list(h: EventHeader, body: bytes, fmt: StreamFormat) -> Event:
+    return parse_gtid_list(h, body)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,14 +102,16 @@ class BinlogDecoder:
         self._plans: dict[int, TablePlan] = {}
         self._pending: Iterator[Event] | None = None
         self._payload_span: EventSpan | None = None
+        self._handlers = self._event_handlers()
 
     # ---- public API -------------------------------------------------------------
     def feed(self, raw: bytes | memoryview, offset: int | None = None) -> Event | None:
         """Decode one whole event (header + body + checksum trailer, if any).
 
         Returns None only for an unknown event type flagged LOG_EVENT_IGNORABLE_F."""
-        self._drain_pending()
-        data = raw if type(raw) is bytes else bytes(raw)
+        if self._pending is not None:
+            self._drain_pending()
+        data = raw if isinstance(raw, bytes) else bytes(raw)  # a RawEvent is used as it is
         if offset is None:
             offset = getattr(raw, "offset", None)
         return self._decode(data, offset, inner=False)
@@ -161,7 +177,7 @@ class BinlogDecoder:
             return data[HEADER_LEN:]
         if len(data) < HEADER_LEN + 4:
             raise TruncatedEvent("event too short for its CRC32 trailer")
-        if self.options.verify_checksum:
+        if self.options.verify_checksum and zlib.crc32(data) != _CRC32_RESIDUE:
             want = int.from_bytes(data[-4:], "little")
             got = zlib.crc32(data[:-4])
             if want != got and header.type_code == E.FORMAT_DESCRIPTION and header.flags & 1:
@@ -176,57 +192,68 @@ class BinlogDecoder:
 
     def _dispatch(self, h: EventHeader, data: bytes, inner: bool) -> Event | None:
         t = h.type_code
-        if t == E.FORMAT_DESCRIPTION:
-            return self._fde(h, data)
         fmt = self.format
-        if fmt is None:
-            if t == E.ROTATE:  # the fake rotate that precedes the FDE in a replication stream
-                body = data[HEADER_LEN:]
-                if len(data) >= HEADER_LEN + 12 and zlib.crc32(data[:-4]) == int.from_bytes(
-                    data[-4:], "little"
-                ):
-                    body = data[HEADER_LEN:-4]
-                return self._rotate(parse_rotate(h, body, None))
-            raise DecodeError(f"{h.type_name} event before any FORMAT_DESCRIPTION_EVENT")
+        if fmt is None or t == _FDE:
+            return self._before_format(h, data)
         body = self._body(h, data, fmt, inner)
-        kind = ROWS_EVENTS.get(t)
-        if kind is not None:
-            return self._rows(h, body, fmt)
-        if t == E.TABLE_MAP:
-            return self._table_map(h, body, fmt)
-        if t in _QUERY:
-            return parse_query(h, body, fmt)
-        if t in _GTID:
-            gev = parse_gtid(h, body)
-            self.gtid = gev.gtid
-            return gev
-        if t == E.MARIA_GTID:
-            mev = parse_mariadb_gtid(h, body)
-            self.gtid = mev.gtid
-            return mev
-        if t == E.ROTATE:
-            return self._rotate(parse_rotate(h, body, fmt))
+        handler = self._handlers.get(t)
+        if handler is not None:
+            return handler(h, body, fmt)
+        return self._rare(h, body, inner)
+
+    def _before_format(self, h: EventHeader, data: bytes) -> Event:
+        if h.type_code == _FDE:
+            return self._fde(h, data)
+        if h.type_code == E.ROTATE:  # the fake rotate that precedes the FDE in a replication stream
+            body = data[HEADER_LEN:]
+            if len(data) >= HEADER_LEN + 12 and zlib.crc32(data[:-4]) == int.from_bytes(data[-4:], "little"):
+                body = data[HEADER_LEN:-4]
+            return self._rotate(parse_rotate(h, body, None))
+        raise DecodeError(f"{h.type_name} event before any FORMAT_DESCRIPTION_EVENT")
+
+    def _event_handlers(self) -> dict[int, _Handler]:
+        """Type code -> decoder of the events that carry no special case (one dict lookup
+        per event instead of a chain of IntEnum comparisons at ~90 ns each)."""
+        handlers: dict[int, _Handler] = {int(t): self._rows for t in ROWS_EVENTS}
+        handlers[E.TABLE_MAP] = self._table_map
+        handlers.update((int(t), parse_query) for t in _QUERY)
+        handlers.update((int(t), self._gtid_event) for t in _GTID)
+        handlers[E.MARIA_GTID] = self._mariadb_gtid_event
+        handlers[E.ROTATE] = self._rotate_event
+        handlers[E.PREVIOUS_GTIDS] = _previous_gtids
+        handlers[E.MARIA_GTID_LIST] = _gtid_list
+        handlers.update((t, parse_control) for t in CONTROL_EVENTS if t != E.ROTATE)
+        return handlers
+
+    def _rare(self, h: EventHeader, body: bytes, inner: bool) -> Event | None:
+        t = h.type_code
         if t == E.TRANSACTION_PAYLOAD:
             if inner:
                 raise InvalidValue("TRANSACTION_PAYLOAD nested in a TRANSACTION_PAYLOAD")
             return self._payload(h, body)
-        if t == E.PREVIOUS_GTIDS:
-            return parse_previous_gtids(h, body)
-        if t == E.MARIA_GTID_LIST:
-            return parse_gtid_list(h, body)
         if t == E.MARIA_START_ENCRYPTION:
             raise UnsupportedBinlog("encrypted binlog (START_ENCRYPTION_EVENT)")
         if t == E.START_V3:
             raise UnsupportedBinlog("START_EVENT_V3 (binlog v1-v3)")
-        event = parse_control(h, body, fmt)
-        if event is not None:
-            return event
         if t in _OPAQUE or t in E._value2member_map_:
             return OpaqueEvent(h, body)
         if h.flags & LOG_EVENT_IGNORABLE_F:
             self.stats.skipped_ignorable += 1
             return None
         raise UnknownEvent(f"{self._where(h.offset)}: unknown event type {t}")
+
+    def _gtid_event(self, h: EventHeader, body: bytes, fmt: StreamFormat) -> Event:
+        event = parse_gtid(h, body)
+        self.gtid = event.gtid
+        return event
+
+    def _mariadb_gtid_event(self, h: EventHeader, body: bytes, fmt: StreamFormat) -> Event:
+        event = parse_mariadb_gtid(h, body)
+        self.gtid = event.gtid
+        return event
+
+    def _rotate_event(self, h: EventHeader, body: bytes, fmt: StreamFormat) -> Event:
+        return self._rotate(parse_rotate(h, body, fmt))
 
     def _fde(self, h: EventHeader, data: bytes) -> FormatDescriptionEvent:
         version, server, created, fmt = parse_format_description(data[HEADER_LEN:])

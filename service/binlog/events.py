@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from service.binlog.constants import EventType
+from service.binlog.fastinit import fast_init
 from service.binlog.fde import StreamFormat
 from service.binlog.rowchange import Op, RowChange
 from service.binlog.schema import TableSchema
@@ -41,6 +42,7 @@ __all__ = [
 ]
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class EventHeader:
     timestamp: int
@@ -68,11 +70,13 @@ class EventHeader:
         return et.name if et is not None else f"UNKNOWN_{self.type_code}"
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Event:
     header: EventHeader
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class FormatDescriptionEvent(Event):
     binlog_version: int
@@ -81,6 +85,7 @@ class FormatDescriptionEvent(Event):
     format: StreamFormat
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class QueryEvent(Event):
     thread_id: int
@@ -93,6 +98,7 @@ class QueryEvent(Event):
     compressed: bool = False  # MariaDB QUERY_COMPRESSED_EVENT
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ExecuteLoadQueryEvent(QueryEvent):
     file_id: int = 0
@@ -101,6 +107,7 @@ class ExecuteLoadQueryEvent(QueryEvent):
     dup_handling: int = 0
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class RotateEvent(Event):
     next_file: str
@@ -108,23 +115,27 @@ class RotateEvent(Event):
     fake: bool  # sent by the server at stream start: timestamp 0 / log_pos 0 / artificial
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class StopEvent(Event):
     pass
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class IntvarEvent(Event):
     kind: int  # 1 LAST_INSERT_ID, 2 INSERT_ID
     value: int
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class RandEvent(Event):
     seed1: int
     seed2: int
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class UserVarEvent(Event):
     name: str
@@ -134,33 +145,39 @@ class UserVarEvent(Event):
     unsigned: bool
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class XidEvent(Event):
     xid: int
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class BeginLoadQueryEvent(Event):
     file_id: int
     data: bytes
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class AppendBlockEvent(Event):
     file_id: int
     data: bytes
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class DeleteFileEvent(Event):
     file_id: int
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class TableMapEvent(Event):
     table: TableSchema
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class RowsEvent(Event):
     table: TableSchema
@@ -174,28 +191,33 @@ class RowsEvent(Event):
     compressed: bool = False  # MariaDB *_ROWS_COMPRESSED_EVENT
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class IncidentEvent(Event):
     incident: int
     message: str
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class HeartbeatEvent(Event):
     log_file: str
     log_pos: int  # HEARTBEAT_V2 carries it; v1 uses header.log_pos
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class RowsQueryEvent(Event):
     query: str
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class AnnotateRowsEvent(Event):
     query: str
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class GtidEvent(Event):
     gtid: str | None  # "uuid:n", "uuid:tag:n", MariaDB "domain-server-seq"; None if anonymous
@@ -219,22 +241,26 @@ class GtidEvent(Event):
     xid: bytes | None = None  # MariaDB XA: formatID(4) + gtrid + bqual
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class PreviousGtidsEvent(Event):
     gtid_set: str  # "uuid:1-5:7-9,uuid:tag:1-3"
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class GtidListEvent(Event):  # MariaDB
     gtids: tuple[str, ...]
     flags: int = 0
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class BinlogCheckpointEvent(Event):  # MariaDB
     file: str
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class XaPrepareEvent(Event):
     one_phase: bool
@@ -243,6 +269,7 @@ class XaPrepareEvent(Event):
     bqual: bytes
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class OpaqueEvent(Event):
     """Events carried but not interpreted: IGNORABLE, TRANSACTION_CONTEXT, VIEW_CHANGE,
@@ -251,6 +278,7 @@ class OpaqueEvent(Event):
     body: bytes
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, eq=False)
 class TransactionPayloadEvent(Event):
     """TRANSACTION_PAYLOAD_EVENT. `events` lazily decompresses and decodes the inner

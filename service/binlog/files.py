@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import struct
 from collections.abc import Iterator
+from typing import BinaryIO
 
 from service.binlog.constants import BINLOG_MAGIC, HEADER_LEN
 from service.errors import DecodeError, TruncatedEvent
@@ -11,6 +13,8 @@ from service.errors import DecodeError, TruncatedEvent
 __all__ = ["RawEvent", "read_binlog_file"]
 
 MAX_EVENT_SIZE = 1 << 30  # max_allowed_packet ceiling
+_CHUNK = 1 << 20  # read the file in 1 MiB pieces: one read() per event costs ~0.5 µs
+_SIZE = struct.Struct("<I")  # event_size, at byte 9 of the header
 
 
 class RawEvent(bytes):
@@ -38,6 +42,8 @@ def read_binlog_file(
     `stop` are not read. A bad magic or a truncated/oversized event raises a DecodeError
     naming the file and offset."""
     name = os.fspath(path)
+    new_raw = bytes.__new__  # RawEvent.__new__ without the extra call: ~0.2 µs per event
+    unpack_size = _SIZE.unpack_from
     with open(name, "rb") as fh:
         if fh.read(4) != BINLOG_MAGIC:
             raise DecodeError(f"{name} at offset 0: not a binlog file (bad magic)")
@@ -45,17 +51,36 @@ def read_binlog_file(
             raise DecodeError(f"{name}: start position {start} < 4")
         fh.seek(start)
         offset = start
+        buf = b""
+        view = memoryview(buf)
+        pos = 0  # where `offset` sits in buf
         while stop is None or offset < stop:
-            header = fh.read(HEADER_LEN)
-            if not header:
-                return
-            if len(header) < HEADER_LEN:
-                raise TruncatedEvent(f"{name} at offset {offset}: file ends inside an event header")
-            size = int.from_bytes(header[9:13], "little")
+            if len(buf) - pos < HEADER_LEN:
+                buf, view, pos = _refill(fh, buf, pos, HEADER_LEN)
+                if pos == len(buf):
+                    return
+                if len(buf) < HEADER_LEN:
+                    raise TruncatedEvent(f"{name} at offset {offset}: file ends inside an event header")
+            (size,) = unpack_size(buf, pos + 9)
             if size < HEADER_LEN or size > MAX_EVENT_SIZE:
                 raise TruncatedEvent(f"{name} at offset {offset}: impossible event size {size}")
-            rest = fh.read(size - HEADER_LEN)
-            if len(rest) != size - HEADER_LEN:
-                raise TruncatedEvent(f"{name} at offset {offset}: file ends inside an event of {size} bytes")
-            yield RawEvent(header + rest, offset, name)
+            if len(buf) - pos < size:
+                buf, view, pos = _refill(fh, buf, pos, size)
+                if len(buf) < size:
+                    raise TruncatedEvent(
+                        f"{name} at offset {offset}: file ends inside an event of {size} bytes"
+                    )
+            raw: RawEvent = new_raw(RawEvent, view[pos : pos + size])
+            raw.offset = offset
+            raw.file = name
+            yield raw
+            pos += size
             offset += size
+
+
+def _refill(fh: BinaryIO, buf: bytes, pos: int, need: int) -> tuple[bytes, memoryview, int]:
+    """Keep buf[pos:], append at least enough to hold `need` bytes (short at end of file)."""
+    rest = buf[pos:]
+    more = fh.read(max(_CHUNK, need - len(rest)))
+    buf = rest + more if rest else more
+    return buf, memoryview(buf), 0

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from service.binlog.fastinit import fast_init
+
 __all__ = ["EventSpan", "Op", "Row", "RowChange"]
 
 # Column name -> decoded value (None, int, float, Decimal, str, bytes, date, datetime,
@@ -24,6 +26,7 @@ class Op(StrEnum):
     DELETE = "delete"
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class EventSpan:
     """Where the rows event that carried a change sits in the binlog."""
@@ -33,6 +36,7 @@ class EventSpan:
     end: int  # offset just after the event (header.log_pos when the server sets it)
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class RowChange:
     op: Op
