@@ -39,7 +39,7 @@ from service.binlog.gtid import parse_gtid, parse_gtid_list, parse_mariadb_gtid,
 from service.binlog.payload import iter_inner_events, parse_payload_header
 from service.binlog.query import parse_query
 from service.binlog.rowchange import EventSpan
-from service.binlog.rows import ROWS_EVENTS, TablePlan, decode_rows, parse_rows_header
+from service.binlog.rows import ROWS_EVENTS, TablePlan, decode_rows, parse_rows_header, rows_header_layout
 from service.binlog.schema import TableSchema
 from service.binlog.stats import DecoderStats
 from service.binlog.tablemap import parse_table_map
@@ -103,6 +103,7 @@ class BinlogDecoder:
         self._pending: Iterator[Event] | None = None
         self._payload_span: EventSpan | None = None
         self._handlers = self._event_handlers()
+        self._rows_layouts: dict[int, tuple[int, int, bool]] = {}  # by type code; reset by each FDE
 
     # ---- public API -------------------------------------------------------------
     def feed(self, raw: bytes | memoryview, offset: int | None = None) -> Event | None:
@@ -260,6 +261,7 @@ class BinlogDecoder:
         if fmt.checksum_len and self.options.verify_checksum:
             self._body(h, data, fmt, False)
         self.format = fmt
+        self._rows_layouts.clear()
         self._tables.clear()
         return FormatDescriptionEvent(h, version, server, created, fmt)
 
@@ -289,7 +291,10 @@ class BinlogDecoder:
 
     def _rows(self, h: EventHeader, body: bytes, fmt: StreamFormat) -> RowsEvent:
         kind = ROWS_EVENTS[h.type_code]
-        table_id, flags, extra, start = parse_rows_header(body, fmt, h.type_code)
+        layout = self._rows_layouts.get(h.type_code)
+        if layout is None:
+            layout = self._rows_layouts[h.type_code] = rows_header_layout(fmt, h.type_code)
+        table_id, flags, extra, start = parse_rows_header(body, fmt, h.type_code, layout)
         schema = self._tables.get(table_id)
         if schema is None:
             raise MissingTableMap(

@@ -23,7 +23,7 @@ from service.binlog.stats import DecoderStats
 from service.binlog.values import FixedSpec, VarSpec, column_spec
 from service.errors import DecodeError, InvalidValue, TruncatedEvent
 
-__all__ = ["ROWS_EVENTS", "RowsKind", "TablePlan", "decode_rows", "parse_rows_header"]
+__all__ = ["ROWS_EVENTS", "RowsKind", "TablePlan", "decode_rows", "parse_rows_header", "rows_header_layout"]
 
 ImageReader = Callable[[bytes, int], tuple[Row, int]]
 
@@ -90,7 +90,7 @@ ROWS_EVENTS: dict[int, RowsKind] = {
 class TablePlan:
     """Column decoders for one TableSchema plus compiled readers per row-image pattern."""
 
-    __slots__ = ("schema", "_specs", "_json_specs", "_json_cols", "_cache")
+    __slots__ = ("schema", "_specs", "_json_specs", "_json_cols", "_cache", "_by_present")
 
     def __init__(self, schema: TableSchema, stats: DecoderStats) -> None:
         self.schema = schema
@@ -100,10 +100,20 @@ class TablePlan:
             i: column_spec(schema.columns[i], stats, partial_json=True) for i in self._json_cols
         }
         self._cache: dict[tuple[int, int, int], ImageReader] = {}
+        self._by_present: dict[int, dict[int, ImageReader]] = {}
 
     @property
     def json_column_count(self) -> int:
         return len(self._json_cols)
+
+    def readers_by_nulls(self, present: int) -> dict[int, ImageReader]:
+        """NULL bitmap -> compiled reader, for one columns-present bitmap and no partial JSON.
+        The row loops look readers up here directly: one dict lookup per row image, even
+        when NULLs alternate from row to row (a nullable column in an UPDATE)."""
+        readers = self._by_present.get(present)
+        if readers is None or len(readers) > 4096:  # pathological NULL patterns: keep memory bounded
+            readers = self._by_present[present] = {}
+        return readers
 
     def image_reader(self, present: int, nulls: int, partial: int = 0) -> ImageReader:
         key = (present, nulls, partial)
@@ -112,6 +122,8 @@ class TablePlan:
             if len(self._cache) > 4096:  # pathological NULL patterns: keep memory bounded
                 self._cache.clear()
             reader = self._cache[key] = self._compile(present, nulls, partial)
+        if not partial:
+            self.readers_by_nulls(present)[nulls] = reader
         return reader
 
     def _compile(self, present: int, nulls: int, partial: int) -> ImageReader:
@@ -214,15 +226,25 @@ def _make_reader(names: tuple[str, ...], steps: tuple[tuple[int, Any, int, Any],
     return reader
 
 
-def parse_rows_header(body: bytes, fmt: StreamFormat, type_code: int) -> tuple[int, int, bytes, int]:
-    """(table_id, flags, extra_info, offset of the column count) of a rows event body."""
-    r = ByteReader(body, base=HEADER_LEN)
+def rows_header_layout(fmt: StreamFormat, type_code: int) -> tuple[int, int, bool]:
+    """(table-id width, post-header length, has v2 extra data) of a rows event type: the same
+    for every event of a stream, so the decoder computes it once per type and FDE."""
     width = fmt.table_id_width
+    post = fmt.post_header_len(type_code, width + 2)
+    has_extra = post == width + 4 or (post == 0 and ROWS_EVENTS[type_code].version == 2)
+    return width, post, has_extra
+
+
+def parse_rows_header(
+    body: bytes, fmt: StreamFormat, type_code: int, layout: tuple[int, int, bool] | None = None
+) -> tuple[int, int, bytes, int]:
+    """(table_id, flags, extra_info, offset of the column count) of a rows event body."""
+    width, post, has_extra = layout or rows_header_layout(fmt, type_code)
+    r = ByteReader(body, base=HEADER_LEN)
     table_id = r.uint(width)
     flags = r.uint(2)
-    post = fmt.post_header_len(type_code, width + 2)
     extra = b""
-    if post == width + 4 or (post == 0 and ROWS_EVENTS[type_code].version == 2):
+    if has_extra:
         extra_len = r.uint(2)
         if extra_len < 2:
             raise InvalidValue(f"rows event extra-data length {extra_len} < 2")
@@ -290,13 +312,12 @@ def _rows(
     image = plan.image_reader
     if op != Op.UPDATE:  # one image per row: the hot path of bulk inserts/deletes
         present, nb = (present_ai, nb_ai) if op == Op.INSERT else (present_bi, nb_bi)
-        last_nulls, read = -1, image(present, 0)
+        readers = plan.readers_by_nulls(present)
         is_insert = op == Op.INSERT
         while pos < end:
             start = pos + nb
             nulls = int.from_bytes(buf[pos:start], "little")
-            if nulls != last_nulls:
-                last_nulls, read = nulls, image(present, nulls)
+            read = readers.get(nulls) or image(present, nulls)
             row, pos = read(buf, start)
             if pos > end or pos == start - nb:
                 _bad_row(pos, end, db, tbl)
@@ -305,10 +326,12 @@ def _rows(
             else:
                 append(_row_change(op, db, tbl, row, None, span, ts, server_id, gtid))
         return out
+    readers_bi = plan.readers_by_nulls(present_bi)
+    readers_ai = plan.readers_by_nulls(present_ai)
     while pos < end:
         row_start = pos
         nulls = int.from_bytes(buf[pos : pos + nb_bi], "little")
-        before, pos = image(present_bi, nulls)(buf, pos + nb_bi)
+        before, pos = (readers_bi.get(nulls) or image(present_bi, nulls))(buf, pos + nb_bi)
         partial = 0
         if kind.partial:
             if pos >= end:
@@ -321,7 +344,8 @@ def _rows(
                 partial = int.from_bytes(buf[pos : pos + json_bytes], "little")
                 pos += json_bytes
         nulls = int.from_bytes(buf[pos : pos + nb_ai], "little")
-        after, pos = image(present_ai, nulls, partial)(buf, pos + nb_ai)
+        read = (partial == 0 and readers_ai.get(nulls)) or image(present_ai, nulls, partial)
+        after, pos = read(buf, pos + nb_ai)
         if pos > end or pos == row_start:
             _bad_row(pos, end, db, tbl)
         append(_row_change(op, db, tbl, before, after, span, ts, server_id, gtid))
