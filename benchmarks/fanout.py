@@ -11,7 +11,8 @@ Four processes on the benchmark stack:
   writer       TXN_RATE transactions/s x ROWS_PER_TXN rows (default 50 x 100 = 5,000 rows/s)
   this one     samples the server's CPU and RSS and polls GET /lag every 100 ms (httpx)
 
-Reports the delivered rate per subscriber (min / median, over the writer's duration), how many
+Reports the delivered rate per subscriber (min / median: its changes over the span between its
+first and last one) and how many rows each received (min / median), how many
 subscribers received every change and how many were closed (and why), the p50/p99
 commit-to-delivery latency (writer's commit return -> the client's receive, one CLOCK_MONOTONIC),
 the server's CPU (cores) and RSS, and the p50/p99 response time of GET /lag under load.
@@ -136,9 +137,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     commits.frombytes(Path(commits_file).read_bytes())
     per = args.rows_per_txn
     subs_data = json.loads(subs_out.read_text())
-    duration = wrote["seconds"]
     counts = [s["count"] for s in subs_data]
-    rates = [c / duration for c in counts]
+    # a subscriber's delivered rate: its changes over the span it was receiving them
+    rates = [s["count"] / (s["last_at"] - s["first_at"]) for s in subs_data if s["count"] > 1]
     lat = [
         (t - commits[(i - 1) // per]) * 1000
         for s in subs_data
@@ -161,6 +162,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "delivered_rate_min": min(rates, default=0.0),
         "delivered_rate_median": statistics.median(rates) if rates else 0.0,
         "delivered_rate_max": max(rates, default=0.0),
+        "received_min": min(counts, default=0),
+        "received_median": statistics.median(counts) if counts else 0,
         "subscribers_complete": sum(c >= total for c in counts),
         "closed": dict(closes),
         "deliveries_total": sum(counts),
@@ -202,7 +205,9 @@ def main() -> None:
         f"writer {w['rows'] / w['seconds']:,.0f} rows/s achieved "
         f"(target {r['target_rows_per_s']:,.0f}) for {w['seconds']:.1f} s = {r['rows_written']:,} rows",
         f"delivered per subscriber: min {r['delivered_rate_min']:,.0f} rows/s, median "
-        f"{r['delivered_rate_median']:,.0f} rows/s; {r['subscribers_complete']} received every row; "
+        f"{r['delivered_rate_median']:,.0f} rows/s; received min {r['received_min']:,} / median "
+        f"{r['received_median']:,.0f} of {r['rows_written']:,}; "
+        f"{r['subscribers_complete']} received every row; "
         f"closed: {r['closed'] or 'none'}; {r['deliveries_total']:,} messages delivered in all",
         f"commit -> delivery: p50 {r['latency_p50_ms']:.1f} ms, p99 {r['latency_p99_ms']:.1f} ms, "
         f"max {r['latency_max_ms']:.1f} ms ({r['latency_samples']:,} samples from sampled subscribers)",
