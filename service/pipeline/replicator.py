@@ -252,6 +252,9 @@ class Replicator:
         self._queue = asyncio.Queue(maxsize=self.settings.queue_size)
         source = self._source_factory(self.settings, start, self.filter)
         self._source = source
+        # The lease is renewed from now on, also while the source connects and runs its preflight
+        # (which may wait a few seconds for this mirror's previous dump thread to go away).
+        lease = asyncio.create_task(self._renew_loop(), name="lease")
         try:
             async with source:
                 self._ctl = await connect(self.settings)
@@ -261,7 +264,7 @@ class Replicator:
                 await self._bootstrap(checkpoint, source)
                 self._set_state(State.STREAMING)
                 async with asyncio.TaskGroup() as tg:
-                    tg.create_task(self._renew_loop(), name="lease")
+                    tg.create_task(_watch(lease), name="lease")
                     tg.create_task(self._stats_loop(), name="stats")
                     reader = tg.create_task(self._reader(source), name="reader")
                     for tid in await self.mirror.pending_resyncs():
@@ -275,6 +278,10 @@ class Replicator:
             if not isinstance(exc, _Stopped):
                 raise exc from None
         finally:
+            lease.cancel()
+            await asyncio.wait({lease})  # never raises the task's error; outer cancellation still does
+            if not lease.cancelled():
+                lease.exception()  # retrieved (a LeaseLost already ended the session via _watch)
             self._tg = None
             for task in self._resyncs.values():
                 task.cancel()
@@ -587,6 +594,11 @@ class Replicator:
             skipped_ignorable_events=ignorable,
             invalid_text_values=invalid,
         )
+
+
+async def _watch(task: asyncio.Task[None]) -> None:
+    """Inside the session's TaskGroup: fail with the outer task's error (LeaseLost) when it fails."""
+    await asyncio.shield(task)
 
 
 class _Stopped(Exception):

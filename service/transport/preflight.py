@@ -6,13 +6,16 @@ problem on its own line: what is wrong, then the statement that fixes it.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
+import time
 
 import aiomysql
 
 from service.errors import PreflightError, SourceError
 from service.transport.connection import ServerInfo, fetch
+from service.transport.stream import REPLICA_HOST
 
 __all__ = ["check_source", "preflight"]
 
@@ -84,8 +87,26 @@ def check_grants(grants: list[str], info: ServerInfo) -> list[str]:
     return problems
 
 
+async def _same_server_id(
+    conn: aiomysql.Connection, info: ServerInfo, server_id: int, settle: float
+) -> list[str]:
+    """Hosts of the replicas registered with `server_id`.
+
+    A registration by a binlog-mirror (host REPLICA_HOST) may be this mirror's own previous dump
+    thread, still listed after a crash or a quick restart until the server next writes to its
+    socket (at the latest one heartbeat later). Those are re-checked for up to `settle` seconds
+    before they count: a restart never trips over its own past, a live twin still does."""
+    deadline = time.monotonic() + settle
+    while True:
+        rows = await fetch(conn, info.replicas_statement)
+        hosts = [str(r[1] or "") for r in rows if int(r[0]) == server_id]
+        if not hosts or any(h != REPLICA_HOST for h in hosts) or time.monotonic() >= deadline:
+            return hosts
+        await asyncio.sleep(0.2)
+
+
 async def check_source(
-    conn: aiomysql.Connection, info: ServerInfo, *, server_id: int
+    conn: aiomysql.Connection, info: ServerInfo, *, server_id: int, settle: float = 0.0
 ) -> tuple[list[str], list[str]]:
     problems, warnings = check_config(info)
     grants = [str(r[0]) for r in await fetch(conn, "SHOW GRANTS FOR CURRENT_USER()")]
@@ -96,11 +117,11 @@ async def check_source(
             "BINLOG_MIRROR_SERVER_ID)"
         )
     try:
-        replicas = await fetch(conn, info.replicas_statement)
+        twins = await _same_server_id(conn, info, server_id, settle)
     except SourceError as exc:
         warnings.append(f"cannot list replicas to check server_id {server_id} is unique ({exc})")
     else:
-        if any(int(r[0]) == server_id for r in replicas):
+        if twins:
             problems.append(
                 f"server_id {server_id} is already used by a connected replica ({info.replicas_statement}): "
                 "give this mirror its own --server-id / BINLOG_MIRROR_SERVER_ID"
@@ -115,8 +136,12 @@ def _user_of(grants: list[str]) -> str:
     return "<user>"
 
 
-async def preflight(conn: aiomysql.Connection, info: ServerInfo, *, server_id: int) -> None:
-    problems, warnings = await check_source(conn, info, server_id=server_id)
+async def preflight(
+    conn: aiomysql.Connection, info: ServerInfo, *, server_id: int, settle: float = 0.0
+) -> None:
+    """`settle`: how long a registration of our server_id by a binlog-mirror may take to go away
+    (the caller passes its read timeout, 2.5 heartbeats) before it counts as a live twin."""
+    problems, warnings = await check_source(conn, info, server_id=server_id, settle=settle)
     for warning in warnings:
         log.warning("preflight: %s", warning)
     if problems:

@@ -161,7 +161,7 @@ class BinlogSource:
         ctl = await self._control()
         self.info = info = await server_info(ctl)
         if self.check_source:
-            await preflight(ctl, info, server_id=self.server_id)
+            await preflight(ctl, info, server_id=self.server_id, settle=self.heartbeat * READ_TIMEOUT_FACTOR)
         self._names_from_schema = info.var("binlog_row_metadata").upper() != "FULL"
         if self._names_from_schema:
             await self._columns.refresh(ctl)

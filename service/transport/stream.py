@@ -29,7 +29,7 @@ from service.checkpoint import BinlogPosition, MariadbGtidPos, MysqlGtidSet
 from service.errors import PreflightError, SourceError
 from service.transport.connection import ServerInfo, fetch, map_errors
 
-__all__ = ["BinlogStream", "encode_gtid_set"]
+__all__ = ["REPLICA_HOST", "BinlogStream", "encode_gtid_set"]
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +38,7 @@ COM_REGISTER_SLAVE = 0x15
 COM_BINLOG_DUMP_GTID = 0x1E
 BINLOG_THROUGH_GTID = 0x04
 MARIA_SLAVE_CAPABILITY_GTID = 4
+REPLICA_HOST = "binlog-mirror"  # the host this mirror registers with (SHOW SLAVE HOSTS / SHOW REPLICAS)
 
 
 def encode_gtid_set(gtids: MysqlGtidSet) -> bytes:
@@ -94,7 +95,7 @@ class BinlogStream:
     def _register_packet(self, server_id: int) -> bytes:
         return (
             struct.pack("<BI", COM_REGISTER_SLAVE, server_id)
-            + _lenstr1("binlog-mirror")
+            + _lenstr1(REPLICA_HOST)
             + _lenstr1("")
             + _lenstr1("")
             + struct.pack("<HII", 0, 0, 0)
