@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 APT_PACKAGES := mariadb-server mariadb-client redis-server python3-venv
 
-.PHONY: demo test lint typecheck pytest bench system-packages clean
+.PHONY: demo test lint typecheck pytest bench bench-stream bench-e2e bench-fanout fast pure system-packages clean
 
 $(BIN)/binlog-mirror: pyproject.toml
 	@$(PYTHON) -c 'import venv, ensurepip' 2>/dev/null || $(MAKE) system-packages
@@ -45,3 +45,14 @@ clean:
 
 bench: system-packages $(BIN)/binlog-mirror
 	$(BIN)/python -m benchmarks.decode
+
+# Optional: compile the decoding core with mypyc (in-place .so files shadow the .py sources;
+# `make pure` removes them). The pure-Python source stays the reference and the fallback.
+fast: $(BIN)/binlog-mirror
+	$(BIN)/python -m service.binlog.build
+
+pure: $(BIN)/binlog-mirror
+	$(BIN)/python -m service.binlog.build --clean
+
+bench-stream bench-e2e bench-fanout: system-packages $(BIN)/binlog-mirror
+	$(BIN)/python -m benchmarks.$(@:bench-%=%)
