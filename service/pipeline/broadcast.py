@@ -220,8 +220,12 @@ class Subscription:
     def pending(self) -> int:
         return len(self._items)
 
-    def _offer(self, item: Entry | Gap) -> bool:
-        if len(self._items) - self._replay >= self.maxsize:
+    @property
+    def lagging(self) -> bool:
+        return len(self._items) - self._replay >= self.maxsize
+
+    def _offer(self, item: Entry | Gap, *, bounded: bool = True) -> bool:
+        if bounded and self.lagging:
             return False
         self._items.append(item)
         self._wake.set()
@@ -303,13 +307,19 @@ class Broadcaster:
         self._next_seq = first_seq + len(txn.changes)
         if self._waiting:
             self._resolve_waiting(first_seq)
+        # Lag is judged once per transaction, on what is still queued from earlier ones: a reader
+        # that keeps up gets every transaction whole, however many rows it has.
+        for sub in list(self._subs.values()):
+            if sub.lagging:
+                self._cut_lagging(sub)
+        subs = list(self._subs.values())
         for offset, change in enumerate(txn.changes):
             entry = Entry(first_seq + offset, change)
             self._ring.append(entry)
             self.published += 1
-            for sub in list(self._subs.values()):
+            for sub in subs:
                 if sub.filter.matches(change):
-                    self._deliver(sub, entry)
+                    sub._offer(entry, bounded=False)
 
     def _resolve_waiting(self, first_seq: int) -> None:
         """Subscribers that resumed before this hub saw a change learn now whether they missed any."""
@@ -328,11 +338,12 @@ class Broadcaster:
         if isinstance(item, Gap):
             self.gaps += 1
         if not sub._offer(item):
-            self.dropped += 1
-            self._drop(
-                sub, Closed(CLOSE_LAGGING, f"subscriber lagging: more than {sub.maxsize} events queued")
-            )
-            log.info("websocket subscriber %d dropped: queue full", sub.id, extra={"subscriber": sub.id})
+            self._cut_lagging(sub)
+
+    def _cut_lagging(self, sub: Subscription) -> None:
+        self.dropped += 1
+        self._drop(sub, Closed(CLOSE_LAGGING, f"subscriber lagging: more than {sub.maxsize} events queued"))
+        log.info("websocket subscriber %d dropped: queue full", sub.id, extra={"subscriber": sub.id})
 
     def _reset(self) -> None:
         self._ring.clear()

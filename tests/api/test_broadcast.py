@@ -265,6 +265,15 @@ def test_a_full_queue_drops_only_that_subscriber() -> None:
     assert seqs(drain(fast)) == [5]
 
 
+def test_a_transaction_larger_than_the_queue_reaches_a_reader_that_keeps_up() -> None:
+    hub = Broadcaster(queue_size=3)
+    sub = hub.subscribe(EventFilter())
+    hub.on_applied(txn(*(change() for _ in range(10))), 1)
+    assert seqs(drain(sub)) == list(range(1, 11))
+    hub.on_applied(txn(change()), 11)
+    assert seqs(drain(sub)) == [11] and hub.dropped == 0
+
+
 def test_a_replay_larger_than_the_queue_is_not_counted_against_it() -> None:
     hub = Broadcaster(buffer_size=50, queue_size=2)
     for i in range(1, 21):

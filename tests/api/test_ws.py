@@ -167,7 +167,14 @@ def test_a_lagging_subscriber_is_closed_with_1013(
     client = make_client(ws_queue_events=3)
     with client.websocket_connect("/ws/events?tables=shop.*") as ws:
         ws.receive_json()
-        publish(client, double, *(change(id=i) for i in range(10)))  # 10 at once: more than 3 queued
+        portal = client.portal
+        assert portal is not None
+
+        def two_transactions() -> None:  # the second arrives while the first's 10 are still queued
+            double.apply(txn(*(change(id=i) for i in range(10))))
+            double.apply(txn(change(id=10)))
+
+        portal.call(two_transactions)
         closed = close_of(ws)
     assert closed.code == 1013 and "lagging" in closed.reason
     metrics = client.get("/metrics").text
