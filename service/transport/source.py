@@ -60,6 +60,7 @@ log = logging.getLogger(__name__)
 
 HEARTBEAT_TYPES = (EventType.HEARTBEAT, EventType.HEARTBEAT_V2)
 READ_TIMEOUT_FACTOR = 2.5
+YIELD_EVERY_BYTES = 256 * 1024
 
 
 @dataclass(slots=True)
@@ -384,6 +385,7 @@ class BinlogSource:
     async def _pump(self, session: _Session) -> bool:
         """Read until an error (raised) or a non-blocking dump's EOF (returns True)."""
         stats, assembler = self.stats, session.assembler
+        yielded_at = stats.bytes
         while True:
             raw = await session.stream.read()
             now = time.time()
@@ -391,6 +393,11 @@ class BinlogSource:
                 return True
             stats.bytes += len(raw)
             stats.last_event_at = now
+            if stats.bytes - yielded_at > YIELD_EVERY_BYTES:
+                # Packets already buffered are read without a pause: give the API, the applier
+                # and the websockets their turn now and then inside a large transaction too.
+                yielded_at = stats.bytes
+                await asyncio.sleep(0)
             if len(raw) > 4 and raw[4] in HEARTBEAT_TYPES:
                 stats.heartbeats += 1
                 continue
@@ -416,6 +423,7 @@ class BinlogSource:
             async with self._ctl_lock:
                 await self._columns.refresh(await self._control(), [s for s in schemas if s] or None)
         await self._queue.put(txn)
+        await asyncio.sleep(0)  # a put into a queue with room never yields: let the consumer run
         # Only now is it safe to resume after this transaction: it is in the consumer's hands.
         resume.checkpoint = txn.end
         session.delivered_any = True
