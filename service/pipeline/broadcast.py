@@ -277,6 +277,7 @@ class Broadcaster:
         self._next_seq: int | None = None  # the seq the next change should carry
         self._waiting: list[Subscription] = []  # resumed before the first change (see _replay)
         self.closed = False
+        self._burst_open = False
         # counters read by the metrics collector
         self.published = 0  # changes received from the Replicator
         self.dropped = 0  # subscribers cut off because their queue overflowed
@@ -307,11 +308,8 @@ class Broadcaster:
         self._next_seq = first_seq + len(txn.changes)
         if self._waiting:
             self._resolve_waiting(first_seq)
-        # Lag is judged once per transaction, on what is still queued from earlier ones: a reader
-        # that keeps up gets every transaction whole, however many rows it has.
-        for sub in list(self._subs.values()):
-            if sub.lagging:
-                self._cut_lagging(sub)
+        if not self._burst_open:
+            self._open_burst()
         subs = list(self._subs.values())
         for offset, change in enumerate(txn.changes):
             entry = Entry(first_seq + offset, change)
@@ -320,6 +318,24 @@ class Broadcaster:
             for sub in subs:
                 if sub.filter.matches(change):
                     sub._offer(entry, bounded=False)
+
+    def _open_burst(self) -> None:
+        """Judge lag once per burst: the changes published before the event loop runs again
+        (the Replicator hands over a whole applied batch at once). A subscriber that still holds
+        `queue_size` or more changes from earlier bursts is cut; one that keeps up gets every
+        burst whole, however many rows it has."""
+        for sub in list(self._subs.values()):
+            if sub.lagging:
+                self._cut_lagging(sub)
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # called outside an event loop: every call is its own burst
+            return
+        self._burst_open = True
+        loop.call_soon(self._close_burst)
+
+    def _close_burst(self) -> None:
+        self._burst_open = False
 
     def _resolve_waiting(self, first_seq: int) -> None:
         """Subscribers that resumed before this hub saw a change learn now whether they missed any."""

@@ -274,6 +274,22 @@ def test_a_transaction_larger_than_the_queue_reaches_a_reader_that_keeps_up() ->
     assert seqs(drain(sub)) == [11] and hub.dropped == 0
 
 
+def test_lag_is_judged_per_burst_of_the_event_loop() -> None:
+    async def scenario() -> tuple[list[int], list[object]]:
+        hub = Broadcaster(queue_size=3)
+        reader, idle = hub.subscribe(EventFilter()), hub.subscribe(EventFilter())
+        for first in (1, 6, 11):  # one applied batch: three 5-row transactions, no await between
+            hub.on_applied(txn(*(change() for _ in range(5))), first)
+        got = seqs(drain(reader))
+        await asyncio.sleep(0)  # the loop runs: the burst is over
+        hub.on_applied(txn(change()), 16)  # idle still holds 15 changes from the last burst
+        return got + seqs(drain(reader)), drain(idle)
+
+    got, idle = asyncio.run(scenario())
+    assert got == list(range(1, 17))
+    assert idle == [Closed(CLOSE_LAGGING, "subscriber lagging: more than 3 events queued")]
+
+
 def test_a_replay_larger_than_the_queue_is_not_counted_against_it() -> None:
     hub = Broadcaster(buffer_size=50, queue_size=2)
     for i in range(1, 21):

@@ -161,27 +161,6 @@ def test_resume_too_old_is_an_explicit_gap(
         assert [ws.receive_json()["seq"], ws.receive_json()["seq"]] == [4, 5]
 
 
-def test_a_lagging_subscriber_is_closed_with_1013(
-    make_client: Callable[..., TestClient], double: StatusDouble
-) -> None:
-    client = make_client(ws_queue_events=3)
-    with client.websocket_connect("/ws/events?tables=shop.*") as ws:
-        ws.receive_json()
-        portal = client.portal
-        assert portal is not None
-
-        def two_transactions() -> None:  # the second arrives while the first's 10 are still queued
-            double.apply(txn(*(change(id=i) for i in range(10))))
-            double.apply(txn(change(id=10)))
-
-        portal.call(two_transactions)
-        closed = close_of(ws)
-    assert closed.code == 1013 and "lagging" in closed.reason
-    metrics = client.get("/metrics").text
-    assert "binlog_mirror_websocket_dropped_subscribers_total 1.0" in metrics
-    assert "binlog_mirror_websocket_clients 0.0" in metrics
-
-
 def test_shutdown_closes_subscribers_with_1001(client: TestClient) -> None:
     with client.websocket_connect("/ws/events?tables=a.b") as ws:
         ws.receive_json()
