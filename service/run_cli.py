@@ -102,13 +102,10 @@ async def _main(settings: Settings, *, api: bool, demo_admin: MySQLUrl | None) -
         loop.add_signal_handler(sig, replicator.stop)
     api_task: asyncio.Task[None] | None = None
     if api:
-        try:
-            from api.main import create_app
-            from api.server import serve
-        except ImportError as exc:  # the API is optional for the mirror
-            log.warning("API not available (%s); running without it", exc)
-        else:
-            api_task = asyncio.create_task(serve(create_app(settings, replicator), settings), name="api")
+        from api.main import create_app
+        from api.server import serve
+
+        api_task = asyncio.create_task(serve(create_app(settings, replicator), settings), name="api")
     try:
         await replicator.run()
     finally:
