@@ -11,6 +11,7 @@ import pymysql
 import redis as redis_sync
 
 from service.checkpoint import BinlogPosition
+from service.settings import Settings, load_settings
 from service.sink.keys import KeyLayout
 from service.sink.values import field_value
 from service.stack import LocalStack
@@ -25,6 +26,21 @@ TABLES = {
     "ledger": "CREATE TABLE {db}.ledger (id INT PRIMARY KEY, note VARCHAR(20))",
 }
 KEYS = {"items": ("id",), "pairs": ("a", "b"), "uniq": ("code",), "ledger": ("id",)}
+
+
+def mirror_settings(stack: LocalStack, db: str, prefix: str, **overrides: Any) -> Settings:
+    """Settings for a Replicator mirroring `db.*` of the stack under `prefix`."""
+    info = stack.load()
+    assert info is not None
+    values: dict[str, Any] = {
+        "mysql": info.mysql_url,
+        "redis": info.redis_url,
+        "tables": [f"{db}.*"],
+        "key_prefix": prefix,
+        "server_id": 4000 + hash(prefix) % 1000,
+        "heartbeat_seconds": 1.0,
+    }
+    return load_settings(None, **{**values, **overrides})
 
 
 def unique_names() -> tuple[str, str]:

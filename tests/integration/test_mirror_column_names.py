@@ -16,11 +16,10 @@ import redis as redis_sync
 
 from service.checkpoint import BinlogPosition, Checkpoint
 from service.pipeline.replicator import Replicator
-from service.settings import Settings, load_settings
 from service.sink.values import field_value
 from service.stack import LocalStack
 from service.transactions import Transaction
-from tests.integration.mirror_helpers import wait_applied
+from tests.integration.mirror_helpers import mirror_settings, wait_applied
 
 pytestmark = pytest.mark.integration
 
@@ -39,20 +38,6 @@ def _sql(stack: LocalStack, *statements: str) -> list[Any]:
         return out
     finally:
         conn.close()
-
-
-def _settings(stack: LocalStack) -> Settings:
-    info = stack.load()
-    assert info is not None
-    return load_settings(
-        None,
-        mysql=info.mysql_url,
-        redis=info.redis_url,
-        tables=[f"{DB}.*"],
-        key_prefix=PREFIX,
-        server_id=4242,
-        heartbeat_seconds=1.0,
-    )
 
 
 def _master(stack: LocalStack) -> BinlogPosition:
@@ -113,7 +98,9 @@ async def test_names_from_information_schema(tmp_path: Path, caplog: pytest.LogC
         _sql(own, "SET GLOBAL binlog_row_metadata = 'MINIMAL'", "FLUSH BINARY LOGS")
         _sql(own, f"CREATE DATABASE {DB}", f"CREATE TABLE {DB}.t (id INT PRIMARY KEY, a VARCHAR(10), b INT)")
         seen: list[Transaction] = []
-        rep = Replicator(_settings(own), on_applied=[lambda txn, seq: seen.append(txn)])
+        rep = Replicator(
+            mirror_settings(own, DB, PREFIX, server_id=4242), on_applied=[lambda txn, seq: seen.append(txn)]
+        )
         task = asyncio.create_task(rep.run())
         try:
             await _caught_up(own, rep, info.redis_url)
@@ -142,7 +129,9 @@ async def test_names_from_information_schema(tmp_path: Path, caplog: pytest.LogC
         _sql(own, f"INSERT INTO {DB}.t (id, a) VALUES (5, 'v')")
         caplog.set_level(logging.WARNING)
         seen.clear()
-        rep = Replicator(_settings(own), on_applied=[lambda txn, seq: seen.append(txn)])
+        rep = Replicator(
+            mirror_settings(own, DB, PREFIX, server_id=4242), on_applied=[lambda txn, seq: seen.append(txn)]
+        )
         task = asyncio.create_task(rep.run())
         try:
             await _caught_up(own, rep, info.redis_url)

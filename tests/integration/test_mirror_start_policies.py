@@ -16,27 +16,11 @@ from service.checkpoint import BinlogPosition, Checkpoint
 from service.errors import ConfigError, PositionLost
 from service.pipeline.replicator import Replicator
 from service.pipeline.status import State
-from service.settings import Settings, load_settings
 from service.stack import LocalStack
 from service.transactions import Transaction
-from tests.integration.mirror_helpers import unique_names, wait_applied
+from tests.integration.mirror_helpers import mirror_settings, unique_names, wait_applied
 
 pytestmark = pytest.mark.integration
-
-
-def _settings(stack: LocalStack, db: str, prefix: str, **overrides: Any) -> Settings:
-    info = stack.load()
-    assert info is not None
-    return load_settings(
-        None,
-        mysql=info.mysql_url,
-        redis=info.redis_url,
-        tables=[f"{db}.*"],
-        key_prefix=prefix,
-        server_id=4000 + hash(prefix) % 1000,
-        heartbeat_seconds=1.0,
-        **overrides,
-    )
 
 
 def _sql(stack: LocalStack, *statements: str) -> list[Any]:
@@ -75,7 +59,7 @@ async def _stop(rep: Replicator, task: asyncio.Task[None]) -> None:
 
 async def test_refuse_without_a_checkpoint_says_how_to_start(stack: LocalStack) -> None:
     db, prefix = unique_names()
-    rep = Replicator(_settings(stack, db, prefix, on_no_checkpoint="refuse"))
+    rep = Replicator(mirror_settings(stack, db, prefix, on_no_checkpoint="refuse"))
     with pytest.raises(ConfigError) as err:
         await asyncio.wait_for(rep.run(), 15)
     message = str(err.value)
@@ -102,7 +86,7 @@ async def test_start_replays_from_the_oldest_binlog_then_a_purged_checkpoint_sto
         # on_no_checkpoint=start: the stream begins in the oldest binlog, not at the current end
         applied: list[Transaction] = []
         rep = Replicator(
-            _settings(own, db, prefix, on_no_checkpoint="start"),
+            mirror_settings(own, db, prefix, on_no_checkpoint="start"),
             on_applied=[lambda txn, seq: applied.append(txn)],
         )
         task = asyncio.create_task(rep.run())
@@ -133,7 +117,7 @@ async def test_start_replays_from_the_oldest_binlog_then_a_purged_checkpoint_sto
         assert str(_sql(own, "SHOW BINARY LOGS")[0][0]) == current != checkpoint.position.file
 
         caplog.set_level(logging.ERROR, logger="service.pipeline.replicator")
-        again = Replicator(_settings(own, db, prefix))
+        again = Replicator(mirror_settings(own, db, prefix))
         with pytest.raises(PositionLost) as err:
             await asyncio.wait_for(again.run(), 30)
         message = str(err.value)
