@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
 import time
 import uuid
@@ -214,3 +215,16 @@ def wait_applied(get_checkpoint: Any, target: BinlogPosition, timeout: float = 3
             return
         time.sleep(0.05)
     raise AssertionError(f"mirror did not reach {target} (at {get_checkpoint()})")
+
+
+async def wait_hooks(rep: Any, target: BinlogPosition, timeout: float = 30.0) -> None:
+    """Wait until the replicator itself has applied `target`. Polled on the event loop: `applied`
+    moves in the same step that runs the on_applied hooks, so they have all run (the checkpoint in
+    Redis moves a moment earlier)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        applied = rep.status().applied
+        if applied is not None and not applied.position < target:
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"replicator did not reach {target} (at {rep.status().applied})")

@@ -19,7 +19,7 @@ from service.pipeline.replicator import Replicator
 from service.sink.values import field_value
 from service.stack import LocalStack
 from service.transactions import Transaction
-from tests.integration.mirror_helpers import mirror_settings, wait_applied
+from tests.integration.mirror_helpers import mirror_settings, wait_applied, wait_hooks
 
 pytestmark = pytest.mark.integration
 
@@ -82,6 +82,7 @@ def _stored(redis_url: str) -> Checkpoint | None:
 
 async def _caught_up(stack: LocalStack, rep: Replicator, redis_url: str) -> None:
     await asyncio.to_thread(wait_applied, lambda: _stored(redis_url), _master(stack))
+    await wait_hooks(rep, _master(stack))
     for _ in range(200):
         if not any(t.resync for t in rep.status().tables):
             return

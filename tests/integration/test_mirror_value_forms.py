@@ -18,7 +18,7 @@ from service.pipeline.replicator import Replicator
 from service.settings import load_settings
 from service.stack import LocalStack
 from service.transactions import Transaction
-from tests.integration.mirror_helpers import master_position, unique_names, wait_applied
+from tests.integration.mirror_helpers import master_position, unique_names, wait_applied, wait_hooks
 
 pytestmark = pytest.mark.integration
 
@@ -78,6 +78,7 @@ async def test_resync_and_stream_store_the_same_form(stack: LocalStack, mode: st
             cur.execute(f"INSERT INTO {db}.v VALUES (2, {VALUES})")  # same values, from the binlog
         conn.commit()
         await asyncio.to_thread(wait_applied, stored, master_position(stack))
+        await wait_hooks(rep, master_position(stack))
         copied, streamed = row("1"), row("2")
         if mode == "json":
             copied.pop("id"), streamed.pop("id")
