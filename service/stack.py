@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import random
 import secrets
 import shutil
 import signal
@@ -39,10 +40,29 @@ def default_stack_dir() -> Path:
     return Path(os.environ.get("BINLOG_MIRROR_STACK_DIR", ".stack")).resolve()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+# Below Linux's ephemeral range (32768-60999 by default), so a port chosen here is not taken by
+# some client connection's local end between now and a (re)start of the server.
+PORT_RANGE = (20000, 32000)
+
+
+def _free_ports(n: int) -> list[int]:
+    """n distinct free ports. The sockets stay bound until all are chosen (bind(0) twice once gave
+    MariaDB and Redis the same port)."""
+    rng = random.SystemRandom()
+    socks: list[socket.socket] = []
+    try:
+        while len(socks) < n:
+            s = socket.socket()
+            try:
+                s.bind(("127.0.0.1", rng.randrange(*PORT_RANGE)))
+            except OSError:
+                s.close()
+                continue
+            socks.append(s)
+        return [int(s.getsockname()[1]) for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 def _alive(pid: int | None) -> bool:
@@ -148,10 +168,11 @@ class LocalStack:
     def _info(self) -> StackInfo:
         info = self.load()
         if info is None:
+            mysql_port, redis_port = _free_ports(2)
             info = StackInfo(
                 dir=str(self.dir),
-                mysql_port=_free_port(),
-                redis_port=_free_port(),
+                mysql_port=mysql_port,
+                redis_port=redis_port,
                 repl_password=secrets.token_hex(8),
                 admin_password=secrets.token_hex(8),
             )
