@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from service.batch_cli import replay, snapshot
 from service.binlog_cli import decode
 from service.errors import ReplicatorError
 from service.run_cli import run
@@ -27,6 +28,8 @@ app.add_typer(stack_app, name="stack")
 app.command("stream")(stream)
 app.command("decode")(decode)
 app.command("run")(run)
+app.command("snapshot")(snapshot)
+app.command("replay")(replay)
 
 console = Console(stderr=True)
 
