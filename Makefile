@@ -4,7 +4,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-APT_PACKAGES := mariadb-server mariadb-client redis-server python3-venv
+APT_PACKAGES := mariadb-server mariadb-client redis-server python3-venv default-jre-headless
 
 .PHONY: demo test lint typecheck pytest bench bench-stream bench-e2e bench-fanout fast pure system-packages clean
 
@@ -12,11 +12,11 @@ $(BIN)/binlog-mirror: pyproject.toml
 	@$(PYTHON) -c 'import venv, ensurepip' 2>/dev/null || $(MAKE) system-packages
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev,spark]'
 	@touch $@
 
 system-packages:
-	@missing=""; for b in mariadbd redis-server mariadb-binlog; do \
+	@missing=""; for b in mariadbd redis-server mariadb-binlog java; do \
 	  command -v $$b >/dev/null || [ -x /usr/sbin/$$b ] || missing=1; done; \
 	$(PYTHON) -c 'import venv, ensurepip' 2>/dev/null || missing=1; \
 	if [ -n "$$missing" ]; then \
