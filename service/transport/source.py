@@ -58,9 +58,10 @@ __all__ = ["BinlogSource", "SourceStats"]
 
 log = logging.getLogger(__name__)
 
-HEARTBEAT_TYPES = (EventType.HEARTBEAT, EventType.HEARTBEAT_V2)
+# the type byte (offset 4 of the header) of heartbeats, as raw_event[4:5] gives it
+HEARTBEATS = frozenset(bytes([t]) for t in (EventType.HEARTBEAT, EventType.HEARTBEAT_V2))
 READ_TIMEOUT_FACTOR = 2.5
-YIELD_EVERY_BYTES = 256 * 1024
+YIELD_EVERY_BYTES = 128 * 1024
 
 
 @dataclass(slots=True)
@@ -193,7 +194,8 @@ class BinlogSource:
     async def __anext__(self) -> Transaction:
         if self._done:
             raise StopAsyncIteration
-        item = await self._queue.get()
+        queue = self._queue
+        item = queue.get_nowait() if queue.qsize() else await queue.get()
         if item is _EOF:
             self._done = True
             raise StopAsyncIteration
@@ -384,32 +386,33 @@ class BinlogSource:
 
     async def _pump(self, session: _Session) -> bool:
         """Read until an error (raised) or a non-blocking dump's EOF (returns True)."""
-        stats, assembler = self.stats, session.assembler
-        yielded_at = stats.bytes
+        stats, assembler, tracker = self.stats, session.assembler, session.assembler.tracker
+        budget = YIELD_EVERY_BYTES
         while True:
-            raw = await session.stream.read()
-            now = time.time()
-            if raw is None:
+            raws = await session.stream.read_batch()
+            if raws is None:
                 return True
-            stats.bytes += len(raw)
-            stats.last_event_at = now
-            if stats.bytes - yielded_at > YIELD_EVERY_BYTES:
-                # Packets already buffered are read without a pause: give the API, the applier
-                # and the websockets their turn now and then inside a large transaction too.
-                yielded_at = stats.bytes
-                await asyncio.sleep(0)
-            if len(raw) > 4 and raw[4] in HEARTBEAT_TYPES:
-                stats.heartbeats += 1
-                continue
-            # decode_events flattens TRANSACTION_PAYLOAD (binlog_transaction_compression=ON):
+            stats.last_event_at = time.time()
+            stats.bytes += sum(map(len, raws))
+            events = [raw for raw in raws if raw[4:5] not in HEARTBEATS]
+            stats.heartbeats += len(raws) - len(events)
+            # feed_many flattens TRANSACTION_PAYLOAD (binlog_transaction_compression=ON):
             # the payload event, then the events inside it, in order.
-            for event in session.decoder.decode_events(raw):
+            for event in session.decoder.feed_many(events):
+                header = event.header
                 stats.events += 1
-                stats.last_event_ts = event.header.timestamp or stats.last_event_ts
+                stats.last_event_ts = header.timestamp or stats.last_event_ts
                 txn = assembler.feed(event)
-                stats.read_position = assembler.tracker.position
+                stats.read_position = tracker.position
                 if txn is not None:
                     await self._deliver(session, txn)
+                budget -= header.event_size
+                if budget < 0:
+                    # A whole read is decoded without a pause otherwise (and the next read does
+                    # not pause when bytes are buffered): give the consumer, the API and the
+                    # websockets their turn every YIELD_EVERY_BYTES.
+                    budget = YIELD_EVERY_BYTES
+                    await asyncio.sleep(0)
 
     async def _deliver(self, session: _Session, txn: Transaction) -> None:
         assert self._resume is not None
@@ -422,8 +425,11 @@ class BinlogSource:
             schemas = sorted({s for d in txn.ddl for s, _ in d.tables} | {d.schema for d in txn.ddl})
             async with self._ctl_lock:
                 await self._columns.refresh(await self._control(), [s for s in schemas if s] or None)
-        await self._queue.put(txn)
-        await asyncio.sleep(0)  # a put into a queue with room never yields: let the consumer run
+        queue = self._queue
+        if queue.full():
+            await queue.put(txn)  # the consumer is behind: stop reading (TCP pushes back)
+        else:
+            queue.put_nowait(txn)
         # Only now is it safe to resume after this transaction: it is in the consumer's hands.
         resume.checkpoint = txn.end
         session.delivered_any = True

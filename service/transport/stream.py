@@ -1,7 +1,8 @@
 """The dump connection: register as a replica, send the dump command, read raw events.
 
 This is the only module that uses aiomysql's private packet layer (`_read_packet`,
-`_write_bytes`, `_next_seq_id`); tests/integration/test_stream_transport.py checks they still exist.
+`write_packet`, `_next_seq_id`, and the connection's `_reader` once the dump started);
+tests/integration/test_stream_transport.py checks they still exist.
 
 Wire formats (all integers little-endian):
 
@@ -11,8 +12,9 @@ Wire formats (all integers little-endian):
     COM_BINLOG_DUMP_GTID 0x1e flags:2  server_id:4  file_len:4  file  pos:8  data_len:4  gtid_set_data
     each event packet   0x00 (OK)  event bytes     (0xfe EOF ends a non-blocking dump, 0xff ERR)
 
-Events longer than 16 MB - 1 arrive in several packets; `_read_packet` joins the 0xffffff-sized
-continuations, so one read here is always one whole event.
+After the dump command the socket is read in chunks (`READ_CHUNK`, one await and one timeout
+each) and split by `PacketSplitter`, which also joins the 0xffffff-sized continuations of events
+longer than 16 MB - 1: `read_batch()` returns every whole event of a chunk at once.
 """
 
 from __future__ import annotations
@@ -24,10 +26,12 @@ import uuid
 from typing import Any
 
 import aiomysql
+import pymysql
 
 from service.checkpoint import BinlogPosition, MariadbGtidPos, MysqlGtidSet
 from service.errors import PreflightError, SourceError
 from service.transport.connection import ServerInfo, fetch, map_errors
+from service.transport.packets import PacketSplitter
 
 __all__ = ["REPLICA_HOST", "BinlogStream", "encode_gtid_set"]
 
@@ -38,6 +42,7 @@ COM_REGISTER_SLAVE = 0x15
 COM_BINLOG_DUMP_GTID = 0x1E
 BINLOG_THROUGH_GTID = 0x04
 MARIA_SLAVE_CAPABILITY_GTID = 4
+READ_CHUNK = 1 << 20  # at most this much per socket read (the reader returns what is buffered)
 REPLICA_HOST = "binlog-mirror"  # the host this mirror registers with (SHOW SLAVE HOSTS / SHOW REPLICAS)
 
 
@@ -61,14 +66,18 @@ def _lenstr1(text: str) -> bytes:
 
 
 class BinlogStream:
-    """One dump connection. `await read()` returns one raw event (header + body + checksum),
-    or None when a non-blocking dump reached the end. Reads time out after `read_timeout`
-    seconds of silence (the server sends heartbeats every `heartbeat` seconds when idle)."""
+    """One dump connection. `await read_batch()` returns the raw events (header + body +
+    checksum) that arrived together, or None when a non-blocking dump reached the end.
+    Reads time out after `read_timeout` seconds of silence (the server sends heartbeats every
+    `heartbeat` seconds when idle)."""
 
     def __init__(self, conn: aiomysql.Connection, info: ServerInfo, *, read_timeout: float) -> None:
         self._conn = conn
         self._info = info
         self.read_timeout = read_timeout
+        self._splitter: PacketSplitter | None = None  # set by the dump command
+        self._ended = False  # a non-blocking dump sent its EOF
+        self._error: bytes | None = None  # an ERR packet, raised once the events before it are out
 
     @property
     def thread_id(self) -> int:
@@ -108,7 +117,7 @@ class BinlogStream:
         packet = (
             struct.pack("<BIHI", COM_BINLOG_DUMP, pos, int(non_block), server_id) + position.file.encode()
         )
-        await self._command(packet, "COM_BINLOG_DUMP")
+        await self._dump(packet, "COM_BINLOG_DUMP")
 
     async def dump_gtid(
         self, gtids: MysqlGtidSet | MariadbGtidPos, *, server_id: int, non_block: bool = False
@@ -127,7 +136,12 @@ class BinlogStream:
             + struct.pack("<I", len(data))
             + data
         )
-        await self._command(packet, "COM_BINLOG_DUMP_GTID")
+        await self._dump(packet, "COM_BINLOG_DUMP_GTID")
+
+    async def _dump(self, payload: bytes, what: str) -> None:
+        """Send a dump command; from here on the socket is ours (`read_batch`), not aiomysql's."""
+        await self._command(payload, what)
+        self._splitter = PacketSplitter(next_seq=self._conn._next_seq_id)
 
     async def _command(self, payload: bytes, what: str) -> None:
         with map_errors(what):
@@ -141,24 +155,58 @@ class BinlogStream:
             async with asyncio.timeout(self.read_timeout):
                 return await self._conn._read_packet()
 
-    async def read(self) -> bytes | None:
+    async def read_batch(self) -> list[bytes] | None:
+        """The events completed by the next socket read (at least one; heartbeats included),
+        or None once a non-blocking dump reached the end."""
+        splitter = self._splitter
+        assert splitter is not None, "read_batch() before a dump command"
+        while not self._ended:
+            if self._error is not None:
+                self._raise_error(self._error)
+            events = self._events(splitter.feed(await self._read_chunk()))
+            if events:
+                return events
+        return None
+
+    async def _read_chunk(self) -> bytes:
+        reader = self._conn._reader
         try:
             async with asyncio.timeout(self.read_timeout):
                 with map_errors("reading the binlog stream"):
-                    packet = await self._conn._read_packet()
+                    chunk: bytes = await reader.read(READ_CHUNK)
         except TimeoutError:
             self.close()
             raise SourceError(
                 f"no event or heartbeat from the source for {self.read_timeout:.1f}s: "
                 "connection presumed dead"
             ) from None
-        data: bytes = packet.get_all_data()
-        if data[:1] == b"\xfe" and len(data) < 9:
-            return None  # EOF: a non-blocking dump reached the end of the binlog
-        if data[:1] != b"\x00":
+        if not chunk:
             self.close()
-            raise SourceError(f"unexpected packet 0x{data[:1].hex()} in the binlog stream")
-        return data[1:]
+            raise SourceError("reading the binlog stream: the source closed the connection")
+        return chunk
+
+    def _events(self, payloads: list[bytes]) -> list[bytes]:
+        """Event bytes of OK packets; EOF ends the dump; an ERR is kept for the next read."""
+        events = []
+        for payload in payloads:
+            kind = payload[0] if payload else -1
+            if kind == 0x00:
+                events.append(payload[1:])
+            elif kind == 0xFE and len(payload) < 9:
+                self._ended = True  # EOF: a non-blocking dump reached the end of the binlog
+                break
+            elif kind == 0xFF:
+                self._error = payload
+                break
+            else:
+                self.close()
+                raise SourceError(f"unexpected packet 0x{payload[:1].hex()} in the binlog stream")
+        return events
+
+    def _raise_error(self, payload: bytes) -> None:
+        self.close()
+        with map_errors("reading the binlog stream"):
+            pymysql.err.raise_mysql_exception(payload)
 
     def close(self) -> None:
         self._conn.close()

@@ -35,7 +35,7 @@ def test_aiomysql_private_packet_api_still_exists() -> None:
     assert inspect.iscoroutinefunction(conn._read_packet)
     assert callable(conn.write_packet) and callable(conn._write_bytes) and callable(conn._ensure_alive)
     source = inspect.getsource(conn)
-    for name in ("self._next_seq_id", "self._writer", "self.server_thread_id", "0xffffff"):
+    for name in ("self._next_seq_id", "self._reader", "self._writer", "self.server_thread_id"):
         assert name in source, name
     assert aiomysql.__version__.startswith("0.3.")
 

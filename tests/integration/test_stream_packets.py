@@ -1,0 +1,169 @@
+"""`PacketSplitter` on the bytes of real dumps from the local mariadbd: every chunking gives the
+same payloads as aiomysql's own packet reader, including events of 16 MB - 1 and more."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable, Iterator
+
+import aiomysql
+import pytest
+from test_stream_util import admin, make_tables, run_sql, settings_for, unique_db, workload
+
+from service.binlog.constants import EventType
+from service.checkpoint import BinlogPosition
+from service.errors import SourceError
+from service.stack import LocalStack
+from service.transactions import TableFilter
+from service.transport.connection import connect, server_info
+from service.transport.packets import MAX_PAYLOAD, PacketSplitter
+from service.transport.source import BinlogSource
+from service.transport.stream import BinlogStream
+
+pytestmark = pytest.mark.integration
+_WRITE_ROWS = {bytes([EventType.WRITE_ROWS_V1]), bytes([EventType.WRITE_ROWS])}
+
+
+def _position(stack: LocalStack) -> BinlogPosition:
+    with admin(stack) as conn, conn.cursor() as cur:
+        cur.execute("SHOW MASTER STATUS")
+        row = cur.fetchone()
+    assert row is not None
+    return BinlogPosition(row[0], row[1])
+
+
+async def _dump(stack: LocalStack, start: BinlogPosition) -> aiomysql.Connection:
+    """A connection that sent a non-blocking COM_BINLOG_DUMP from `start` (new server_id each)."""
+    settings = settings_for(stack)
+    conn = await connect(settings)
+    stream = BinlogStream(conn, await server_info(conn), read_timeout=10)
+    await stream.prepare(heartbeat=1, server_id=settings.server_id)
+    await stream.dump_position(start, server_id=settings.server_id, non_block=True)
+    return conn
+
+
+def _is_eof(payload: bytes) -> bool:
+    return payload[:1] == b"\xfe" and len(payload) < 9
+
+
+async def _payloads_by_aiomysql(stack: LocalStack, start: BinlogPosition) -> list[bytes]:
+    """The reference: aiomysql's `_read_packet` (continuations joined) up to the dump's EOF."""
+    conn = await _dump(stack, start)
+    out: list[bytes] = []
+    try:
+        while not out or not _is_eof(out[-1]):
+            out.append((await conn._read_packet()).get_all_data())
+    finally:
+        conn.close()
+    return out
+
+
+def _wire_size(payloads: Iterable[bytes]) -> int:
+    """Bytes on the wire: a 4-byte header per packet; a payload of n bytes takes n // 0xffffff + 1."""
+    return sum(len(p) + 4 * (len(p) // MAX_PAYLOAD + 1) for p in payloads)
+
+
+async def _wire_bytes(stack: LocalStack, start: BinlogPosition, size: int) -> bytes:
+    """The raw socket bytes of the same dump, as they arrived."""
+    conn = await _dump(stack, start)
+    chunks: list[bytes] = []
+    got = 0
+    try:
+        while got < size:
+            chunk = await conn._reader.read(1 << 20)
+            assert chunk, "the server closed the dump early"
+            chunks.append(chunk)
+            got += len(chunk)
+    finally:
+        conn.close()
+    assert got == size
+    return b"".join(chunks)
+
+
+def _split(wire: bytes, sizes: Iterator[int]) -> list[bytes]:
+    splitter = PacketSplitter()
+    out: list[bytes] = []
+    at = 0
+    while at < len(wire):
+        n = next(sizes)
+        out += splitter.feed(wire[at : at + n])
+        at += n
+    assert splitter.buffered == 0
+    return out
+
+
+def _random_sizes(seed: int, low: int, high: int) -> Iterator[int]:
+    rnd = random.Random(seed)
+    while True:
+        yield rnd.randint(low, high)
+
+
+def _every(n: int) -> Iterator[int]:
+    while True:
+        yield n
+
+
+async def test_splitter_matches_aiomysql_on_a_real_dump(stack: LocalStack) -> None:
+    db = unique_db("st_pkt")
+    start = _position(stack)
+    run_sql(stack, make_tables(db) + workload(db, 0, 12, rotate_every=5))
+    reference = await _payloads_by_aiomysql(stack, start)
+    wire = await _wire_bytes(stack, start, _wire_size(reference))
+    assert len(reference) > 40 and _is_eof(reference[-1])
+
+    assert PacketSplitter().feed(wire) == reference  # one read
+    assert _split(wire, _every(1)) == reference  # every packet spans reads
+    for seed in range(5):  # reads ending anywhere: inside headers, payloads, at boundaries
+        assert _split(wire, _random_sizes(seed, 1, 300)) == reference
+
+
+async def test_splitter_refuses_a_stream_out_of_step(stack: LocalStack) -> None:
+    start = _position(stack)
+    reference = await _payloads_by_aiomysql(stack, start)
+    wire = await _wire_bytes(stack, start, _wire_size(reference))
+    with pytest.raises(SourceError, match="sequence id 1, expected 2"):
+        PacketSplitter(next_seq=2).feed(wire)
+    first = 4 + len(reference[0])  # drop the first packet: the next one is numbered 2, not 1
+    with pytest.raises(SourceError, match="sequence id 2, expected 1"):
+        PacketSplitter().feed(wire[first:])
+
+
+async def test_events_of_16mb_and_more_span_packets(stack: LocalStack) -> None:
+    """A rows event whose OK packet is exactly 0xffffff bytes (then an empty packet ends it) and
+    one of 17 MB (two packets), split from reads of 64 KiB and through `BinlogSource`."""
+    db = unique_db("st_pkt16")
+    run_sql(stack, [f"CREATE DATABASE {db}", f"CREATE TABLE {db}.blobs (id INT PRIMARY KEY, b LONGBLOB)"])
+    # Calibrate: the rows event of a one-row insert is the blob's length + a fixed overhead.
+    start = _position(stack)
+    run_sql(stack, [f"INSERT INTO {db}.blobs VALUES (0, 'x')"])
+    probe = await _payloads_by_aiomysql(stack, start)
+    (rows_event,) = [p for p in probe if p[1 + 4 : 1 + 5] in _WRITE_ROWS]  # OK byte, header
+    exact = MAX_PAYLOAD - (len(rows_event) - 1)  # this blob makes the OK packet 0xffffff bytes
+    big = 17 * 1024 * 1024 + 7
+
+    start = _position(stack)
+    run_sql(stack, [f"INSERT INTO {db}.blobs VALUES (1, REPEAT('y', {exact}))"])
+    run_sql(stack, [f"INSERT INTO {db}.blobs VALUES (2, REPEAT('z', {big}))"])
+    reference = await _payloads_by_aiomysql(stack, start)
+    assert sorted(len(p) for p in reference)[-2:] == [MAX_PAYLOAD, MAX_PAYLOAD + big - exact]
+    wire = await _wire_bytes(stack, start, _wire_size(reference))
+    assert _split(wire, _every(65536)) == reference
+    assert _split(wire, _random_sizes(1, 1, 3 << 20)) == reference
+
+    source = BinlogSource(settings_for(stack), start, table_filter=TableFilter((f"{db}.*",)))
+    async with source:
+        txns = [await anext(source), await anext(source)]
+    blobs = [c.after["b"] for t in txns for c in t.changes if c.after is not None]
+    assert blobs == [b"y" * exact, b"z" * big]
+
+
+async def test_non_blocking_source_ends_at_the_end_of_the_binlog(stack: LocalStack) -> None:
+    db = unique_db("st_eof")
+    start = _position(stack)
+    run_sql(stack, make_tables(db) + workload(db, 0, 6))
+    settings = settings_for(stack)
+    source = BinlogSource(settings, start, table_filter=TableFilter((f"{db}.*",)), non_blocking=True)
+    async with source:
+        txns = [t async for t in source]
+    assert sum(len(t.changes) for t in txns) == 12
+    assert txns[-1].end.position == _position(stack)
