@@ -5,7 +5,8 @@ Protocol (docs/api.md has the full text):
   2. subscribe with query parameters (tables, ops, columns, after, stream) or, when none are
      given, with a first message `{"type": "subscribe", ...}` within SUBSCRIBE_TIMEOUT;
   3. the server answers `{"type": "subscribed", "stream", "last_seq", ...}`, then sends
-     `change` and `gap` messages; a client may send `{"type": "ping"}` for a `pong`.
+     `change` and `gap` messages (with `batch`: `changes` messages, each carrying many `change`
+     objects, and `gap` messages); a client may send `{"type": "ping"}` for a `pong`.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Literal
 
 import orjson
@@ -22,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from starlette.websockets import WebSocketDisconnect, WebSocketState
 
 from api.deps import StatusSource, token_ok
-from service.pipeline.broadcast import Broadcaster, Closed, Entry, EventFilter, FilterError, Subscription
+from service.pipeline.broadcast import Batch, Broadcaster, Closed, EventFilter, FilterError, Gap, Subscription
 from service.settings import Settings
 from service.transactions import TableFilter
 
@@ -38,6 +39,8 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+Send = Callable[[str], Awaitable[None]]
+
 router = APIRouter(tags=["events"])
 
 CLOSE_INTERNAL = 1011
@@ -49,7 +52,7 @@ SUBSCRIBE_TIMEOUT = 10.0
 MAX_CLIENT_MESSAGE = 64 * 1024
 MAX_PATTERNS = 1000
 CLOSE_TIMEOUT = 10.0  # a dropped client gets this long to read what was buffered + the close
-SUBSCRIBE_PARAMS = ("tables", "ops", "columns", "after", "stream")
+SUBSCRIBE_PARAMS = ("tables", "ops", "columns", "after", "stream", "batch")
 
 
 class SubscribeIn(BaseModel):
@@ -63,6 +66,7 @@ class SubscribeIn(BaseModel):
     columns: list[str] | str | None = None  # projection of before/after
     after: int | None = None  # resume: send changes with seq > after
     stream: str | None = None  # the stream id the `after` came from
+    batch: bool = False  # many changes per message (`changes`) instead of one (`change`)
 
 
 class _Refused(Exception):
@@ -92,7 +96,7 @@ async def events(ws: WebSocket) -> None:
         return
     sub = hub.subscribe(flt, after=request.after, stream=request.stream)
     try:
-        await _serve(ws, hub, sub, _warnings(flt, ws.app.state.status_source))
+        await _serve(ws, hub, sub, request.batch, _warnings(flt, ws.app.state.status_source))
     finally:
         hub.unsubscribe(sub)
 
@@ -166,12 +170,14 @@ def _warnings(flt: EventFilter, source: StatusSource | None) -> list[str]:
     return [f"no changes seen yet for {s}.{t}" for s, t in flt.exact_tables if (s, t) not in seen]
 
 
-async def _serve(ws: WebSocket, hub: Broadcaster, sub: Subscription, warnings: list[str]) -> None:
+async def _serve(
+    ws: WebSocket, hub: Broadcaster, sub: Subscription, batch: bool, warnings: list[str]
+) -> None:
     lock = asyncio.Lock()  # the pump and the pong replies share the socket
 
-    async def send(data: bytes) -> None:
+    async def send(text: str) -> None:
         async with lock:
-            await ws.send({"type": "websocket.send", "text": data.decode()})
+            await ws.send({"type": "websocket.send", "text": text})
 
     hello = {
         "type": "subscribed",
@@ -180,15 +186,18 @@ async def _serve(ws: WebSocket, hub: Broadcaster, sub: Subscription, warnings: l
         "oldest_seq": hub.oldest_seq,
         "filter": sub.filter.describe(),
         "queue_size": sub.maxsize,
+        "batch": batch,
         "warnings": warnings,
     }
     try:
-        await send(orjson.dumps(hello))
+        await send(orjson.dumps(hello).decode())
     except (WebSocketDisconnect, OSError, RuntimeError):
         return
 
     tasks = {
-        asyncio.create_task(_pump(sub, send), name=f"ws-pump-{sub.id}"),
+        asyncio.create_task(
+            _pump_batches(sub, send) if batch else _pump_changes(sub, send), name=f"ws-pump-{sub.id}"
+        ),
         asyncio.create_task(_listen(ws, send), name=f"ws-listen-{sub.id}"),
         asyncio.create_task(sub.wait_closed(), name=f"ws-closed-{sub.id}"),
     }
@@ -222,16 +231,28 @@ def _outcome(done: set[asyncio.Task[Any]]) -> Closed | None:
     return None
 
 
-async def _pump(sub: Subscription, send: Any) -> Closed:
+async def _pump_changes(sub: Subscription, send: Send) -> Closed:
+    """One message per change (`change`) or gap."""
     columns = sub.filter.columns
     while True:
         item = await sub.get()
         if isinstance(item, Closed):
             return item
-        await send(item.encode(columns) if isinstance(item, Entry) else item.encode())
+        await send(item.message() if isinstance(item, Gap) else item.message(columns))
 
 
-async def _listen(ws: WebSocket, send: Any) -> None:
+async def _pump_batches(sub: Subscription, send: Send) -> Closed:
+    """Everything queued for a filter in one burst as few `changes` messages, built once and
+    shared by every subscriber with the same filter; gaps stay messages of their own."""
+    while True:
+        item = await sub.take()
+        if isinstance(item, Closed):
+            return item
+        for text in item.messages() if isinstance(item, Batch) else [item.message()]:
+            await send(text)
+
+
+async def _listen(ws: WebSocket, send: Send) -> None:
     """Answer pings until the client goes away; anything else is a protocol error (4400)."""
     while True:
         message = await ws.receive()
@@ -239,7 +260,7 @@ async def _listen(ws: WebSocket, send: Any) -> None:
             return
         decoded = _json_message(message)
         if isinstance(decoded, dict) and decoded.get("type") == "ping":
-            await send(orjson.dumps({"type": "pong", "data": decoded.get("data")}))
+            await send(orjson.dumps({"type": "pong", "data": decoded.get("data")}).decode())
         else:
             raise _Refused(CLOSE_BAD_REQUEST, 'after subscribing, only {"type": "ping"} is accepted')
 

@@ -2,9 +2,16 @@
 
 The Replicator calls `Broadcaster.on_applied(txn, first_seq)` after each transaction is
 committed to Redis. That call is synchronous and never awaits (STYLE rule 11): it appends
-the changes to a bounded ring buffer and offers each one to every subscriber whose filter
-matches. A subscriber whose bounded queue is full is cut off on the spot (`Dropped`), so a
-slow client can never slow the stream or the other clients.
+the changes to a bounded ring buffer and hands each one to the subscribers whose filter
+matches. Lag is judged once per burst (what the Replicator hands over before the event loop
+runs again): a subscriber still holding a full queue from earlier bursts is cut off
+(`Closed` 1013), so a slow client can never slow the stream or the other clients.
+
+Fan-out costs per filter, not per subscriber: subscribers with equal filters form a group, each
+change is matched once per group, and what one burst publishes for a group is one `Batch`
+that every member queues. A batch is encoded once for all of them, either as one `change`
+message per entry (each entry's JSON is cached per projection) or as `changes` messages that
+carry many entries each (`Batch.messages`, the websocket's `batch` mode).
 
 Sequence numbers are the Replicator's: the i-th change of a transaction has
 `first_seq + i`, and the mirror keeps the counter in Redis, so they keep increasing across
@@ -16,8 +23,9 @@ names this process's stream: a client that passes it back gets an explicit gap i
 changed, even when the numbers would look contiguous.
 
     Broadcaster ── ring: deque[Entry] (bounded, for resume)
-        └── Subscription × N ── deque[Entry | Gap] (bounded for live entries)
-                                 closed: None | Dropped(reason, code)
+        └── _Group per distinct filter ── open Batch (this burst's matching entries)
+              └── Subscription × N ── deque[Batch | Gap] (bounded in live changes)
+                                       closed: None | Closed(code, reason)
 """
 
 from __future__ import annotations
@@ -42,6 +50,8 @@ __all__ = [
     "CLOSE_GOING_AWAY",
     "CLOSE_LAGGING",
     "CLOSE_STREAM_RESET",
+    "MAX_BATCH_CHARS",
+    "Batch",
     "Broadcaster",
     "Closed",
     "Entry",
@@ -49,6 +59,7 @@ __all__ = [
     "FilterError",
     "Gap",
     "Subscription",
+    "changes_messages",
     "encode_change",
 ]
 
@@ -144,6 +155,9 @@ def _split(value: Iterable[str] | str | None, name: str) -> list[str]:
 
 # --- encoding ------------------------------------------------------------------------------
 
+MAX_BATCH_CHARS = 256 * 1024  # a `changes` message stops growing past this much JSON
+_CHANGES_HEAD = '{"type":"changes","changes":['
+
 
 def _project(row: dict[str, Any] | None, columns: tuple[str, ...]) -> dict[str, Any] | None:
     return None if row is None else {c: row[c] for c in columns if c in row}
@@ -159,25 +173,79 @@ def encode_change(seq: int, change: RowChange, columns: tuple[str, ...] | None =
     return orjson.dumps(message)
 
 
+def changes_messages(parts: list[str]) -> list[str]:
+    """`change` messages joined into `{"type": "changes", "changes": [...]}` messages of about
+    MAX_BATCH_CHARS each (a larger single change travels alone), keeping their order."""
+    messages: list[str] = []
+    chunk: list[str] = []
+    size = 0
+    for part in parts:
+        if chunk and size + len(part) > MAX_BATCH_CHARS:
+            messages.append(_CHANGES_HEAD + ",".join(chunk) + "]}")
+            chunk, size = [], 0
+        chunk.append(part)
+        size += len(part) + 1
+    if chunk:
+        messages.append(_CHANGES_HEAD + ",".join(chunk) + "]}")
+    return messages
+
+
 # --- the ring, subscriptions and the hub ----------------------------------------------------
 
 
 class Entry:
-    """One applied change with its sequence number; the full JSON is encoded once, lazily."""
+    """One applied change with its sequence number; its JSON is encoded once per projection."""
 
-    __slots__ = ("_json", "change", "seq")
+    __slots__ = ("_full", "_projected", "change", "seq")
 
     def __init__(self, seq: int, change: RowChange) -> None:
         self.seq = seq
         self.change = change
-        self._json: bytes | None = None
+        self._full: str | None = None
+        self._projected: dict[tuple[str, ...], str] | None = None
 
-    def encode(self, columns: tuple[str, ...] | None = None) -> bytes:
-        if columns is not None:
-            return encode_change(self.seq, self.change, columns)
-        if self._json is None:
-            self._json = encode_change(self.seq, self.change)
-        return self._json
+    def message(self, columns: tuple[str, ...] | None = None) -> str:
+        """The `change` message (text) for this entry, projected to `columns` if given."""
+        if columns is None:
+            if self._full is None:
+                self._full = encode_change(self.seq, self.change).decode()
+            return self._full
+        if self._projected is None:
+            self._projected = {}
+        text = self._projected.get(columns)
+        if text is None:
+            text = self._projected[columns] = encode_change(self.seq, self.change, columns).decode()
+        return text
+
+
+class Batch:
+    """Entries queued as one unit: what one burst published for one filter.
+
+    Every subscriber with that filter queues the same Batch, so matching and encoding happen once
+    for all of them. A batch grows only until it is sealed: when a reader first takes from it, or
+    when the burst ends; later entries go to a new batch.
+    """
+
+    __slots__ = ("_messages", "columns", "entries", "replayed", "sealed")
+
+    def __init__(
+        self, columns: tuple[str, ...] | None, entries: list[Entry] | None = None, *, replayed: bool = False
+    ) -> None:
+        self.columns = columns
+        self.entries: list[Entry] = entries if entries is not None else []
+        self.replayed = replayed  # replayed from the ring: not counted against the queue bound
+        self.sealed = replayed
+        self._messages: list[str] | None = None
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def messages(self) -> list[str]:
+        """The `changes` messages carrying these entries in order, built once for every reader."""
+        self.sealed = True
+        if self._messages is None:
+            self._messages = changes_messages([e.message(self.columns) for e in self.entries])
+        return self._messages
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,10 +256,10 @@ class Gap:
     last: int | None  # None: unknown (the requested position is not from this stream)
     reason: str
 
-    def encode(self) -> bytes:
+    def message(self) -> str:
         return orjson.dumps(
             {"type": "gap", "from_seq": self.first, "to_seq": self.last, "reason": self.reason}
-        )
+        ).decode()
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,55 +271,88 @@ class Closed:
 
 
 class Subscription:
-    """One subscriber's view of the stream: pending messages and whether it was closed."""
+    """One subscriber's view of the stream: pending messages and whether it was closed.
+
+    Read it change by change (`get`) or a whole queued batch at a time (`take`); do not mix both.
+    """
 
     def __init__(self, sid: int, flt: EventFilter, maxsize: int) -> None:
         self.id = sid
         self.filter = flt
         self.maxsize = maxsize
         self.closed: Closed | None = None
-        self.sent = 0
-        self._items: deque[Entry | Gap] = deque()
-        self._replay = 0  # items at the head of _items that came from the ring (not bounded)
+        self._items: deque[Batch | Gap] = deque()
+        self._head_taken = 0  # entries of the head batch already returned by get()
         self._resume_after: int | None = None  # resume asked before this hub saw any change
         self._wake = asyncio.Event()
 
     @property
     def pending(self) -> int:
-        return len(self._items)
+        """Changes and gaps queued and not yet taken."""
+        return sum(len(i) if isinstance(i, Batch) else 1 for i in self._items) - self._head_taken
 
     @property
     def lagging(self) -> bool:
-        return len(self._items) - self._replay >= self.maxsize
+        """Live changes queued (replays do not count) reach the bound."""
+        live = sum(len(i) for i in self._items if isinstance(i, Batch) and not i.replayed)
+        head = self._items[0] if self._items else None
+        if isinstance(head, Batch) and not head.replayed:
+            live -= self._head_taken
+        return live >= self.maxsize
 
-    def _offer(self, item: Entry | Gap, *, bounded: bool = True) -> bool:
-        if bounded and self.lagging:
-            return False
+    def _push(self, item: Batch | Gap) -> None:
         self._items.append(item)
         self._wake.set()
-        return True
 
     def _close(self, closed: Closed) -> None:
         if self.closed is None:
             self.closed = closed
             self._items.clear()
-            self._replay = 0
+            self._head_taken = 0
             self._wake.set()
 
     def get_nowait(self) -> Entry | Gap | Closed | None:
-        """The next message, the reason this subscription ended, or None when nothing is pending."""
+        """The next change or gap, the reason this subscription ended, or None when nothing is pending."""
         if self.closed is not None:
             return self.closed
         if not self._items:
             return None
-        if self._replay:
-            self._replay -= 1
-        self.sent += 1
-        return self._items.popleft()
+        head = self._items[0]
+        if isinstance(head, Gap):
+            self._items.popleft()
+            return head
+        head.sealed = True  # it must not grow behind this reader's back
+        entry = head.entries[self._head_taken]
+        self._head_taken += 1
+        if self._head_taken == len(head.entries):
+            self._items.popleft()
+            self._head_taken = 0
+        return entry
+
+    def take_nowait(self) -> Batch | Gap | Closed | None:
+        """Everything the next queued unit holds (a batch or a gap), like get_nowait otherwise."""
+        if self.closed is not None:
+            return self.closed
+        if not self._items:
+            return None
+        head = self._items.popleft()
+        if isinstance(head, Batch):
+            head.sealed = True
+            if self._head_taken:
+                head = Batch(head.columns, head.entries[self._head_taken :], replayed=head.replayed)
+                self._head_taken = 0
+        return head
 
     async def get(self) -> Entry | Gap | Closed:
-        """The next message, or the reason this subscription ended (returned, then forever)."""
+        """The next change or gap, or the reason this subscription ended (returned, then forever)."""
         while (item := self.get_nowait()) is None:
+            self._wake.clear()
+            await self._wake.wait()
+        return item
+
+    async def take(self) -> Batch | Gap | Closed:
+        """The next batch or gap, or the reason this subscription ended (returned, then forever)."""
+        while (item := self.take_nowait()) is None:
             self._wake.clear()
             await self._wake.wait()
         return item
@@ -261,6 +362,26 @@ class Subscription:
             self._wake.clear()
             await self._wake.wait()
         return self.closed
+
+
+class _Group:
+    """The subscribers that share one filter: each change is matched once for all of them, and
+    what one burst publishes for them is one Batch that they all queue."""
+
+    __slots__ = ("batch", "filter", "subs")
+
+    def __init__(self, flt: EventFilter) -> None:
+        self.filter = flt
+        self.subs: dict[int, Subscription] = {}
+        self.batch: Batch | None = None  # the open batch; None or sealed: start a new one
+
+    def add(self, entry: Entry) -> None:
+        batch = self.batch
+        if batch is None or batch.sealed:
+            batch = self.batch = Batch(self.filter.columns)
+            for sub in self.subs.values():
+                sub._push(batch)
+        batch.entries.append(entry)
 
 
 class Broadcaster:
@@ -273,6 +394,7 @@ class Broadcaster:
         self.stream_id = uuid.uuid4().hex[:12]
         self._ring: deque[Entry] = deque(maxlen=buffer_size)
         self._subs: dict[int, Subscription] = {}
+        self._groups: dict[EventFilter, _Group] = {}
         self._next_sid = 0
         self._next_seq: int | None = None  # the seq the next change should carry
         self._waiting: list[Subscription] = []  # resumed before the first change (see _replay)
@@ -310,23 +432,26 @@ class Broadcaster:
             self._resolve_waiting(first_seq)
         if not self._burst_open:
             self._open_burst()
-        subs = list(self._subs.values())
+        groups = list(self._groups.values())
+        ring = self._ring
         for offset, change in enumerate(txn.changes):
             entry = Entry(first_seq + offset, change)
-            self._ring.append(entry)
-            self.published += 1
-            for sub in subs:
-                if sub.filter.matches(change):
-                    sub._offer(entry, bounded=False)
+            ring.append(entry)
+            for group in groups:
+                if group.filter.matches(change):
+                    group.add(entry)
+        self.published += len(txn.changes)
 
     def _open_burst(self) -> None:
         """Judge lag once per burst: the changes published before the event loop runs again
         (the Replicator hands over a whole applied batch at once). A subscriber that still holds
         `queue_size` or more changes from earlier bursts is cut; one that keeps up gets every
-        burst whole, however many rows it has."""
+        burst whole, however many rows it has. Each burst starts new batches."""
         for sub in list(self._subs.values()):
             if sub.lagging:
                 self._cut_lagging(sub)
+        for group in self._groups.values():
+            group.batch = None
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # called outside an event loop: every call is its own burst
@@ -350,11 +475,15 @@ class Broadcaster:
                 self._deliver(sub, Gap(after + 1, None, reason))
         self._waiting.clear()
 
-    def _deliver(self, sub: Subscription, item: Entry | Gap) -> None:
-        if isinstance(item, Gap):
-            self.gaps += 1
-        if not sub._offer(item):
+    def _deliver(self, sub: Subscription, gap: Gap) -> None:
+        self.gaps += 1
+        if sub.lagging:
             self._cut_lagging(sub)
+            return
+        sub._push(gap)
+        group = self._groups.get(sub.filter)
+        if group is not None:
+            group.batch = None  # later changes must queue after the gap, not in an earlier batch
 
     def _cut_lagging(self, sub: Subscription) -> None:
         self.dropped += 1
@@ -369,8 +498,14 @@ class Broadcaster:
             self._drop(sub, Closed(CLOSE_STREAM_RESET, "stream restarted: resubscribe without 'after'"))
 
     def _drop(self, sub: Subscription, closed: Closed) -> None:
-        self._subs.pop(sub.id, None)
+        self._forget(sub)
         sub._close(closed)
+
+    def _forget(self, sub: Subscription) -> None:
+        self._subs.pop(sub.id, None)
+        group = self._groups.get(sub.filter)
+        if group is not None and group.subs.pop(sub.id, None) is not None and not group.subs:
+            del self._groups[sub.filter]
 
     # -- consumer side ---------------------------------------------------------------------
 
@@ -413,16 +548,16 @@ class Broadcaster:
             self._waiting.append(sub)
         elif after is not None:
             for item in self._replay(flt, after, stream):
-                if isinstance(item, Gap):
-                    self.gaps += 1
-                sub._items.append(item)
-            sub._replay = len(sub._items)
-            if sub._items:
-                sub._wake.set()
+                sub._push(item)
         self._subs[sub.id] = sub
+        group = self._groups.get(flt)
+        if group is None:
+            group = self._groups[flt] = _Group(flt)
+        group.batch = None  # the open batch holds changes from before this subscription
+        group.subs[sub.id] = sub
         return sub
 
-    def _replay(self, flt: EventFilter, after: int, stream: str | None) -> list[Entry | Gap]:
+    def _replay(self, flt: EventFilter, after: int, stream: str | None) -> list[Batch | Gap]:
         last = self.last_seq
         if stream is not None and stream != self.stream_id:
             return [Gap(after + 1, None, f"stream {stream!r} is gone (now {self.stream_id!r})")]
@@ -430,18 +565,21 @@ class Broadcaster:
             return [Gap(after + 1, None, "nothing published yet on this stream")]
         if after > last:
             return [Gap(after + 1, None, f"seq {after} is ahead of this stream (next is {last + 1})")]
-        items: list[Entry | Gap] = []
+        items: list[Batch | Gap] = []
         oldest = self.oldest_seq
         if oldest is None or after + 1 < oldest:
             # Everything from after+1 up to the oldest kept entry (or the newest seq) is gone.
             end = last if oldest is None else oldest - 1
             if end >= after + 1:
                 items.append(Gap(after + 1, end, "requested changes are no longer buffered"))
-        items.extend(e for e in self._ring if e.seq > after and flt.matches(e.change))
+        self.gaps += len(items)
+        entries = [e for e in self._ring if e.seq > after and flt.matches(e.change)]
+        if entries:
+            items.append(Batch(flt.columns, entries, replayed=True))
         return items
 
     def unsubscribe(self, sub: Subscription) -> None:
-        self._subs.pop(sub.id, None)
+        self._forget(sub)
         if sub in self._waiting:
             self._waiting.remove(sub)
 

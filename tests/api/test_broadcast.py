@@ -16,6 +16,8 @@ from service.pipeline.broadcast import (
     CLOSE_GOING_AWAY,
     CLOSE_LAGGING,
     CLOSE_STREAM_RESET,
+    MAX_BATCH_CHARS,
+    Batch,
     Broadcaster,
     Closed,
     Entry,
@@ -23,6 +25,7 @@ from service.pipeline.broadcast import (
     FilterError,
     Gap,
     Subscription,
+    changes_messages,
 )
 
 
@@ -128,15 +131,15 @@ def test_encoding_is_the_row_change_plus_seq() -> None:
     hub.on_applied(txn(change(Op.UPDATE, **values)), 10)
     (entry,) = drain(sub)
     assert isinstance(entry, Entry)
-    projected = orjson.loads(entry.encode(sub.filter.columns))
+    projected = orjson.loads(entry.message(sub.filter.columns))
     assert projected["type"] == "change" and projected["seq"] == 10
     assert projected["op"] == "update" and (projected["schema"], projected["table"]) == ("shop", "orders")
     assert projected["before"] == projected["after"] == {"id": 7, "amount": "1.50"}
-    full = orjson.loads(entry.encode())
+    full = orjson.loads(entry.message())
     assert full["after"]["blob"] == "AP8="  # canonical forms (docs/row-format.md)
     assert full["after"]["at"] == "2024-01-02 03:04:05"
     assert full["position"]["file"] == "bin.000001"
-    assert entry.encode() is entry.encode()  # encoded once
+    assert entry.message() is entry.message()  # encoded once
 
 
 # --- resume, ring buffer and gaps --------------------------------------------------------------
@@ -166,7 +169,7 @@ def test_resume_older_than_the_ring_gets_a_gap_first() -> None:
     items = drain(hub.subscribe(EventFilter(), after=4))
     assert items[0] == Gap(5, 7, "requested changes are no longer buffered")
     assert seqs(items) == [8, 9, 10]
-    assert orjson.loads(items[0].encode()) == {
+    assert orjson.loads(items[0].message()) == {
         "type": "gap",
         "from_seq": 5,
         "to_seq": 7,
@@ -333,3 +336,103 @@ def test_unsubscribe_stops_delivery() -> None:
     hub.unsubscribe(sub)
     hub.on_applied(txn(change()), 1)
     assert drain(sub) == [] and hub.subscribers == 0
+
+
+# --- groups and batches: matching and encoding once per filter --------------------------------
+
+
+def test_equal_filters_share_one_batch_per_burst_and_encode_it_once() -> None:
+    async def scenario() -> None:
+        hub = Broadcaster()
+        a, b = hub.subscribe(EventFilter.parse("shop.*")), hub.subscribe(EventFilter.parse("shop.*"))
+        other = hub.subscribe(EventFilter.parse("shop.*", columns="id"))
+        hub.on_applied(txn(change(id=1), change(table="x", id=2)), 1)
+        hub.on_applied(txn(change(schema="crm", id=3)), 3)  # same burst, matches nobody
+        hub.on_applied(txn(change(id=4)), 4)
+        batch_a, batch_b, batch_other = a.take_nowait(), b.take_nowait(), other.take_nowait()
+        assert isinstance(batch_a, Batch) and isinstance(batch_other, Batch)
+        assert batch_a is batch_b and batch_other is not batch_a
+        assert [e.seq for e in batch_a.entries] == [e.seq for e in batch_other.entries] == [1, 2, 4]
+        assert batch_a.messages() is batch_b.messages()  # built once for both readers
+        (message,) = batch_other.messages()
+        assert [c["after"] for c in orjson.loads(message)["changes"]] == [{"id": 1}, {"id": 2}, {"id": 4}]
+        assert a.take_nowait() is None
+        await asyncio.sleep(0)  # the burst ends: the next publish starts new batches
+        hub.on_applied(txn(change(id=5)), 5)
+        assert seqs(drain(a)) == [5] and seqs(drain(b)) == [5]
+
+    asyncio.run(scenario())
+
+
+def test_a_subscriber_joining_mid_burst_gets_only_later_changes() -> None:
+    async def scenario() -> tuple[list[int], list[int]]:
+        hub = Broadcaster()
+        early = hub.subscribe(EventFilter())
+        hub.on_applied(txn(change()), 1)
+        late = hub.subscribe(EventFilter())  # same filter, same burst
+        hub.on_applied(txn(change()), 2)
+        return seqs(drain(early)), seqs(drain(late))
+
+    assert asyncio.run(scenario()) == ([1, 2], [2])
+
+
+def test_a_batch_stops_growing_once_a_reader_has_taken_it() -> None:
+    hub = Broadcaster()
+    sub = hub.subscribe(EventFilter())
+    hub._burst_open = True  # as if the loop never ran between the publishes
+    hub.on_applied(txn(change()), 1)
+    first = sub.take_nowait()
+    hub.on_applied(txn(change()), 2)
+    second = sub.take_nowait()
+    assert isinstance(first, Batch) and isinstance(second, Batch)
+    assert [e.seq for e in first.entries] == [1] and [e.seq for e in second.entries] == [2]
+
+
+def test_a_gap_in_a_burst_splits_the_batch_around_it() -> None:
+    async def scenario() -> list[object]:
+        hub = Broadcaster()
+        sub = hub.subscribe(EventFilter())
+        hub.on_applied(txn(change()), 1)
+        hub.on_applied(txn(change()), 5)  # a hole in the same burst
+        out: list[object] = []
+        while (item := sub.take_nowait()) is not None:
+            out.append([e.seq for e in item.entries] if isinstance(item, Batch) else item)
+        return out
+
+    assert asyncio.run(scenario()) == [[1], Gap(2, 4, "changes were not published (sequence hole)"), [5]]
+
+
+def test_get_after_take_and_take_after_get_see_each_change_once() -> None:
+    hub = Broadcaster()
+    sub = hub.subscribe(EventFilter())
+    hub.on_applied(txn(change(), change(), change()), 1)
+    hub.on_applied(txn(change()), 4)
+    first = sub.get_nowait()
+    rest = sub.take_nowait()
+    assert isinstance(first, Entry) and first.seq == 1
+    assert isinstance(rest, Batch) and [e.seq for e in rest.entries] == [2, 3]
+    assert sub.pending == 1 and seqs(drain(sub)) == [4]
+
+
+def test_changes_messages_split_by_size_and_keep_order() -> None:
+    small = [orjson.dumps({"type": "change", "seq": i}).decode() for i in range(3)]
+    big = '{"type":"change","seq":9,"v":"' + "x" * MAX_BATCH_CHARS + '"}'
+    messages = changes_messages([*small, big, *small])
+    assert len(messages) == 3  # the big one travels alone
+    decoded = [orjson.loads(m) for m in messages]
+    assert all(d["type"] == "changes" for d in decoded)
+    assert [[c["seq"] for c in d["changes"]] for d in decoded] == [[0, 1, 2], [9], [0, 1, 2]]
+    assert all(len(m) <= MAX_BATCH_CHARS + 64 for m in (messages[0], messages[2]))
+    many = changes_messages([orjson.dumps({"seq": i}).decode() for i in range(60_000)])
+    assert len(many) > 1 and all(len(m) <= MAX_BATCH_CHARS + 64 for m in many)
+    assert [c["seq"] for m in many for c in orjson.loads(m)["changes"]] == list(range(60_000))
+
+
+def test_replayed_batches_do_not_count_against_the_queue_bound() -> None:
+    hub = Broadcaster(buffer_size=50, queue_size=2)
+    for i in range(1, 11):
+        hub.on_applied(txn(change()), i)
+    sub = hub.subscribe(EventFilter(), after=0)
+    replay = sub.take_nowait()
+    assert isinstance(replay, Batch) and replay.replayed and len(replay) == 10
+    assert not sub.lagging

@@ -200,3 +200,49 @@ def test_websocket_auth(
         else:
             closed = close_of(ws)
             assert closed.code == 4401 and closed.reason == "missing or invalid token"
+
+
+def test_batch_mode_sends_each_burst_as_one_changes_message(client: TestClient, double: StatusDouble) -> None:
+    with (
+        client.websocket_connect("/ws/events?tables=shop.orders&batch=true&columns=id") as batched,
+        client.websocket_connect("/ws/events?tables=shop.orders&columns=id") as single,
+    ):
+        assert batched.receive_json()["batch"] is True and single.receive_json()["batch"] is False
+        publish(client, double, change(id=1), change(table="other"), change(id=2, secret="x"))
+        publish(client, double, change(id=3))
+        first, second = batched.receive_json(), batched.receive_json()
+        assert first["type"] == second["type"] == "changes"
+        assert [(c["type"], c["seq"], c["after"]) for c in first["changes"]] == [
+            ("change", 1, {"id": 1}),
+            ("change", 3, {"id": 2}),
+        ]
+        assert [c["seq"] for c in second["changes"]] == [4]
+        # the same changes, byte for byte, as the one-message-per-change subscriber gets them
+        assert [single.receive_json() for _ in range(3)] == [*first["changes"], *second["changes"]]
+
+
+def test_batch_mode_by_subscribe_message_resumes_with_a_gap_first(
+    make_client: Callable[..., TestClient], double: StatusDouble
+) -> None:
+    client = make_client(ws_buffer_events=2)
+    for i in range(5):
+        publish(client, double, change(id=i))
+    with client.websocket_connect("/ws/events") as ws:
+        ws.send_json({"type": "subscribe", "after": 1, "batch": True})
+        assert ws.receive_json()["batch"] is True
+        assert ws.receive_json() == {
+            "type": "gap",
+            "from_seq": 2,
+            "to_seq": 3,
+            "reason": "requested changes are no longer buffered",
+        }
+        replay = ws.receive_json()
+        assert replay["type"] == "changes" and [c["seq"] for c in replay["changes"]] == [4, 5]
+        publish(client, double, change(id=9))
+        assert [c["seq"] for c in ws.receive_json()["changes"]] == [6]
+
+
+def test_batch_must_be_a_boolean(client: TestClient) -> None:
+    with client.websocket_connect("/ws/events?batch=sometimes") as ws:
+        closed = close_of(ws)
+    assert closed.code == 4400 and "'batch'" in closed.reason

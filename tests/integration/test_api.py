@@ -169,6 +169,28 @@ async def collect(ws: ClientConnection, n: int, timeout: float = 20.0) -> list[d
     return out
 
 
+def changes_in(message: dict[str, Any]) -> list[dict[str, Any]]:
+    """The `change` objects a message carries: itself, or a batch's `changes`."""
+    if message["type"] == "changes":
+        changes: list[dict[str, Any]] = message["changes"]
+        return changes
+    assert message["type"] == "change", message
+    return [message]
+
+
+async def collect_changes(
+    ws: ClientConnection, n: int, timeout: float = 20.0
+) -> tuple[list[dict[str, Any]], int]:
+    """At least `n` changes from `change` or `changes` messages, and how many messages that took."""
+    out: list[dict[str, Any]] = []
+    messages = 0
+    async with asyncio.timeout(timeout):
+        while len(out) < n:
+            out += changes_in(orjson.loads(await ws.recv()))
+            messages += 1
+    return out, messages
+
+
 async def test_standalone_app_position_tables_alter_metrics_and_auth(stack: LocalStack) -> None:
     async with running(stack, standalone=True) as run:
         # unauthorised requests are refused; liveness is open
@@ -318,6 +340,42 @@ async def test_websocket_filters_order_each_once_and_resume(stack: LocalStack) -
             assert resumed[0]["seq"] > last_seen
 
 
+async def test_batch_messages_carry_the_same_changes_in_fewer_messages_and_resume(stack: LocalStack) -> None:
+    async with running(stack) as run:
+        single = await run.ws(f"tables={run.db}.*")
+        batched = await run.ws(f"tables={run.db}.*&batch=true")
+        resumer = await run.ws(f"tables={run.db}.a&columns=id&batch=1")
+        hellos = [orjson.loads(await ws.recv()) for ws in (single, batched, resumer)]
+        assert [h["batch"] for h in hellos] == [False, True, True]
+
+        await run.asql("INSERT INTO a VALUES " + ",".join(f"({i}, 'v{i}')" for i in range(50)))
+        first_part, messages = await collect_changes(resumer, 50)
+        assert messages == 1  # one transaction, one message
+        await resumer.close()
+        for i in range(50, 70):
+            await run.asql(f"INSERT INTO a VALUES ({i}, 'v')", f"INSERT INTO b VALUES ({i}, 'w')")
+
+        expected = 50 + 2 * 20
+        one_by_one = await collect(single, expected)
+        got, messages = await collect_changes(batched, expected)
+        assert got == one_by_one  # the same change objects, in the same order
+        assert messages <= 1 + 40  # at most one message per transaction (autocommit statements)
+        seqs = [c["seq"] for c in got]
+        assert seqs == list(range(seqs[0], seqs[0] + expected))
+        for ws in (single, batched):
+            with pytest.raises(TimeoutError):
+                async with asyncio.timeout(0.5):
+                    await ws.recv()
+            await ws.close()
+
+        after, stream = first_part[-1]["seq"], hellos[2]["stream"]
+        query = f"tables={run.db}.a&columns=id&batch=true&after={after}&stream={stream}"
+        async with await run.ws(query) as again:
+            assert orjson.loads(await again.recv())["type"] == "subscribed"
+            rest, _ = await collect_changes(again, 20)  # a gap would fail changes_in
+            assert [c["after"] for c in rest] == [{"id": i} for i in range(50, 70)]
+
+
 def _small_buffer_socket(port: int) -> socket.socket:
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
@@ -339,17 +397,24 @@ def _insert_rows(run: Running, rows: int, payload: int) -> None:
         conn.close()
 
 
-async def test_a_slow_subscriber_is_cut_with_1013_while_a_fast_one_keeps_going(stack: LocalStack) -> None:
+@pytest.mark.parametrize(
+    ("batch", "pause"),
+    [pytest.param(False, 0.05, id="change-messages"), pytest.param(True, 0.5, id="batch-messages")],
+)
+async def test_a_slow_subscriber_is_cut_with_1013_while_a_fast_one_keeps_going(
+    stack: LocalStack, batch: bool, pause: float
+) -> None:
     rows, payload = 300, 40_000
+    mode = "&batch=true" if batch else ""
     async with running(stack, ws_queue_events=100) as run:
         port = int(run.ws_url.split(":")[2].split("/")[0])
         slow = await connect(
-            f"{run.ws_url}?tables={run.db}.b&token={TOKEN}",
+            f"{run.ws_url}?tables={run.db}.b{mode}&token={TOKEN}",
             sock=_small_buffer_socket(port),
             max_queue=1,
             compression=None,
         )
-        fast = await run.ws(f"tables={run.db}.b", compression=None)
+        fast = await run.ws(f"tables={run.db}.b{mode}", compression=None)
         assert orjson.loads(await slow.recv())["type"] == "subscribed"
         assert orjson.loads(await fast.recv())["type"] == "subscribed"
 
@@ -359,15 +424,14 @@ async def test_a_slow_subscriber_is_cut_with_1013_while_a_fast_one_keeps_going(s
         async def read_slowly() -> None:
             with contextlib.suppress(ConnectionClosed):
                 while True:
-                    slow_got.append(orjson.loads(await slow.recv())["seq"])
+                    slow_got.extend(c["seq"] for c in changes_in(orjson.loads(await slow.recv())))
                     if not writer.done():
-                        await asyncio.sleep(0.05)  # a consumer far slower than the stream
+                        await asyncio.sleep(pause)  # a consumer far slower than the stream
 
         slow_reader = asyncio.create_task(read_slowly())
-        got = await collect(fast, rows, timeout=90)
+        got, _ = await collect_changes(fast, rows, timeout=90)
         await writer
         assert [m["after"]["id"] for m in got] == list(range(rows))
-        assert all(m["type"] == "change" for m in got)
 
         async with asyncio.timeout(30):
             await slow_reader
