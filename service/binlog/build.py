@@ -9,9 +9,9 @@ and the fallback: without a build, or after --clean, the same code runs interpre
 Rebuild (or clean) after editing any compiled module, or the stale .so keeps running.
 
 Not compiled, on purpose:
-  events.py, rowchange.py  frozen dataclasses other packages build and compare; fast_init
-                           relies on their interpreted slot descriptors
-  fastinit.py              exec-generated __init__s (exec'd code is never compiled)
+  events.py, rowchange.py  records other packages build, compare and replace(); a native
+                           class is no faster to build here, and its pickling differs
+  record.py                the decorator of those records
   files.py                 RawEvent subclasses bytes, which native classes cannot
   jsonb.py                 JsonNull's class-level singleton is not a native-class pattern
   build.py, __init__.py
@@ -31,7 +31,7 @@ __all__ = ["compiled_modules", "is_compiled", "main"]
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = Path(__file__).resolve().parent
 INTERPRETED = frozenset(
-    {"__init__.py", "build.py", "events.py", "rowchange.py", "fastinit.py", "files.py", "jsonb.py"}
+    {"__init__.py", "build.py", "events.py", "rowchange.py", "record.py", "files.py", "jsonb.py"}
 )
 GROUP = "service.binlog._mypyc"  # the shared runtime library lands in service/binlog/ too
 

@@ -1,13 +1,14 @@
-"""Decoded events: frozen, slotted dataclasses. `Event` is the common base."""
+"""Decoded events: records (slotted dataclasses, frozen for type checkers; see record.py).
+`Event` is the common base."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from service.binlog.constants import EventType
-from service.binlog.fastinit import fast_init
 from service.binlog.fde import StreamFormat
+from service.binlog.record import record
 from service.binlog.rowchange import Op, RowChange
 from service.binlog.schema import TableSchema
 
@@ -42,8 +43,7 @@ __all__ = [
 ]
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
+@record()
 class EventHeader:
     timestamp: int
     type_code: int
@@ -70,14 +70,12 @@ class EventHeader:
         return et.name if et is not None else f"UNKNOWN_{self.type_code}"
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
+@record()
 class Event:
     header: EventHeader
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
+@record()
 class FormatDescriptionEvent(Event):
     binlog_version: int
     server_version: str
@@ -85,8 +83,7 @@ class FormatDescriptionEvent(Event):
     format: StreamFormat
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
+@record()
 class QueryEvent(Event):
     thread_id: int
     exec_time: int
@@ -98,8 +95,7 @@ class QueryEvent(Event):
     compressed: bool = False  # MariaDB QUERY_COMPRESSED_EVENT
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
+@record()
 class ExecuteLoadQueryEvent(QueryEvent):
     file_id: int = 0
     start_pos: int = 0
@@ -107,36 +103,31 @@ class ExecuteLoadQueryEvent(QueryEvent):
     dup_handling: int = 0
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
+@record()
 class RotateEvent(Event):
     next_file: str
     position: int
     fake: bool  # sent by the server at stream start: timestamp 0 / log_pos 0 / artificial
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
+@record()
 class StopEvent(Event):
     pass
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
+@record()
 class IntvarEvent(Event):
     kind: int  # 1 LAST_INSERT_ID, 2 INSERT_ID
     value: int
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
+@record()
 class RandEvent(Event):
     seed1: int
     seed2: int
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
+@record()
 class UserVarEvent(Event):
     name: str
     value: bytes | None  # raw value bytes as MySQL stores them; None for NULL
@@ -145,40 +136,34 @@ class UserVarEvent(Event):
     unsigned: bool
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
+@record()
 class XidEvent(Event):
     xid: int
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
+@record()
 class BeginLoadQueryEvent(Event):
     file_id: int
     data: bytes
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
+@record()
 class AppendBlockEvent(Event):
     file_id: int
     data: bytes
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
+@record()
 class DeleteFileEvent(Event):
     file_id: int
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
+@record()
 class TableMapEvent(Event):
     table: TableSchema
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
+@record()
 class RowsEvent(Event):
     table: TableSchema
     changes: list[RowChange]
@@ -191,34 +176,29 @@ class RowsEvent(Event):
     compressed: bool = False  # MariaDB *_ROWS_COMPRESSED_EVENT
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
+@record()
 class IncidentEvent(Event):
     incident: int
     message: str
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
+@record()
 class HeartbeatEvent(Event):
     log_file: str
     log_pos: int  # HEARTBEAT_V2 carries it; v1 uses header.log_pos
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
+@record()
 class RowsQueryEvent(Event):
     query: str
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
+@record()
 class AnnotateRowsEvent(Event):
     query: str
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
+@record()
 class GtidEvent(Event):
     gtid: str | None  # "uuid:n", "uuid:tag:n", MariaDB "domain-server-seq"; None if anonymous
     flags: int = 0
@@ -241,27 +221,23 @@ class GtidEvent(Event):
     xid: bytes | None = None  # MariaDB XA: formatID(4) + gtrid + bqual
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
+@record()
 class PreviousGtidsEvent(Event):
     gtid_set: str  # "uuid:1-5:7-9,uuid:tag:1-3"
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
+@record()
 class GtidListEvent(Event):  # MariaDB
     gtids: tuple[str, ...]
     flags: int = 0
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
+@record()
 class BinlogCheckpointEvent(Event):  # MariaDB
     file: str
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
+@record()
 class XaPrepareEvent(Event):
     one_phase: bool
     format_id: int
@@ -269,8 +245,7 @@ class XaPrepareEvent(Event):
     bqual: bytes
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
+@record()
 class OpaqueEvent(Event):
     """Events carried but not interpreted: IGNORABLE, TRANSACTION_CONTEXT, VIEW_CHANGE,
     unknown types flagged LOG_EVENT_IGNORABLE_F, and LOAD-era events."""
@@ -278,8 +253,7 @@ class OpaqueEvent(Event):
     body: bytes
 
 
-@fast_init
-@dataclass(frozen=True, slots=True, eq=False)
+@record(eq=False)
 class TransactionPayloadEvent(Event):
     """TRANSACTION_PAYLOAD_EVENT. `events` lazily decompresses and decodes the inner
     events through the same decoder (table maps, GTID, stats): iterate it fully before

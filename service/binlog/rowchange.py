@@ -7,11 +7,10 @@ shape; `service.binlog.canonical` turns it into its lossless JSON form
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from service.binlog.fastinit import fast_init
+from service.binlog.record import record
 
 __all__ = ["EventSpan", "Op", "Row", "RowChange"]
 
@@ -26,8 +25,7 @@ class Op(StrEnum):
     DELETE = "delete"
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
+@record()
 class EventSpan:
     """Where the rows event that carried a change sits in the binlog."""
 
@@ -36,8 +34,7 @@ class EventSpan:
     end: int  # offset just after the event (header.log_pos when the server sets it)
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
+@record()
 class RowChange:
     op: Op
     schema: str

@@ -28,38 +28,6 @@ __all__ = ["ROWS_EVENTS", "RowsKind", "TablePlan", "decode_rows", "parse_rows_he
 ImageReader = Callable[[bytes, int], tuple[Row, int]]
 
 
-_new = object.__new__
-(_set_op, _set_schema, _set_table, _set_before, _set_after, _set_pos, _set_ts, _set_sid, _set_gtid) = (
-    getattr(RowChange, f).__set__
-    for f in ("op", "schema", "table", "before", "after", "position", "ts", "server_id", "gtid")
-)
-
-
-def _row_change(
-    op: Op,
-    db: str,
-    tbl: str,
-    before: Row | None,
-    after: Row | None,
-    span: EventSpan,
-    ts: int,
-    sid: int,
-    gtid: str | None,
-) -> RowChange:
-    """RowChange(...) without the frozen-dataclass __init__ (1.5 µs -> 1 µs per row)."""
-    rc: RowChange = _new(RowChange)
-    _set_op(rc, op)
-    _set_schema(rc, db)
-    _set_table(rc, tbl)
-    _set_before(rc, before)
-    _set_after(rc, after)
-    _set_pos(rc, span)
-    _set_ts(rc, ts)
-    _set_sid(rc, sid)
-    _set_gtid(rc, gtid)
-    return rc
-
-
 class RowsKind:
     __slots__ = ("op", "version", "compressed", "partial")
 
@@ -322,9 +290,9 @@ def _rows(
             if pos > end or pos == start - nb:
                 _bad_row(pos, end, db, tbl)
             if is_insert:
-                append(_row_change(op, db, tbl, None, row, span, ts, server_id, gtid))
+                append(RowChange(op, db, tbl, None, row, span, ts, server_id, gtid))
             else:
-                append(_row_change(op, db, tbl, row, None, span, ts, server_id, gtid))
+                append(RowChange(op, db, tbl, row, None, span, ts, server_id, gtid))
         return out
     readers_bi = plan.readers_by_nulls(present_bi)
     readers_ai = plan.readers_by_nulls(present_ai)
@@ -348,7 +316,7 @@ def _rows(
         after, pos = read(buf, pos + nb_ai)
         if pos > end or pos == row_start:
             _bad_row(pos, end, db, tbl)
-        append(_row_change(op, db, tbl, before, after, span, ts, server_id, gtid))
+        append(RowChange(op, db, tbl, before, after, span, ts, server_id, gtid))
     return out
 
 
