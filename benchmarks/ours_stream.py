@@ -13,6 +13,7 @@ first event; the difference is a few milliseconds).
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import sys
 import time
@@ -41,6 +42,7 @@ async def main(url: str, file: str, start: int, end: int) -> None:
     t0 = time.perf_counter()
     probe = asyncio.create_task(_probe(lags))
     async with BinlogSource(settings, BinlogPosition(file, start)) as source:
+        gc.freeze()  # as `binlog-mirror stream` does once started (service/stream_cli.py)
         async for txn in source:
             rows += len(txn.changes)
             txns += 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import sys
 from typing import Annotated
 
@@ -65,6 +66,9 @@ def stream(
 async def _stream(source: BinlogSource, until_caught_up: bool) -> None:
     out = sys.stdout.buffer
     async with source:
+        # Start-up objects (modules, settings, connections) live for good: keep them out of the
+        # collector's full passes, which otherwise pause the stream ~10-25 ms each.
+        gc.freeze()
         target: BinlogPosition | None = None
         if until_caught_up:
             target = (await source.source_position()).position

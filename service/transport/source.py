@@ -61,7 +61,7 @@ log = logging.getLogger(__name__)
 # the type byte (offset 4 of the header) of heartbeats, as raw_event[4:5] gives it
 HEARTBEATS = frozenset(bytes([t]) for t in (EventType.HEARTBEAT, EventType.HEARTBEAT_V2))
 READ_TIMEOUT_FACTOR = 2.5
-YIELD_EVERY_BYTES = 128 * 1024
+SLICE_SECONDS = 0.002  # the longest the reader decodes before letting the other tasks run
 
 
 @dataclass(slots=True)
@@ -387,7 +387,8 @@ class BinlogSource:
     async def _pump(self, session: _Session) -> bool:
         """Read until an error (raised) or a non-blocking dump's EOF (returns True)."""
         stats, assembler, tracker = self.stats, session.assembler, session.assembler.tracker
-        budget = YIELD_EVERY_BYTES
+        clock = time.perf_counter
+        slice_end = clock() + SLICE_SECONDS
         while True:
             raws = await session.stream.read_batch()
             if raws is None:
@@ -406,13 +407,13 @@ class BinlogSource:
                 stats.read_position = tracker.position
                 if txn is not None:
                     await self._deliver(session, txn)
-                budget -= header.event_size
-                if budget < 0:
+                if clock() > slice_end:
                     # A whole read is decoded without a pause otherwise (and the next read does
                     # not pause when bytes are buffered): give the consumer, the API and the
-                    # websockets their turn every YIELD_EVERY_BYTES.
-                    budget = YIELD_EVERY_BYTES
+                    # websockets their turn every SLICE_SECONDS. Time, not bytes: an event costs
+                    # from ~10 µs (small transactions) to milliseconds (wide rows, many rows).
                     await asyncio.sleep(0)
+                    slice_end = clock() + SLICE_SECONDS
 
     async def _deliver(self, session: _Session, txn: Transaction) -> None:
         assert self._resume is not None
