@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
 
 from service.binlog.events import Event, GtidEvent, QueryEvent, RowsEvent
+from service.binlog.record import record
 from service.binlog.rowchange import RowChange
 from service.checkpoint import Checkpoint, CheckpointTracker, statement_kind
 
@@ -29,7 +30,10 @@ class Ddl:
     tables: tuple[tuple[str, str], ...]  # (schema, table) pairs it touches, when parseable
 
 
-@dataclass(frozen=True, slots=True)
+_NONE_PARTIAL: frozenset[int] = frozenset()
+
+
+@record()  # immutable for mypy; built once per source transaction, so built cheaply
 class Transaction:
     changes: tuple[RowChange, ...]
     ddl: tuple[Ddl, ...]
@@ -48,13 +52,21 @@ class TableFilter:
 
     include: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
+    # wants() per (schema, table): asked for every rows event and TABLE_MAP of the stream
+    _wanted: dict[tuple[str, str], bool] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def from_lists(cls, include: list[str] | None = None, exclude: list[str] | None = None) -> TableFilter:
         return cls(tuple(include or ()), tuple(exclude or ()))
 
     def wants(self, schema: str, table: str) -> bool:
-        name = f"{schema}.{table}"
+        key = (schema, table)
+        wanted = self._wanted.get(key)
+        if wanted is None:
+            wanted = self._wanted[key] = self._match(f"{schema}.{table}")
+        return wanted
+
+    def _match(self, name: str) -> bool:
         if any(fnmatchcase(name, p) for p in self.exclude):
             return False
         return not self.include or any(fnmatchcase(name, p) for p in self.include)
@@ -291,14 +303,10 @@ class TransactionAssembler:
 
     def feed(self, event: Event) -> Transaction | None:
         was_open = self.tracker.in_transaction
-        if isinstance(event, RowsEvent) and not event.skipped:
-            wanted = self.table_filter.wants(event.table.schema, event.table.table)
-            if wanted:
-                width = len(event.table.columns)
-                for change in event.changes:
-                    if _narrower(change.before, width) or _narrower(change.after, width):
-                        self._partial.append(len(self._changes))
-                    self._changes.append(change)
+        if isinstance(event, RowsEvent):
+            table = event.table
+            if not event.skipped and self.table_filter.wants(table.schema, table.table):
+                self._add_changes(event.changes, len(table.columns))
         elif isinstance(event, GtidEvent):
             self._gtid = None if event.anonymous else event.gtid
         elif isinstance(event, QueryEvent):
@@ -313,21 +321,38 @@ class TransactionAssembler:
         txn = None
         if not self._rolled_back:
             txn = Transaction(
-                changes=tuple(self._stamp(c) for c in self._changes),
-                ddl=tuple(self._ddl),
+                changes=self._stamped(),
+                ddl=tuple(self._ddl) if self._ddl else (),
                 gtid=self._gtid,
                 ts=end.ts,
                 end=end,
-                partial=frozenset(self._partial),
+                partial=frozenset(self._partial) if self._partial else _NONE_PARTIAL,
             )
-        self._changes, self._ddl, self._gtid, self._rolled_back = [], [], None, False
-        self._partial = []
+        if self._changes:
+            self._changes = []
+        if self._partial:
+            self._partial = []
+        if self._ddl:
+            self._ddl = []
+        self._gtid, self._rolled_back = None, False
         return txn
 
-    def _stamp(self, change: RowChange) -> RowChange:
-        if change.gtid is None and self._gtid is not None:
-            return replace(change, gtid=self._gtid)
-        return change
+    def _add_changes(self, changes: list[RowChange], width: int) -> None:
+        """Keep a rows event's changes, noting those with an image narrower than the table."""
+        kept = self._changes
+        for change in changes:
+            before, after = change.before, change.after
+            if (before is not None and len(before) < width) or (after is not None and len(after) < width):
+                self._partial.append(len(kept))
+            kept.append(change)
+
+    def _stamped(self) -> tuple[RowChange, ...]:
+        """The changes, each with the transaction's GTID (the decoder stamps them already when it
+        saw the GTID event)."""
+        gtid = self._gtid
+        if gtid is None:
+            return tuple(self._changes)
+        return tuple(c if c.gtid is not None else replace(c, gtid=gtid) for c in self._changes)
 
     def _ddl_wanted(self, ddl: Ddl) -> bool:
         if not ddl.tables:
@@ -336,7 +361,3 @@ class TransactionAssembler:
             self.table_filter.wants_schema(s) if not t else self.table_filter.wants(s, t)
             for s, t in ddl.tables
         )
-
-
-def _narrower(image: dict[str, object] | None, width: int) -> bool:
-    return image is not None and len(image) < width

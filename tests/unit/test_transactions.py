@@ -144,6 +144,15 @@ def test_table_filter() -> None:
     assert TableFilter.from_lists(["a.b"], None) == TableFilter(("a.b",), ())
 
 
+def test_table_filter_answers_are_remembered_per_table() -> None:
+    flt = TableFilter(("shop.*",), ("shop.tmp_*",))
+    asked = [("shop", "orders"), ("shop", "tmp_1"), ("crm", "users"), ("shop", "orders")]
+    assert [flt.wants(s, t) for s, t in asked] == [True, False, False, True]
+    assert [flt.wants(s, t) for s, t in asked] == [True, False, False, True]  # from the cache now
+    fresh = TableFilter(("shop.*",), ("shop.tmp_*",))
+    assert flt == fresh and hash(flt) == hash(fresh) and repr(flt) == repr(fresh)
+
+
 @pytest.mark.parametrize(
     ("sql", "kind", "tables"),
     [
