@@ -1,13 +1,14 @@
 """N websocket subscribers in one process (for benchmarks.fanout), so the server's process only
-does the server's work.
+does the server's work; benchmarks.fanout may start several of these to use more cores.
 
-    python -m benchmarks.subscribers PORT N TABLES EXPECT DEADLINE_S OUT [--sample K]
+    python -m benchmarks.subscribers PORT N TABLES EXPECT DEADLINE_S OUT [--sample K] [--batch]
 
-Opens N connections to ws://127.0.0.1:PORT/ws/events?tables=TABLES (no permessage-deflate), prints
-{"ready": true, "connected": N} once every one is subscribed, then reads until each subscriber
-has EXPECT changes, was closed, or DEADLINE_S seconds passed. K subscribers, spread evenly, parse
-every message and record (row id, CLOCK_MONOTONIC receive time) for latency; the others only
-count change messages (a prefix test, no JSON parse) to keep the client cheap. Writes OUT (JSON).
+Opens N connections to ws://127.0.0.1:PORT/ws/events?tables=TABLES (no permessage-deflate; with
+--batch, `batch=true`: many changes per message), prints {"ready": true, "connected": N} once
+every one is subscribed, then reads until each subscriber has EXPECT changes, was closed, or
+DEADLINE_S seconds passed. K subscribers, spread evenly, parse every message and record
+(row id, CLOCK_MONOTONIC receive time) for latency; the others only count the change objects in
+the raw bytes (never decoded to text, never parsed) to keep the client cheap. Writes OUT (JSON).
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ from websockets.exceptions import ConnectionClosed
 
 from benchmarks.harness import clock
 
-CHANGE = '{"type":"change"'
+# Every change object starts with this; inside JSON strings a quote is always escaped, so a
+# row value can never contain it.
+CHANGE = b'{"type":"change"'
 
 
 @dataclass
@@ -33,6 +36,8 @@ class Sub:
     index: int
     sampled: bool
     count: int = 0
+    messages: int = 0
+    bytes: int = 0
     first_at: float = 0.0
     last_at: float = 0.0
     close_code: int | None = None
@@ -40,9 +45,29 @@ class Sub:
     ids: list[int] = field(default_factory=list)
     times: list[float] = field(default_factory=list)
 
+    def record(self, msg: bytes, now: float) -> None:
+        """Count the changes in one received message (and keep their ids when sampled)."""
+        if self.sampled:
+            data = orjson.loads(msg)
+            changes = data["changes"] if data["type"] == "changes" else [data]
+            ids = [c["after"]["id"] for c in changes if c["type"] == "change"]
+            self.ids += ids
+            self.times += [now] * len(ids)
+            n = len(ids)
+        else:
+            n = msg.count(CHANGE)
+        if n:
+            if not self.count:
+                self.first_at = now
+            self.count += n
+            self.messages += 1
+            self.bytes += len(msg)
+            self.last_at = now
+
 
 async def run(args: argparse.Namespace) -> None:
-    url = f"ws://127.0.0.1:{args.port}/ws/events?tables={args.tables}"
+    mode = "&batch=true" if args.batch else ""
+    url = f"ws://127.0.0.1:{args.port}/ws/events?tables={args.tables}{mode}"
     step = max(1, args.n // max(1, args.sample))
     subs = [Sub(i, args.sample > 0 and i % step == 0) for i in range(args.n)]
     ready = 0
@@ -64,20 +89,8 @@ async def run(args: argparse.Namespace) -> None:
             await start.wait()
             try:
                 while sub.count < args.expect:
-                    msg = await ws.recv()
-                    now = clock()
-                    if sub.sampled:
-                        data = orjson.loads(msg)
-                        if data["type"] != "change":
-                            continue
-                        sub.ids.append(data["after"]["id"])
-                        sub.times.append(now)
-                    elif not msg.startswith(CHANGE):
-                        continue
-                    if not sub.count:
-                        sub.first_at = now
-                    sub.count += 1
-                    sub.last_at = now
+                    msg = await ws.recv(decode=False)
+                    sub.record(msg, clock())
             except ConnectionClosed as exc:
                 rcvd = exc.rcvd
                 sub.close_code = rcvd.code if rcvd else None
@@ -105,6 +118,7 @@ def main() -> None:
     parser.add_argument("deadline", type=float)
     parser.add_argument("out")
     parser.add_argument("--sample", type=int, default=10)
+    parser.add_argument("--batch", action="store_true", help="subscribe with batch=true")
     asyncio.run(run(parser.parse_args()))
 
 
