@@ -94,6 +94,7 @@ class BinlogDecoder:
         self.options = options
         self.file = file
         self.format: StreamFormat | None = None
+        self._trailer = 0  # checksum trailer bytes: format.checksum_len, looked up once per FDE
         self.gtid: str | None = None
         self.stats = DecoderStats()
         self.next_offset = 4
@@ -173,12 +174,19 @@ class BinlogDecoder:
         except (IndexError, struct.error, UnicodeDecodeError, ValueError, OverflowError) as exc:
             raise InvalidValue(f"{self._where(offset)} ({header.type_name}): {exc!r}") from exc
 
-    def _body(self, header: EventHeader, data: bytes, fmt: StreamFormat, inner: bool) -> bytes:
-        if inner or not fmt.checksum_len:
+    def _body(self, header: EventHeader, data: bytes, inner: bool) -> bytes:
+        if inner or not self._trailer:
             return data[HEADER_LEN:]
+        if self.options.verify_checksum:
+            self._verify_checksum(header, data)
+        elif len(data) < HEADER_LEN + 4:
+            raise TruncatedEvent("event too short for its CRC32 trailer")
+        return data[HEADER_LEN:-4]
+
+    def _verify_checksum(self, header: EventHeader, data: bytes) -> None:
         if len(data) < HEADER_LEN + 4:
             raise TruncatedEvent("event too short for its CRC32 trailer")
-        if self.options.verify_checksum and zlib.crc32(data) != _CRC32_RESIDUE:
+        if zlib.crc32(data) != _CRC32_RESIDUE:
             want = int.from_bytes(data[-4:], "little")
             got = zlib.crc32(data[:-4])
             if want != got and header.type_code == E.FORMAT_DESCRIPTION and header.flags & 1:
@@ -189,14 +197,13 @@ class BinlogDecoder:
                 raise ChecksumMismatch(
                     f"{self._where(header.offset)}: CRC32 0x{got:08x} != trailer 0x{want:08x}"
                 )
-        return data[HEADER_LEN:-4]
 
     def _dispatch(self, h: EventHeader, data: bytes, inner: bool) -> Event | None:
         t = h.type_code
         fmt = self.format
         if fmt is None or t == _FDE:
             return self._before_format(h, data)
-        body = self._body(h, data, fmt, inner)
+        body = self._body(h, data, inner)
         handler = self._handlers.get(t)
         if handler is not None:
             return handler(h, body, fmt)
@@ -259,8 +266,8 @@ class BinlogDecoder:
     def _fde(self, h: EventHeader, data: bytes) -> FormatDescriptionEvent:
         version, server, created, fmt = parse_format_description(data[HEADER_LEN:])
         if fmt.checksum_len and self.options.verify_checksum:
-            self._body(h, data, fmt, False)
-        self.format = fmt
+            self._verify_checksum(h, data)
+        self.format, self._trailer = fmt, fmt.checksum_len
         self._rows_layouts.clear()
         self._tables.clear()
         return FormatDescriptionEvent(h, version, server, created, fmt)
