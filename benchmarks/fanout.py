@@ -1,15 +1,17 @@
 """API fan-out benchmark: websocket subscribers of /ws/events while a writer produces row changes.
 
     .venv/bin/python -m benchmarks.fanout [--subscribers 200] [--txn-rate 50] [--rows-per-txn 100]
-                                          [--seconds 20] [--mode batch|change] [--client-procs 1]
+                                          [--seconds 20] [--mode batch|change] [--client-procs 2]
                                           [--keep-stack]
 
 Processes on the benchmark stack:
   server       the Replicator + API in one event loop (benchmarks.ours_e2e live --api): what
                `binlog-mirror run` runs; mirrors bench_live.t_fanout from the current position
-  subscribers  N websocket clients split over CLIENT_PROCS processes (benchmarks.subscribers), no
-               permessage-deflate; --mode batch (default) subscribes with batch=true (many
-               changes per message), --mode change gets one message per change;
+  subscribers  N websocket clients split over CLIENT_PROCS processes (benchmarks.subscribers; 2 by
+               default: one client event loop for 200 sockets fell behind the server on this
+               2-core machine while others' work ran), no permessage-deflate; --mode batch
+               (default) subscribes with batch=true (many changes per message), --mode change
+               gets one message per change;
                10 of them (spread evenly) parse every message for latency, the rest only count
   writer       TXN_RATE transactions/s x ROWS_PER_TXN rows (default 50 x 100 = 5,000 rows/s)
   this one     samples the server's CPU and RSS and polls GET /lag every 100 ms (httpx)
@@ -239,7 +241,7 @@ def main() -> None:
     parser.add_argument(
         "--mode", choices=("batch", "change"), default="batch", help="many changes per message, or one"
     )
-    parser.add_argument("--client-procs", type=int, default=1, help="subscriber processes")
+    parser.add_argument("--client-procs", type=int, default=2, help="subscriber processes")
     parser.add_argument("--keep-stack", action="store_true", help="leave the benchmark stack running")
     args = parser.parse_args()
     r = run(args)
