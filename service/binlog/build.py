@@ -15,8 +15,8 @@ Not compiled, on purpose:
   files.py                 RawEvent subclasses bytes, which native classes cannot
   jsonb.py                 JsonNull's class-level singleton is not a native-class pattern
   build.py, __init__.py
-The row readers rows.py generates with exec() stay interpreted too; they call compiled
-converters.
+Row images are read by imagereader.StepReader in the compiled build (rows.py's exec()-generated
+readers would stay interpreted: exec'd code is never compiled).
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """Rows events (WRITE/UPDATE/DELETE v0/v1/v2, PARTIAL_UPDATE_ROWS, MariaDB compressed).
 
 Decoding speed comes from a `TablePlan` cached per TableSchema: each column's decoder is
-built once, and for every (columns-present, NULL bitmap) pattern seen we compile an image
-reader where runs of adjacent fixed-width columns unpack with one struct call.
+built once, and for every (columns-present, NULL bitmap) pattern seen we build an image
+reader: interpreted, generated straight-line Python where runs of adjacent fixed-width
+columns unpack with one struct call; in the compiled build, an imagereader.StepReader.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from service.binlog.constants import HEADER_LEN
 from service.binlog.constants import ColumnType as T
 from service.binlog.constants import EventType as E
 from service.binlog.fde import StreamFormat
+from service.binlog.imagereader import COMPILED, ColumnStep, StepReader
 from service.binlog.reader import ByteReader
 from service.binlog.rowchange import EventSpan, Op, Row, RowChange
 from service.binlog.schema import TableSchema
@@ -26,6 +28,11 @@ from service.errors import DecodeError, InvalidValue, TruncatedEvent
 __all__ = ["ROWS_EVENTS", "RowsKind", "TablePlan", "decode_rows", "parse_rows_header", "rows_header_layout"]
 
 ImageReader = Callable[[bytes, int], tuple[Row, int]]
+
+# Row-image readers: StepReader loops in the compiled build; generated straight-line Python
+# when interpreted (each is the faster of the two there). A plain global, so tests can run
+# either kind in either build.
+USE_STEP_READERS = COMPILED
 
 
 class RowsKind:
@@ -97,45 +104,56 @@ class TablePlan:
         return reader
 
     def _compile(self, present: int, nulls: int, partial: int) -> ImageReader:
-        cols = self.schema.columns
+        """The reader of one pattern: a StepReader in the compiled build, else generated Python."""
         partial_cols = {self._json_cols[k] for k in range(len(self._json_cols)) if partial >> k & 1}
         names: list[str] = []
-        steps: list[tuple[int, Any, int, Any]] = []
-        codes: list[str] = []
-        convs: list[Callable[[Any], Any] | None] = []
-        size = 0
-
-        def flush() -> None:
-            nonlocal size
-            if codes:
-                packed = tuple(convs) if any(c is not None for c in convs) else None
-                steps.append((0, struct.Struct("<" + "".join(codes)), size, packed))
-                codes.clear()
-                convs.clear()
-                size = 0
-
+        specs: list[FixedSpec | VarSpec | None] = []  # None: NULL in this pattern
         k = 0
-        for col in cols:
+        for col in self.schema.columns:
             if not present >> col.index & 1:
                 continue
             names.append(col.name)
             is_null = nulls >> k & 1
             k += 1
             if is_null:
-                flush()
-                steps.append((2, None, 0, None))
-                continue
-            spec: FixedSpec | VarSpec
-            spec = self._json_specs[col.index] if col.index in partial_cols else self._specs[col.index]
-            if isinstance(spec, FixedSpec):
-                codes.append(spec.code)
-                convs.append(spec.convert)
-                size += spec.size
+                specs.append(None)
+            elif col.index in partial_cols:
+                specs.append(self._json_specs[col.index])
             else:
-                flush()
-                steps.append((1, spec, 0, None))
+                specs.append(self._specs[col.index])
+        if USE_STEP_READERS:
+            return StepReader([ColumnStep(name, spec) for name, spec in zip(names, specs, strict=True)])
+        return _make_reader(tuple(names), _steps(specs))
+
+
+def _steps(specs: list[FixedSpec | VarSpec | None]) -> tuple[tuple[int, Any, int, Any], ...]:
+    """Group a pattern's columns for _make_reader: (0, Struct, size, converters) for each run
+    of adjacent fixed-width columns, (1, VarSpec, 0, None) per variable-length column and
+    (2, None, 0, None) per NULL."""
+    steps: list[tuple[int, Any, int, Any]] = []
+    codes: list[str] = []
+    convs: list[Callable[[Any], Any] | None] = []
+    size = 0
+
+    def flush() -> None:
+        nonlocal size
+        if codes:
+            packed = tuple(convs) if any(c is not None for c in convs) else None
+            steps.append((0, struct.Struct("<" + "".join(codes)), size, packed))
+            codes.clear()
+            convs.clear()
+            size = 0
+
+    for spec in specs:
+        if isinstance(spec, FixedSpec):
+            codes.append(spec.code)
+            convs.append(spec.convert)
+            size += spec.size
+            continue
         flush()
-        return _make_reader(tuple(names), tuple(steps))
+        steps.append((2, None, 0, None) if spec is None else (1, spec, 0, None))
+    flush()
+    return tuple(steps)
 
 
 def _make_reader(names: tuple[str, ...], steps: tuple[tuple[int, Any, int, Any], ...]) -> ImageReader:
