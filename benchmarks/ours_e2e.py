@@ -1,12 +1,13 @@
 """binlog-mirror's Replicator in a process of its own (for benchmarks.e2e and benchmarks.fanout).
 
-    python -m benchmarks.ours_e2e replay MYSQL REDIS PREFIX FILE START END
+    python -m benchmarks.ours_e2e replay MYSQL REDIS PREFIX FILE START END [MAX_ROWS]
     python -m benchmarks.ours_e2e live MYSQL REDIS PREFIX TABLES [--expect N] [--record FILE] [--api]
                                          [--ws-queue N]
 
 replay: mirror the `bench.*` tables from FILE:START with `start = "FILE:START"` (the way
 `binlog-mirror run --config` chooses a start with no stored checkpoint) until the stored checkpoint
-reaches END; prints {"rows", "transactions", "seconds", "checkpoint"}. The prefix is fresh, and its
+reaches END (or MAX_ROWS row changes were applied: a slice of a workload, for profiling); prints
+{"rows", "transactions", "seconds", "checkpoint"}. The prefix is fresh, and its
 `__tables` set is seeded with the bench tables first: without that the first session would
 copy the tables from the source (docs/mirror.md, "No checkpoint yet") while replaying, and this
 benchmark measures binlog -> Redis only.
@@ -25,6 +26,7 @@ import array
 import asyncio
 import json
 import logging
+import os
 import signal
 import sys
 import time
@@ -43,7 +45,9 @@ from service.transactions import Transaction
 REPLAY_TABLES = (("bench", "t_insert"), ("bench", "t_small"))
 
 
-async def replay(mysql: str, redis: str, prefix: str, file: str, start: int, end: int) -> None:
+async def replay(
+    mysql: str, redis: str, prefix: str, file: str, start: int, end: int, max_rows: int = 0
+) -> None:
     settings = Settings(
         mysql=mysql,
         redis=redis,
@@ -66,7 +70,7 @@ async def replay(mysql: str, redis: str, prefix: str, file: str, start: int, end
             return  # stop() lets the batch in flight finish: transactions past END are not counted
         rows += len(txn.changes)
         txns += 1
-        if txn.end.position >= target and not done_at:
+        if txn.end.position >= target or max_rows and rows >= max_rows:
             done_at = time.perf_counter()
             replicator.stop()
 
@@ -139,10 +143,10 @@ async def live(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    logging.basicConfig(level=os.environ.get("BENCH_LOG", "WARNING"), stream=sys.stderr)
     if sys.argv[1] == "replay":
         a = sys.argv[2:]
-        asyncio.run(replay(a[0], a[1], a[2], a[3], int(a[4]), int(a[5])))
+        asyncio.run(replay(a[0], a[1], a[2], a[3], int(a[4]), int(a[5]), int(a[6]) if len(a) > 6 else 0))
         return
     parser = argparse.ArgumentParser()
     parser.add_argument("mode")

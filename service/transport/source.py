@@ -61,7 +61,7 @@ log = logging.getLogger(__name__)
 # the type byte (offset 4 of the header) of heartbeats, as raw_event[4:5] gives it
 HEARTBEATS = frozenset(bytes([t]) for t in (EventType.HEARTBEAT, EventType.HEARTBEAT_V2))
 READ_TIMEOUT_FACTOR = 2.5
-SLICE_SECONDS = 0.002  # the longest the reader decodes before letting the other tasks run
+SLICE_SECONDS = 0.001  # the longest the reader decodes before letting the other tasks run
 
 
 @dataclass(slots=True)
