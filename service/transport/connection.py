@@ -142,17 +142,11 @@ async def server_info(conn: aiomysql.Connection) -> ServerInfo:
     version_string = str(rows[0][0])
     numbers = version_string.split("-", 1)[0].split(".")
     version = tuple(int("".join(ch for ch in n if ch.isdigit()) or 0) for n in (numbers + ["0", "0"])[:3])
+    # SHOW GLOBAL VARIABLES works on every flavour: MySQL 8.0 removed
+    # information_schema.GLOBAL_VARIABLES and 5.7 refuses it by default (show_compatibility_56).
     placeholders = ",".join(["%s"] * len(_VARIABLES))
-    found = await fetch(
-        conn,
-        f"SELECT LOWER(VARIABLE_NAME), VARIABLE_VALUE FROM information_schema.GLOBAL_VARIABLES "
-        f"WHERE LOWER(VARIABLE_NAME) IN ({placeholders})",
-        _VARIABLES,
-    )
-    variables = {str(k): "" if v is None else str(v) for k, v in found}
-    if not variables:  # MySQL 5.7+/8 moved them to performance_schema
-        found = await fetch(conn, "SHOW GLOBAL VARIABLES")
-        variables = {str(k).lower(): str(v) for k, v in found if str(k).lower() in _VARIABLES}
+    found = await fetch(conn, f"SHOW GLOBAL VARIABLES WHERE Variable_name IN ({placeholders})", _VARIABLES)
+    variables = {str(k).lower(): "" if v is None else str(v) for k, v in found}
     return ServerInfo(
         flavor="mariadb" if "mariadb" in version_string.lower() else "mysql",
         version=(version[0], version[1], version[2]),

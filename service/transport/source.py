@@ -355,6 +355,10 @@ class BinlogSource:
                 log.warning("replication interrupted (%s); reconnecting in %.2fs", exc, delay)
                 await asyncio.sleep(delay)
                 self.stats.reconnects += 1
+            except Exception as exc:  # a bug: hand it to the consumer instead of leaving it waiting
+                log.exception("binlog reader failed")
+                await self._queue.put(exc)
+                return
 
     def _drop(self, session: _Session | None, exc: Exception) -> None:
         self.stats.connected = False

@@ -47,15 +47,18 @@ REPLICA_HOST = "binlog-mirror"  # the host this mirror registers with (SHOW SLAV
 
 
 def encode_gtid_set(gtids: MysqlGtidSet) -> bytes:
-    """MySQL's binary GTID set (Gtid_set::encode): n_sids:8, then per uuid: uuid:16, n_intervals:8,
-    (start:8, end_exclusive:8)*. Tagged GTIDs need the 8.4 tagged encoding, not supported here."""
-    out = [struct.pack("<Q", len(gtids.sets))]
+    """MySQL's binary GTID set (Gtid_set::encode), as PREVIOUS_GTIDS carries it. Untagged:
+    n_sids:8, then per uuid: uuid:16, n_intervals:8, (start:8, end_exclusive:8)*. When any entry has
+    a tag (MySQL 8.3+): the first 8 bytes are format 1, n_sids:6, format 1, and each uuid is followed
+    by its tag as a varlen length (one byte: tags are at most 32 characters) and the characters."""
+    tagged = any(tag for (_, tag), _ in gtids.sets)
+    n = len(gtids.sets)
+    out = [struct.pack("<Q", (1 << 56) | (n << 8) | 1 if tagged else n)]
     for (sid, tag), intervals in gtids.sets:
-        if tag:
-            raise PreflightError(
-                f"tagged GTID {sid}:{tag} cannot start a dump yet: start from FILE:POS instead"
-            )
-        out.append(uuid.UUID(sid).bytes + struct.pack("<Q", len(intervals)))
+        out.append(uuid.UUID(sid).bytes)
+        if tagged:
+            out.append(bytes([len(tag) << 1]) + tag.encode("ascii"))
+        out.append(struct.pack("<Q", len(intervals)))
         out.extend(struct.pack("<QQ", lo, hi + 1) for lo, hi in intervals)
     return b"".join(out)
 

@@ -199,8 +199,12 @@ def actual(redis_url: str, prefix: str, db: str) -> dict[str, dict[str, dict[byt
     lay = KeyLayout(prefix)
     out: dict[str, dict[str, dict[bytes, bytes]]] = {}
     for table in KEYS:
+        base = lay.table_base(db, table)
         members = [m.decode() for m in r.smembers(lay.index_key(db, table))]
-        out[table] = {m: r.hgetall(f"{lay.table_base(db, table)}:{m}") for m in members}
+        out[table] = {m: r.hgetall(f"{base}:{m}") for m in members}
+        # every row key is in the index (meta keys end in an unescaped "__name")
+        stored = {k.decode()[len(base) + 1 :] for k in r.scan_iter(match=f"{base}:*", count=1000)}
+        assert {k for k in stored if not k.startswith("__")} == set(members), f"stray keys in {table}"
     # the keyless table is never mirrored
     assert not r.exists(lay.index_key(db, "nokey"))
     r.close()

@@ -7,6 +7,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -83,7 +84,40 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
             proc.wait()
 
 
+def _wait_advance(redis_url: str, prefix: str, since: BinlogPosition | None, timeout: float = 40.0) -> None:
+    """Until the checkpoint moves past `since`: the current process has taken the lease and applies."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        cp = _checkpoint(redis_url, prefix)
+        if cp is not None and (since is None or since < cp):
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"mirror did not move past {since}")
+
+
+class _Writer(threading.Thread):
+    """Commits the random workload continuously, so every kill lands while transactions flow.
+    Holding `lock` pauses it (for the MariaDB restart)."""
+
+    def __init__(self, wl: Workload) -> None:
+        super().__init__(daemon=True)
+        self.wl, self.lock, self.done, self.error = wl, threading.Lock(), threading.Event(), None
+        self.steps = 0
+
+    def run(self) -> None:
+        try:
+            while not self.done.is_set():
+                with self.lock:
+                    self.wl.step()
+                self.steps += 1
+                time.sleep(0.01)
+        except BaseException as exc:  # surfaced by the test
+            self.error = exc
+
+
 def test_sigkill_at_random_moments(stack: LocalStack, tmp_path: Path) -> None:
+    """22 SIGKILLs, each after the new process has started applying and while the workload keeps
+    committing; Redis and MariaDB each restarted once under a running mirror."""
     info = stack.load()
     assert info is not None
     db, prefix = unique_names()
@@ -93,26 +127,33 @@ def test_sigkill_at_random_moments(stack: LocalStack, tmp_path: Path) -> None:
     proc = _start(stack, db, prefix, log)
     _wait(info.redis_url, prefix, None)  # bootstrapped: from here every write goes through the binlog
     wl = Workload(stack, db, seed=3)
+    writer = _Writer(wl)
+    writer.start()
     kills = 0
     try:
         for i in range(22):
-            for _ in range(rng.randint(2, 6)):
-                wl.step()
-            time.sleep(rng.uniform(0.05, 0.5))
-            proc.kill()
-            proc.wait()
-            kills += 1
+            _wait_advance(info.redis_url, prefix, _checkpoint(info.redis_url, prefix))
             if i == 7:
                 stack.stop_redis()
                 stack.start_redis()
+                _wait_advance(info.redis_url, prefix, _checkpoint(info.redis_url, prefix))
             if i == 14:
-                wl.close()
-                stack.stop_mysql()
-                stack.start_mysql()
-                wl.conn = stack.root_connection(db)
-                wl.conn.autocommit(False)
+                with writer.lock:
+                    wl.close()
+                    stack.stop_mysql()
+                    stack.start_mysql()
+                    wl.conn = stack.root_connection(db)
+                    wl.conn.autocommit(False)
+                _wait_advance(info.redis_url, prefix, _checkpoint(info.redis_url, prefix))
+            time.sleep(rng.uniform(0.0, 0.3))
+            proc.kill()
+            proc.wait()
+            kills += 1
             proc = _start(stack, db, prefix, log)
-        _wait(info.redis_url, prefix, master_position(stack))
+        writer.done.set()
+        writer.join()
+        assert writer.error is None, writer.error
+        _wait(info.redis_url, prefix, master_position(stack), timeout=60)
         time.sleep(0.5)
         for _ in range(50):
             if actual(info.redis_url, prefix, db) == expected(stack, db):
@@ -121,9 +162,10 @@ def test_sigkill_at_random_moments(stack: LocalStack, tmp_path: Path) -> None:
         assert actual(info.redis_url, prefix, db) == expected(stack, db)
         assert _ledger_ids(info.redis_url, prefix) == list(range(1, wl.ledger + 1))
     finally:
+        writer.done.set()
         _stop(proc)
         wl.close()
-    assert kills >= 20
+    assert kills >= 20 and writer.steps > 100, (kills, writer.steps)
     text = log.read_text(errors="replace")
     assert "Traceback" not in text, text[-3000:]
 

@@ -103,6 +103,46 @@ async def test_dropped_and_stalled_connection_through_proxy(stack: LocalStack) -
     assert changes_of(got, db) == expected_changes(db, 0, 9)
 
 
+async def test_connection_cut_inside_a_transaction(stack: LocalStack) -> None:
+    """The connection fails in the middle of a 2,000-row transaction (mid-packet): the stream
+    restarts at the transaction's beginning and delivers it once, whole, never a half."""
+    db = unique_db("st_cut")
+    run_sql(stack, make_tables(db))
+    rows = 2000
+    big = ["BEGIN", *(f"INSERT INTO {db}.notes VALUES ({i}, '{'y' * 150}')" for i in range(rows)), "COMMIT"]
+    info = stack.load()
+    assert info is not None
+    async with Proxy(info.mysql_port) as proxy:
+        settings = settings_for(stack, proxy.url("mirror", info.repl_password))
+        source = BinlogSource(settings, "now", table_filter=TableFilter((f"{db}.*",)), backoff=FAST)
+        got: list[Transaction] = []
+        async with source:
+            proxy.cut_after = 150_000  # the transaction's events are ~400 KB
+            run_sql(stack, big)
+            run_sql(stack, workload(db, 0, 3))
+            await _drain(source, db, rows + len(expected_changes(db, 0, 3)), got)
+            assert proxy.cut_after is None and source.stats.reconnects == 1
+    mine = [t for t in got if any(c.schema == db for c in t.changes)]
+    assert [len(t.changes) for t in mine][0] == rows
+    assert changes_of(mine[:1], db) == [
+        ("insert", "notes", None, {"id": i, "body": "y" * 150}) for i in range(rows)
+    ]
+    assert changes_of(mine[1:], db) == expected_changes(db, 0, 3)
+
+
+async def test_reader_bug_reaches_the_consumer(stack: LocalStack, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An unexpected exception in the reader task is raised to the consumer, never a silent hang."""
+
+    async def broken(self: BinlogSource, session: object) -> bool:
+        raise RuntimeError("decoder bug")
+
+    monkeypatch.setattr(BinlogSource, "_pump", broken)
+    async with BinlogSource(settings_for(stack), "now", backoff=FAST) as source:
+        with pytest.raises(RuntimeError, match="decoder bug"):
+            async with asyncio.timeout(10):
+                await anext(source)
+
+
 def test_backoff_is_bounded_exponential_with_jitter() -> None:
     random.seed(1)
     b = Backoff(base=0.5, cap=4.0)

@@ -118,6 +118,7 @@ class Proxy:
         self.upstream = port
         self.port = 0
         self.stalled = False
+        self.cut_after: int | None = None  # drop everything once the server has sent this many more bytes
         self._server: asyncio.Server | None = None
         self._pairs: list[tuple[asyncio.StreamWriter, asyncio.StreamWriter]] = []
         self._tasks: set[asyncio.Task[None]] = set()
@@ -141,16 +142,23 @@ class Proxy:
         self.connections += 1
         up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream)
         self._pairs.append((writer, up_writer))
-        for src, dst in ((reader, up_writer), (up_reader, writer)):
-            task = asyncio.create_task(self._pipe(src, dst))
+        for src, dst, downstream in ((reader, up_writer, False), (up_reader, writer, True)):
+            task = asyncio.create_task(self._pipe(src, dst, downstream))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    async def _pipe(self, src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+    async def _pipe(self, src: asyncio.StreamReader, dst: asyncio.StreamWriter, downstream: bool) -> None:
         with contextlib.suppress(OSError, asyncio.IncompleteReadError):
             while data := await src.read(65536):
                 while self.stalled and not dst.is_closing():
                     await asyncio.sleep(0.05)  # hold the bytes: a half-open connection
+                if downstream and self.cut_after is not None:
+                    if len(data) >= self.cut_after:  # pass part of the chunk, then fail mid-packet
+                        dst.write(data[: self.cut_after])
+                        self.cut_after = None
+                        self.drop()
+                        break
+                    self.cut_after -= len(data)
                 dst.write(data)
                 await dst.drain()
         dst.close()
