@@ -26,6 +26,7 @@ from service.binlog.events import (
     FormatDescriptionEvent,
     GtidEvent,
     HeartbeatEvent,
+    PreviousGtidsEvent,
     QueryEvent,
     RotateEvent,
     RowsEvent,
@@ -391,6 +392,12 @@ class CheckpointTracker:
             self._pending_gtid = self._gtid_of(event)
             # MariaDB: a GTID event is the BEGIN of a transaction unless it stands alone (DDL).
             self.in_transaction = event.domain_id is not None and not event.standalone
+            return None
+        if isinstance(event, PreviousGtidsEvent) and event.gtid_set:
+            # MySQL: the set executed before this file. Merged in, so a stream that began at a file
+            # start (`start`, FILE:POS) checkpoints the whole executed set, not only what it saw.
+            base = self.gtids if isinstance(self.gtids, MysqlGtidSet) else MysqlGtidSet()
+            self.gtids = base.add(MysqlGtidSet.parse(event.gtid_set))
             return None
         if isinstance(event, XidEvent | XaPrepareEvent):
             # Also when no transaction is open (the stream started inside one): its end is a boundary.

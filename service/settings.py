@@ -95,6 +95,7 @@ class Settings(BaseSettings):
 
     mysql: MySQLUrl | None = None
     redis: RedisUrl | None = None
+    mysql_ssl: bool = False  # TLS even without a CA file (verified against the system's CAs)
     mysql_ssl_ca: Path | None = None
     mysql_ssl_cert: Path | None = None
     mysql_ssl_key: Path | None = None

@@ -46,15 +46,20 @@ def map_errors(what: str) -> Iterator[None]:
         code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
         message = exc.args[1] if len(exc.args) > 1 else str(exc)
         if code == ER_MASTER_FATAL_ERROR_READING_BINLOG:
-            raise PositionLost(f"{what}: the source cannot serve this position: {message}") from exc
+            raise PositionLost(
+                f"{what}: the source cannot serve this position: {message} "
+                "(purged or never written: check SHOW BINARY LOGS / @@gtid_purged, then start from "
+                "a position the source still has: --from now, --from start or FILE:POS)"
+            ) from exc
         raise SourceError(f"{what}: ({code}) {message}" if code else f"{what}: {message}") from exc
     except (OSError, TimeoutError, asyncio.IncompleteReadError, EOFError) as exc:
         raise SourceError(f"{what}: {exc!r}") from exc
 
 
 def ssl_context(settings: Settings) -> ssl.SSLContext | None:
-    """TLS from settings: a CA (and optional client cert/key); verify=False skips name + chain checks."""
-    if not (settings.mysql_ssl_ca or settings.mysql_ssl_cert):
+    """TLS from settings: on with `mysql_ssl` (system CAs), a CA file, or a client cert/key;
+    verify=False skips name + chain checks."""
+    if not (settings.mysql_ssl or settings.mysql_ssl_ca or settings.mysql_ssl_cert):
         return None
     ctx = ssl.create_default_context(cafile=str(settings.mysql_ssl_ca) if settings.mysql_ssl_ca else None)
     if settings.mysql_ssl_cert:

@@ -29,7 +29,7 @@ import aiomysql
 import pymysql
 
 from service.checkpoint import BinlogPosition, MariadbGtidPos, MysqlGtidSet
-from service.errors import PreflightError, SourceError
+from service.errors import SourceError
 from service.transport.connection import ServerInfo, fetch, map_errors
 from service.transport.packets import PacketSplitter
 

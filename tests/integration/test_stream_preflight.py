@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import ssl
 import uuid
 
 import pytest
 from test_stream_util import run_sql, settings_for
 
 from service.errors import PreflightError
+from service.settings import load_settings
 from service.stack import LocalStack
-from service.transport.connection import ServerInfo
+from service.transport.connection import ServerInfo, ssl_context
 from service.transport.preflight import check_config, check_grants
 from service.transport.source import BinlogSource
 
@@ -60,6 +62,31 @@ def test_grants() -> None:
         "missing privilege BINLOG MONITOR (to read the binlog position): "
         "GRANT BINLOG MONITOR ON *.* TO <user>",
     ]
+
+
+@pytest.mark.parametrize(
+    ("flavor", "version", "status", "replicas"),
+    [
+        ("mysql", (5, 7, 44), "SHOW MASTER STATUS", "SHOW SLAVE HOSTS"),
+        ("mysql", (8, 0, 36), "SHOW MASTER STATUS", "SHOW REPLICAS"),
+        ("mysql", (8, 4, 3), "SHOW BINARY LOG STATUS", "SHOW REPLICAS"),
+        ("mysql", (9, 1, 0), "SHOW BINARY LOG STATUS", "SHOW REPLICAS"),
+        ("mariadb", (11, 4, 2), "SHOW MASTER STATUS", "SHOW SLAVE HOSTS"),
+    ],
+)
+def test_statements_per_flavour_and_version(
+    flavor: str, version: tuple[int, int, int], status: str, replicas: str
+) -> None:
+    info = ServerInfo(flavor, version, ".".join(map(str, version)), 1, {})  # type: ignore[arg-type]
+    assert (info.status_statement, info.replicas_statement) == (status, replicas)
+
+
+def test_tls_settings() -> None:
+    assert ssl_context(load_settings(mysql="mysql://u:p@h:1")) is None
+    ctx = ssl_context(load_settings(mysql="mysql://u:p@h:1", mysql_ssl=True))
+    assert ctx is not None and ctx.verify_mode == ssl.CERT_REQUIRED and ctx.check_hostname
+    ctx = ssl_context(load_settings(mysql="mysql://u:p@h:1", mysql_ssl=True, mysql_ssl_verify=False))
+    assert ctx is not None and ctx.verify_mode == ssl.CERT_NONE and not ctx.check_hostname
 
 
 async def test_statement_format_is_refused(stack: LocalStack) -> None:

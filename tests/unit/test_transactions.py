@@ -275,3 +275,12 @@ def test_compressed_payload_through_a_filter() -> None:
         t for raw in read_binlog_file(COMPRESSED) for ev in decoder.decode_events(raw) if (t := asm.feed(ev))
     ]
     assert [(t.changes, t.end.position.pos) for t in txns] == [((), 431)]
+
+
+def test_mysql_checkpoint_carries_the_previous_gtids() -> None:
+    """A MySQL stream read from a file's start checkpoints the whole executed set: PREVIOUS_GTIDS
+    plus the transactions after it (real MySQL 8.4 binlog with a tagged GTID)."""
+    path = Path(__file__).parents[1] / "fixtures" / "binlog" / "vectors" / "mysql-8"
+    path = path / "binlog_transaction_with_GTID_TAG.000001"
+    txns = assemble(events(path), path)
+    assert txns[-1].end.gtid_set == ("55778904-0299-11f1-b1b8-4ef0c4956feb:1-13:mytag:1-3")
