@@ -6,8 +6,10 @@ date -> "YYYY-MM-DD"     datetime (naive) -> "YYYY-MM-DD HH:MM:SS[.ffffff]"
 TIMESTAMP (aware) -> "YYYY-MM-DDTHH:MM:SS[.ffffff]Z"
 timedelta (TIME) -> "[-]HH:MM:SS[.ffffff]"         zero/partial dates: their text
 ENUM/SET -> names ("a,b" for SET) when known, else index / bitmask number
-JSON -> embedded JSON (JSON_NULL -> null)           GEOMETRY -> {"srid", "wkb"}
-VECTOR -> [float, ...]   PARTIAL JSON -> {"json_diffs": [{"op", "path", "value"?}]}
+JSON -> embedded JSON, except: JSON_NULL -> {"json": null} (SQL NULL stays null) and a
+        document that is a one-key object {"json": ...} or {"json_diffs": ...} -> {"json": doc}
+GEOMETRY -> {"srid", "wkb"}                         VECTOR -> [float, ...]
+PARTIAL JSON -> {"json_diffs": [{"op", "path", "value"?}]}
 """
 
 from __future__ import annotations
@@ -22,6 +24,11 @@ from service.binlog.rowchange import Row, RowChange
 from service.binlog.values import Geometry
 
 __all__ = ["row_change_to_dict", "row_to_json", "value_to_json"]
+
+# A whole JSON column value that is one of these one-key objects is wrapped as {"json": doc},
+# so that {"json": null} (the JSON literal null) and {"json_diffs": [...]} (a partial update)
+# never collide with a document (docs/row-format.md, "JSON null and SQL NULL").
+_RESERVED_KEYS = frozenset({"json", "json_diffs"})
 
 
 def _frac(us: int) -> str:
@@ -65,6 +72,8 @@ def _json_doc(v: Any) -> Any:
         return f"base64:type{v.type_code}:{base64.b64encode(v.data).decode()}"
     if isinstance(v, (datetime, date, timedelta)):
         return value_to_json(v)
+    if isinstance(v, JsonNull):  # a partial-update diff value: a document, never SQL NULL
+        return None
     return v
 
 
@@ -81,10 +90,13 @@ def value_to_json(value: Any) -> Any:
         return f"{value.year:04d}-{value.month:02d}-{value.day:02d}"
     if isinstance(value, timedelta):
         return _time(value)
-    if isinstance(value, (dict, list)):
+    if isinstance(value, dict):
+        doc = _json_doc(value)
+        return {"json": doc} if len(value) == 1 and next(iter(value)) in _RESERVED_KEYS else doc
+    if isinstance(value, list):
         return _json_doc(value)
     if isinstance(value, JsonNull):
-        return None
+        return {"json": None}  # the JSON literal null: distinct from SQL NULL (null)
     if isinstance(value, tuple):  # VECTOR
         return list(value)
     if isinstance(value, Geometry):
@@ -94,7 +106,7 @@ def value_to_json(value: Any) -> Any:
         for d in value.diffs:
             item: dict[str, Any] = {"op": d.op.name.lower(), "path": d.path}
             if d.op.name != "REMOVE":
-                item["value"] = value_to_json(d.value)
+                item["value"] = _json_doc(d.value)  # JSON_NULL -> null: no SQL NULL here
             diffs.append(item)
         return {"json_diffs": diffs}
     if isinstance(value, JsonOpaque):

@@ -5,16 +5,20 @@ from __future__ import annotations
 from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
+import orjson
 import pytest
 from binlog_text import VECTORS
 
 from service.binlog import (
+    JSON_NULL,
     BinlogDecoder,
     ColumnType,
     Event,
     EventType,
     GtidEvent,
+    JsonDiff,
     JsonDiffOp,
     JsonPartial,
     Op,
@@ -26,6 +30,7 @@ from service.binlog import (
     canonical,
     read_binlog_file,
 )
+from service.binlog.jsonb import decode_json
 from service.checkpoint import MysqlGtidSet
 from service.transport.stream import encode_gtid_set
 
@@ -75,6 +80,44 @@ def test_json_opaque_values() -> None:
     assert docs[6] == {"e": [0, 1, True, False]}
     assert docs[7] == {"e": None}
     assert canonical.value_to_json(docs[0]) == {"a": "base64:type15:VQ=="}
+
+
+def _json_column_from_canonical(v: Any) -> Any:
+    """The reader's rule of docs/row-format.md ("JSON null and SQL NULL"), as a consumer applies it."""
+    if v is None:
+        return None  # SQL NULL
+    if isinstance(v, dict) and len(v) == 1 and "json" in v:
+        return JSON_NULL if v["json"] is None else v["json"]
+    return v
+
+
+def test_json_null_is_distinct_from_sql_null_in_the_canonical_form() -> None:
+    # No vector holds a whole-column JSON null, so take the server's own encoding of the literal:
+    # the last row of json-opaque.binlog is the document {"e": null}; its value entry (type 0x04
+    # LITERAL, inlined value 0x0000) is exactly a binary JSON document holding null.
+    raw = [r for r in read_binlog_file(M8 / "json-opaque.binlog") if r[4] == EventType.WRITE_ROWS][-1]
+    doc = bytes(raw[-4 - 13 : -4])  # the 13-byte document before the CRC32 trailer
+    assert decode_json(doc) == {"e": None}
+    json_null = decode_json(doc[9:12])
+    assert json_null is JSON_NULL
+    assert canonical.value_to_json(json_null) == {"json": None}
+    assert canonical.value_to_json(None) is None
+    assert canonical.row_to_json({"a": json_null}) != canonical.row_to_json({"a": None})
+    assert canonical.value_to_json({"e": None}) == {"e": None}  # a null inside a document stays null
+    # Lossless: real documents, the reserved one-key shapes, JSON null and SQL NULL all come back.
+    plain = [
+        v for c in changes("json.binlog.000001") if c.after for v in c.after.values() if isinstance(v, dict)
+    ]
+    reserved = [{"json": None}, {"json": {"json": 1}}, {"json_diffs": []}, {"json": 1, "x": 2}, ["json"]]
+    assert len(plain) > 5
+    for value in [*plain, *reserved, json_null, None]:
+        back = _json_column_from_canonical(orjson.loads(orjson.dumps(canonical.value_to_json(value))))
+        assert back is value if value is None or value is JSON_NULL else back == value
+    assert canonical.value_to_json({"json": 1}) == {"json": {"json": 1}}
+    assert canonical.value_to_json({"json": 1, "x": 2}) == {"json": 1, "x": 2}
+    # A partial update's diff value is a document: a JSON null there is plain null.
+    diff = JsonPartial((JsonDiff(JsonDiffOp.REPLACE, "$.a", json_null),))
+    assert canonical.value_to_json(diff) == {"json_diffs": [{"op": "replace", "path": "$.a", "value": None}]}
 
 
 def test_vector_columns() -> None:
