@@ -224,7 +224,7 @@ class BinlogDecoder:
         per event instead of a chain of IntEnum comparisons at ~90 ns each)."""
         handlers: dict[int, _Handler] = {int(t): self._rows for t in ROWS_EVENTS}
         handlers[E.TABLE_MAP] = self._table_map
-        handlers.update((int(t), parse_query) for t in _QUERY)
+        handlers.update((int(t), self._query) for t in _QUERY)
         handlers.update((int(t), self._gtid_event) for t in _GTID)
         handlers[E.MARIA_GTID] = self._mariadb_gtid_event
         handlers[E.ROTATE] = self._rotate_event
@@ -249,6 +249,12 @@ class BinlogDecoder:
             self.stats.skipped_ignorable += 1
             return None
         raise UnknownEvent(f"{self._where(h.offset)}: unknown event type {t}")
+
+    def _query(self, h: EventHeader, body: bytes, fmt: StreamFormat) -> Event:
+        event = parse_query(h, body, fmt)
+        if "unknown_code" in event.status:
+            self.stats.unknown_status_vars += 1
+        return event
 
     def _gtid_event(self, h: EventHeader, body: bytes, fmt: StreamFormat) -> Event:
         event = parse_gtid(h, body)

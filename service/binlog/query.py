@@ -1,4 +1,12 @@
-"""QUERY_EVENT (and EXECUTE_LOAD_QUERY, MariaDB QUERY_COMPRESSED) with its status variables."""
+"""QUERY_EVENT (and EXECUTE_LOAD_QUERY, MariaDB QUERY_COMPRESSED) with its status variables.
+
+Status variables are (code, value) pairs whose value layout depends on the code, with no length
+of its own, so the first code this module does not know ends parsing, exactly as the server's
+Query_log_event constructor does: the code is kept as status["unknown_code"], the bytes from
+there on as status["unparsed"], and BinlogDecoder counts such events in
+stats.unknown_status_vars. The schema and the SQL text come after the status block (whose
+length is in the post-header), so they are always decoded.
+"""
 
 from __future__ import annotations
 
@@ -36,12 +44,17 @@ _FIXED: dict[int, tuple[str, int]] = {
     128: ("hrnow", 3),  # MariaDB
     129: ("xid", 8),  # MariaDB
 }
+_GTID_FLAGS3: Final = 130  # MariaDB 10.8+ Q_GTID_FLAGS3: flags(1) [+ start-alter seq_no(8)]
+_CHARACTER_SET_COLLATIONS: Final = 131  # MariaDB 11.2+: count(1) + count * (charset id(2), collation id(2))
+# Gtid_log_event::FL_COMMIT_ALTER_E1 | FL_ROLLBACK_ALTER_E1: a COMMIT/ROLLBACK ALTER carries the
+# seq_no of its START ALTER (sql/log_event.cc, Query_log_event::Query_log_event, case Q_GTID_FLAGS3)
+_ALTER_COMPLETION_FLAGS: Final = 0x04 | 0x08
 
 
 def parse_status_vars(raw: bytes) -> dict[str, Any]:
-    """Decode status variables. An unknown code ends parsing, as the server does
-    (codes are written in increasing order, so everything after it is unknown too);
-    the remaining bytes are kept under "unparsed"."""
+    """Decode status variables. An unknown code ends parsing, as the server does (a value
+    has no length of its own, so nothing after it can be located); the code is kept under
+    "unknown_code" and the remaining bytes under "unparsed"."""
     r = ByteReader(raw)
     out: dict[str, Any] = {}
     while not r.at_end():
@@ -69,6 +82,14 @@ def parse_status_vars(raw: bytes) -> dict[str, Any]:
                 out["updated_db_names"] = None
             else:
                 out["updated_db_names"] = tuple(r.cstring().decode("utf-8", "replace") for _ in range(count))
+        elif code == _GTID_FLAGS3:
+            flags = r.u8()
+            out["gtid_flags3"] = flags
+            if flags & _ALTER_COMPLETION_FLAGS:
+                out["start_alter_seq_no"] = r.uint(8)
+        elif code == _CHARACTER_SET_COLLATIONS:  # Charset_collation_map_st::to_binary
+            count = r.u8()
+            out["character_set_collations"] = tuple((r.uint(2), r.uint(2)) for _ in range(count))
         else:
             out["unknown_code"] = code
             out["unparsed"] = r.rest()

@@ -15,6 +15,9 @@ class DecoderStats:
     invalid_text_values: int = 0  # text values whose bytes were invalid in their charset
     rows: int = 0
     skipped_rows_events: int = 0  # rows events not decoded because DecodeOptions.skip_rows said so
+    # QUERY events whose status block held a code we do not know: the rest of the block is
+    # kept unparsed (status["unknown_code"], status["unparsed"]); the SQL text is still decoded
+    unknown_status_vars: int = 0
 
     def snapshot(self) -> dict[str, object]:
         return {
@@ -23,4 +26,5 @@ class DecoderStats:
             "invalid_text_values": self.invalid_text_values,
             "rows": self.rows,
             "skipped_rows_events": self.skipped_rows_events,
+            "unknown_status_vars": self.unknown_status_vars,
         }
