@@ -93,27 +93,42 @@ def decode(
     files: Annotated[list[Path], typer.Argument(help="Binlog files, decoded in the order given.")],
     events: Annotated[bool, typer.Option("--events", help="Print every event with its header.")] = False,
     start_position: Annotated[
-        int | None, typer.Option("--start-position", help="Skip events starting before this offset.")
+        int | None,
+        typer.Option(
+            "--start-position",
+            help="In the FIRST file, skip events starting before this offset (as mysqlbinlog).",
+        ),
     ] = None,
     stop_position: Annotated[
-        int | None, typer.Option("--stop-position", help="Stop at the first event starting at/after it.")
+        int | None,
+        typer.Option(
+            "--stop-position",
+            help="In the LAST file, stop at the first event starting at/after it (as mysqlbinlog).",
+        ),
     ] = None,
     tables: Annotated[
         str | None,
         typer.Option("--tables", help="Comma-separated schema.table globs, e.g. shop.orders,crm.*"),
     ] = None,
 ) -> None:
-    """Decode binlog files offline: one JSON line per row change, in file order."""
+    """Decode binlog files offline: one JSON line per row change, in file order.
+
+    Like mysqlbinlog, --start-position applies to the first file and --stop-position to the
+    last one; the files in between are decoded whole. Events before the start are still
+    decoded (silently), so a start inside a transaction knows its table maps."""
     patterns = [p.strip() for p in (tables or "").split(",") if p.strip()]
     out = sys.stdout.buffer
+    last = len(files) - 1
     try:
-        for path in files:
+        for index, path in enumerate(files):
             decoder = BinlogDecoder(file=path.name)
+            start = start_position if index == 0 else None
+            stop = stop_position if index == last else None
             for event in _events(path, decoder):
                 offset = event.header.offset
-                if stop_position is not None and offset >= stop_position:
+                if stop is not None and offset >= stop:
                     break
-                if start_position is not None and offset < start_position:
+                if start is not None and offset < start:
                     continue
                 if events:
                     if not isinstance(event, RowsEvent) or _wanted(

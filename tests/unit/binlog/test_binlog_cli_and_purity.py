@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from binlog_text import FIXTURES, VECTORS
 
@@ -55,6 +56,34 @@ def test_decode_filters_tables_positions_and_prints_events() -> None:
     ]
     assert events[0]["event"] == "FORMAT_DESCRIPTION" and events[0]["header"]["offset"] == 4
     assert all(e["header"]["offset"] < 400 for e in events)
+
+
+def test_decode_positions_apply_to_the_first_and_last_file_as_mysqlbinlog() -> None:
+    """--start-position cuts the first file only, --stop-position the last file only."""
+    first, second = (next((FIXTURES / "mariadb-10.11").glob(f"{n}*")) for n in ("02", "03"))
+
+    def run(*args: str) -> list[dict[str, Any]]:
+        out = subprocess.run([*RUN, *args], check=True, capture_output=True, text=True).stdout
+        return [json.loads(line) for line in out.splitlines()]
+
+    def spans(rows: list[dict[str, Any]]) -> list[tuple[str, int]]:
+        return [(r["position"]["file"], r["position"]["start"]) for r in rows]
+
+    start, stop = 5060, 2073  # a GTID event in the first file, one in the second (stop < start)
+    whole = spans(run(str(first))) + spans(run(str(second)))
+    want = [(f, o) for f, o in whole if (f == first.name and o >= start) or (f == second.name and o < stop)]
+    assert {f for f, _ in want} == {first.name, second.name} and len(want) == 16
+    got = run(str(first), str(second), "--start-position", str(start), "--stop-position", str(stop))
+    assert spans(got) == want
+    events = run(
+        str(first), str(second), "--events", "--start-position", str(start), "--stop-position", str(stop)
+    )
+    offsets = [(e["header"]["offset"], e["event"]) for e in events]
+    assert offsets[0] == (start, "MARIA_GTID")
+    assert (16688, "ROTATE") in offsets  # the end of the first file: no stop there
+    second_part = offsets[offsets.index((16688, "ROTATE")) + 1 :]
+    assert second_part[0] == (4, "FORMAT_DESCRIPTION")  # the second file from its start
+    assert max(o for o, _ in second_part) < stop
 
 
 def test_decode_corrupt_file_exits_nonzero_with_one_line(tmp_path: Path) -> None:
