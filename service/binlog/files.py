@@ -81,6 +81,11 @@ def read_binlog_file(
 def _refill(fh: BinaryIO, buf: bytes, pos: int, need: int) -> tuple[bytes, memoryview, int]:
     """Keep buf[pos:], append at least enough to hold `need` bytes (short at end of file)."""
     rest = buf[pos:]
-    more = fh.read(max(_CHUNK, need - len(rest)))
+    want = need - len(rest)
+    if want > _CHUNK:
+        # read(n) allocates n bytes before it reads: never ask for more than the file holds,
+        # or a corrupt event_size in a small file would allocate up to MAX_EVENT_SIZE.
+        want = min(want, os.fstat(fh.fileno()).st_size - fh.tell())
+    more = fh.read(max(_CHUNK, want))
     buf = rest + more if rest else more
     return buf, memoryview(buf), 0
