@@ -1,4 +1,10 @@
-"""MySQL 8.x/9.x vectors: values from documented layouts and what the statements evidently hold."""
+"""MySQL 8.x/9.x vectors: values from documented layouts and what the statements evidently hold.
+
+Source of the vectors (tests/fixtures/binlog/vectors/mysql-8/, see the README there): binlog files
+written by real MySQL 8.0.2-9.6.0 servers, from the test data of the open-source
+rust_mysql_common project (https://github.com/blackbeam/rust_mysql_common, MIT/Apache-2.0),
+directory test-data/binlogs/.
+"""
 
 from __future__ import annotations
 

@@ -45,3 +45,18 @@ def test_rows_match_mariadb_binlog(path: Path) -> None:
     for i, (mine, theirs) in enumerate(zip(ours, expected, strict=True)):
         assert mine == theirs, f"row change #{i}"
     assert expected or "setup" in path.name, "the vector holds row changes"
+
+
+@pytest.mark.parametrize(
+    ("name", "types", "row_changes"),
+    [
+        ("mysql-bin.checksum-crc32", {2, 4, 15, 16, 19, 30, 31, 32, 34, 35}, 63),
+        ("mysql-bin.checksum-none", {2, 3, 15, 16, 19, 30, 31, 34, 35}, 36),
+    ],
+)
+def test_mysql57_vectors_hold_what_their_readme_says(name: str, types: set[int], row_changes: int) -> None:
+    """tests/fixtures/binlog/vectors/README.md: event types present (no IGNORABLE 28 or
+    ROWS_QUERY 29) and the number of row changes."""
+    path = VECTORS / "mysql-5.7" / name
+    assert {raw[4] for raw in read_binlog_file(path)} == types
+    assert len(_ours(path)) == row_changes
