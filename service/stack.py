@@ -25,6 +25,7 @@ from typing import Any
 import pymysql
 
 from service.errors import StackError
+from service.stack_tls import ensure_tls_files
 
 __all__ = ["LocalStack", "StackInfo", "default_stack_dir"]
 
@@ -278,6 +279,7 @@ class LocalStack:
 
     def _write_mariadb_cnf(self, info: StackInfo) -> Path:
         (self.mysql_dir / "binlog").mkdir(parents=True, exist_ok=True)
+        ca, cert, key = ensure_tls_files(self.tls_dir)
         cnf = self.mysql_dir / "my.cnf"
         cnf.write_text(
             "\n".join(
@@ -307,11 +309,19 @@ class LocalStack:
                     "innodb_flush_log_at_trx_commit=2",
                     "sync_binlog=0",
                     "performance_schema=OFF",
+                    f"ssl_ca={ca}",
+                    f"ssl_cert={cert}",
+                    f"ssl_key={key}",
                     "",
                 ]
             )
         )
         return cnf
+
+    @property
+    def tls_dir(self) -> Path:
+        """The stack's throwaway CA (`ca.pem`) and MariaDB's server certificate for 127.0.0.1."""
+        return self.mysql_dir / "tls"
 
     @property
     def mysql_socket(self) -> Path:

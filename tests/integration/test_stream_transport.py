@@ -14,6 +14,7 @@ from test_stream_util import (
     admin,
     changes_of,
     collect,
+    expected_changes,
     make_tables,
     run_sql,
     settings_for,
@@ -22,6 +23,7 @@ from test_stream_util import (
 )
 
 from service.checkpoint import BinlogPosition, Checkpoint
+from service.errors import SourceError
 from service.stack import LocalStack
 from service.transactions import TableFilter
 from service.transport.source import BinlogSource
@@ -106,3 +108,42 @@ async def test_same_changes_as_python_mysql_replication(stack: LocalStack) -> No
     async with BinlogSource(settings, start, table_filter=TableFilter((f"{db}.*",))) as source:
         ours = changes_of(await collect(source, db, len(theirs)), db)
     assert ours == theirs
+
+
+async def test_tls_verified_required_and_refused(stack: LocalStack) -> None:
+    """The stack's MariaDB serves TLS with its own throwaway CA. A user created with REQUIRE SSL
+    streams over verified TLS; without TLS, or when the server's certificate does not verify,
+    the start fails with a SourceError; `mysql_ssl_verify=false` keeps TLS without the checks."""
+    info = stack.load()
+    assert info is not None
+    db = unique_db("st_tls")
+    run_sql(stack, make_tables(db))
+    run_sql(
+        stack,
+        [
+            "CREATE USER 'tls_only'@'127.0.0.1' IDENTIFIED BY 'tls-pw' REQUIRE SSL",
+            "GRANT REPLICATION SLAVE, REPLICATION CLIENT, BINLOG MONITOR, SELECT ON *.* "
+            "TO 'tls_only'@'127.0.0.1'",
+        ],
+    )
+    url = f"mysql://tls_only:tls-pw@127.0.0.1:{info.mysql_port}"
+    with pytest.raises(SourceError, match="Access denied"):
+        await BinlogSource(settings_for(stack, url), "now").start()
+    with pytest.raises(SourceError, match="CERTIFICATE_VERIFY_FAILED"):  # system CAs do not know ours
+        await BinlogSource(settings_for(stack, url, mysql_ssl=True), "now").start()
+
+    verified, unverified = (
+        {"mysql_ssl_ca": stack.tls_dir / "ca.pem"},
+        {"mysql_ssl": True, "mysql_ssl_verify": False},
+    )
+    for first, tls in ((0, verified), (3, unverified)):
+        source = BinlogSource(settings_for(stack, url, **tls), "now", table_filter=TableFilter((f"{db}.*",)))
+        async with source:
+            ctl = await source._control()
+            async with ctl.cursor() as cur:
+                await cur.execute("SHOW SESSION STATUS LIKE 'Ssl_cipher'")
+                row = await cur.fetchone()
+            assert row is not None and row[1], tls  # the side connection is encrypted too
+            run_sql(stack, workload(db, first, 3))
+            got = await collect(source, db, len(expected_changes(db, first, 3)))
+        assert changes_of(got, db) == expected_changes(db, first, 3)
