@@ -59,7 +59,9 @@ class StatusCollector(Collector):
             )
         if s.bytes_behind is not None:
             yield GaugeMetricFamily(
-                P + "lag_bytes", "Source binlog end minus received position", value=s.bytes_behind
+                P + "lag_bytes",
+                "Binlog bytes from the applied checkpoint to the source's end",
+                value=s.bytes_behind,
             )
         yield GaugeMetricFamily(
             P + "transactions_waiting", "Read, not yet applied", value=s.transactions_waiting

@@ -114,7 +114,11 @@ class PositionOut(BaseModel):
     source: SourceOut
     received_file: str | None = Field(description="Binlog file of the last transaction read from the source.")
     received_pos: int | None
-    received_gtid: str | None
+    received_gtid: str | None = Field(description="GTID of the last transaction read from the source.")
+    received_gtid_set: str | None = Field(
+        description="Executed GTID set after the last transaction read from the source (the GTID set "
+        'received); "" when the source is not in GTID mode, null before the first transaction.'
+    )
     applied: CheckpointOut | None = Field(description="The checkpoint stored in Redis with the last apply.")
     last_event_ts: int | None = Field(
         description="Source timestamp of the newest event (heartbeats included)."
@@ -142,6 +146,7 @@ class PositionOut(BaseModel):
             received_file=s.received_position.file if s.received_position else None,
             received_pos=s.received_position.pos if s.received_position else None,
             received_gtid=s.received_gtid,
+            received_gtid_set=s.received_gtid_set,
             applied=applied,
             last_event_ts=s.last_event_ts,
             last_event_time=_time(s.last_event_ts),
@@ -158,7 +163,12 @@ class PositionOut(BaseModel):
 
 class LagOut(BaseModel):
     seconds_behind: float | None = Field(description="Now minus the last applied commit; 0 when caught up.")
-    bytes_behind: int | None = Field(description="Source binlog end minus the received position (same file).")
+    bytes_behind: int | None = Field(
+        description="Binlog bytes from the applied checkpoint to the source's end of binlog, summed over "
+        "the checkpoint's file and every later one: bytes not yet read plus bytes read and not yet "
+        "applied. Refreshed every 2 s. A lower bound when the checkpoint's file was purged; null "
+        "when unknown (a start from a GTID set, until its first transaction is applied)."
+    )
     transactions_waiting: int = Field(description="Read from the source, not yet applied to Redis.")
     rows_waiting: int
     max_lag_seconds: float
@@ -178,12 +188,27 @@ class LagOut(BaseModel):
 
 class ColumnOut(BaseModel):
     name: str
-    type: str
-    metadata: int | None
+    type: str = Field(description="Data type from information_schema, e.g. VARCHAR, INT.")
+    metadata: int | None = Field(
+        description="The column's metadata word in the latest TABLE_MAP read for the table, as the "
+        "server's table_def holds it (VARCHAR: max bytes; CHAR/ENUM/SET: real type << 8 | bytes; "
+        "DECIMAL: precision << 8 | scale; TIME/DATETIME/TIMESTAMP: fractional digits; BLOB/JSON: "
+        "length bytes; 0 for types without metadata); null before a TABLE_MAP with this column is "
+        "read. That TABLE_MAP may predate a later DDL."
+    )
     nullable: bool | None
     unsigned: bool | None
     charset: str | None
-    name_source: str = Field(description="binlog | information_schema | position")
+    name_source: str = Field(
+        description="Where the name the mirrored rows use for this column comes from: binlog (the "
+        "TABLE_MAP's column names, binlog_row_metadata=FULL); information_schema (the TABLE_MAP has "
+        "no names and the service looks them up, or no TABLE_MAP with this column was read yet); "
+        "position (the rows carry @1, @2...)."
+    )
+    length: int | None = Field(
+        description="information_schema: CHARACTER_MAXIMUM_LENGTH (characters), else NUMERIC_PRECISION, "
+        "else DATETIME_PRECISION."
+    )
 
     @classmethod
     def from_domain(cls, c: ColumnStatus) -> ColumnOut:
@@ -195,6 +220,7 @@ class ColumnOut(BaseModel):
             unsigned=c.unsigned,
             charset=c.charset,
             name_source=c.name_source,
+            length=c.length,
         )
 
 
@@ -224,7 +250,10 @@ class ResyncOut(BaseModel):
 class TableSummaryOut(BaseModel):
     schema_: str = Field(alias="schema", serialization_alias="schema")
     table: str
-    table_id: int | None
+    table_id: int | None = Field(
+        description="Table id of the latest TABLE_MAP read for the table (since this process "
+        "started); null before one is read."
+    )
     mirrored: bool
     key_source: str
     primary_key: list[str]

@@ -12,17 +12,18 @@ import datetime as dt
 import logging
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import aiomysql
 
+from service.binlog.schema import TableSchema
 from service.errors import SourceError
 from service.pipeline.status import ColumnStatus
 from service.transactions import TableFilter
 from service.transport.connection import fetch
 
-__all__ = ["Catalog", "TableInfo"]
+__all__ = ["Catalog", "TableInfo", "with_table_map"]
 
 log = logging.getLogger(__name__)
 
@@ -96,11 +97,11 @@ class Catalog:
             ColumnStatus(
                 name=str(name),
                 type=str(dtype).upper(),
-                metadata=int(meta) if meta is not None else None,
                 nullable=str(nullable) == "YES",
                 unsigned=("unsigned" in str(ctype).lower()) if dtype in _NUMERIC else None,
                 charset=str(charset) if charset else None,
                 name_source="information_schema",
+                length=int(meta) if meta is not None else None,
             )
             for name, dtype, ctype, nullable, charset, meta, _, _ in crow
         )
@@ -154,6 +155,37 @@ class Catalog:
             SYSTEM_SCHEMAS,
         )
         return sorted((str(s), str(t)) for s, t in rows if self.filter.wants(str(s), str(t)))
+
+
+def with_table_map(
+    columns: tuple[ColumnStatus, ...], table_map: TableSchema | None, names_from: str
+) -> tuple[ColumnStatus, ...]:
+    """`columns` (from information_schema) with what the table's latest TABLE_MAP says: each
+    column's metadata word, and where the name its values carry in the rows comes from.
+
+    `names_from` is where the decoder takes names the TABLE_MAP lacks ("binlog" when the source
+    has binlog_row_metadata=FULL, so the TABLE_MAP carries them; else "information_schema").
+    Columns are matched by name; a TABLE_MAP without names (positional @N rows) by index when the
+    column counts agree. A column the TABLE_MAP does not have (added since) keeps metadata None
+    and name_source "information_schema". The TABLE_MAP may predate a DDL applied since."""
+    if table_map is None:
+        return columns
+    if table_map.has_names:
+        by_name = {c.name: c for c in table_map.columns}
+        found = [by_name.get(c.name) for c in columns]
+        source = names_from
+    else:
+        same = len(table_map.columns) == len(columns)
+        found = list(table_map.columns) if same else [None] * len(columns)
+        source = "position"
+    out = []
+    for column, mapped in zip(columns, found, strict=True):
+        if mapped is not None:
+            column = replace(column, metadata=mapped.meta, name_source=source)
+        elif source == "position":
+            column = replace(column, name_source=source)
+        out.append(column)
+    return tuple(out)
 
 
 _NUMERIC = {"tinyint", "smallint", "mediumint", "int", "bigint", "decimal", "float", "double"}

@@ -29,6 +29,7 @@ from prometheus_client import Histogram
 from redis.asyncio import Redis
 
 from service.binlog.rowchange import Op
+from service.binlog.schema import TableSchema
 from service.checkpoint import Checkpoint, StartPoint, parse_start
 from service.errors import (
     ConfigError,
@@ -38,7 +39,7 @@ from service.errors import (
     ReplicatorError,
     SinkError,
 )
-from service.pipeline.catalog import Catalog
+from service.pipeline.catalog import Catalog, with_table_map
 from service.pipeline.ddl import ddl_actions
 from service.pipeline.resync import resync_table
 from service.pipeline.status import (
@@ -146,6 +147,7 @@ class Replicator:
         self._past_reconnects = 0
         self._past_events: Counter[str] = Counter()
         self._past_ignorable = self._past_invalid = 0
+        self._past_maps: dict[tuple[str, str], TableSchema] = {}  # latest TABLE_MAP per table
         # Seconds per Redis apply call (one batch of transactions). Not registered anywhere: the
         # API registers it in its app registry (api/main.py), next to apply_delay_seconds.
         self.apply_seconds = Histogram(
@@ -476,16 +478,20 @@ class Replicator:
     # -- stats and status ------------------------------------------------------------------------
     async def _stats_loop(self) -> None:
         while True:
+            # measured from the APPLIED checkpoint: what is still to read plus what is read
+            # and not yet in Redis (the source's end of binlog is the other end)
             lag_bytes = getattr(self._source, "lag_bytes", None)
-            if lag_bytes is not None:
+            applied = self._applied
+            if lag_bytes is not None and applied is not None:
                 with contextlib.suppress(ReplicatorError):
-                    self._bytes_behind = await lag_bytes()
+                    self._bytes_behind = await lag_bytes(applied.position)
             await asyncio.sleep(2.0)
 
     def _fold_source(self, source: object) -> None:
         """Keep a finished session's source counters (sources live for one session)."""
         stats = getattr(source, "stats", None)
         self._past_reconnects += int(getattr(stats, "reconnects", 0))
+        self._past_maps.update(getattr(stats, "table_maps", {}))
         totals = getattr(source, "decoder_totals", None)
         if totals is not None:
             by_type, ignorable, invalid = totals()
@@ -540,16 +546,20 @@ class Replicator:
                 lag = max(0.0, now - self._applied_ts)
             elif last_packet:
                 lag = max(0.0, now - last_packet)
+        maps = {**self._past_maps, **getattr(stats, "table_maps", {})}
+        names_from = str(getattr(stats, "column_names", "binlog"))
         tables = []
         for key in sorted(set(self._tables) | self._mirrored):
             c = self._tables.get(key, _TableCounters())
             t = self.catalog.get(*key)
+            table_map = maps.get(key)
             skipped = self.mirror.planner.skipped.rows.get(key, 0)
             tables.append(
                 TableStatus(
                     schema=key[0],
                     table=key[1],
-                    columns=t.columns if t else (),
+                    table_id=table_map.table_id if table_map else None,
+                    columns=with_table_map(t.columns, table_map, names_from) if t else (),
                     primary_key=(t.key or ()) if t else (),
                     key_source=t.key_source if t else "primary",
                     mirrored=bool(t is None or t.key),
@@ -575,6 +585,7 @@ class Replicator:
             ),
             received_position=received.end.position if received else None,
             received_gtid=received.gtid if received else None,
+            received_gtid_set=received.end.gtid_set if received else None,
             applied=self._applied,
             last_event_ts=last_event_ts,
             lag_seconds=lag,

@@ -44,11 +44,18 @@ class State(StrEnum):
 class ColumnStatus:
     name: str
     type: str  # source column type name, e.g. "VARCHAR", "DECIMAL", "INT"
-    metadata: int | None = None  # TABLE_MAP metadata word (length, precision/scale, fsp...)
+    # the column's metadata word in the latest TABLE_MAP of the table, as MySQL's table_def holds
+    # it (max byte length, precision/scale, fsp...); None before a TABLE_MAP with the column is read
+    metadata: int | None = None
     nullable: bool | None = None  # None: unknown
     unsigned: bool | None = None  # None: not numeric, or unknown
     charset: str | None = None  # collation/charset name for character columns
-    name_source: str = "binlog"  # binlog (row metadata) | information_schema | position (@1, @2...)
+    # where the name the rows carry comes from: binlog (TABLE_MAP column names, FULL row
+    # metadata) | information_schema (the TABLE_MAP has none, or no TABLE_MAP with the column
+    # was read yet) | position (@1, @2...: the rows carry positional names)
+    name_source: str = "binlog"
+    # information_schema: CHARACTER_MAXIMUM_LENGTH, else NUMERIC_PRECISION, else DATETIME_PRECISION
+    length: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,10 +107,12 @@ class ReplicatorStatus:
     source: SourceStatus = field(default_factory=SourceStatus)
     received_position: BinlogPosition | None = None  # end of the last transaction read from the source
     received_gtid: str | None = None  # GTID of that transaction
+    received_gtid_set: str | None = None  # executed GTID set after it ("" outside GTID mode)
     applied: Checkpoint | None = None  # the checkpoint stored in Redis with the last applied transaction
     last_event_ts: int | None = None  # source timestamp of the newest event seen (heartbeats included)
     lag_seconds: float | None = None  # now - timestamp of the last applied transaction; 0 when caught up
-    bytes_behind: int | None = None  # source's binlog end minus the received position (same file only)
+    # binlog bytes from the applied checkpoint to the source's end of binlog, summed over files
+    bytes_behind: int | None = None
     transactions_waiting: int = 0  # read but not yet applied (queue + in flight)
     rows_waiting: int = 0
     transactions_applied: int = 0  # since this process started

@@ -26,6 +26,7 @@ import aiomysql
 
 from service.binlog import BinlogDecoder, DecodeOptions
 from service.binlog.constants import EventType
+from service.binlog.events import TableMapEvent
 from service.binlog.schema import TableSchema
 from service.binlog.stats import DecoderStats
 from service.checkpoint import (
@@ -83,6 +84,11 @@ class SourceStats:
     events_by_type: Counter[str] = field(default_factory=Counter)  # EventType name -> events
     skipped_ignorable: int = 0  # unknown events skipped thanks to LOG_EVENT_IGNORABLE_F
     invalid_text_values: int = 0  # text values whose bytes were invalid in their charset
+    # the latest TABLE_MAP read per (schema, table): its table id, column metadata and names
+    table_maps: dict[tuple[str, str], TableSchema] = field(default_factory=dict)
+    # where the decoder takes column names from: "binlog" (binlog_row_metadata=FULL, as read at
+    # start) or "information_schema" (any other value: looked up by `ColumnNames`)
+    column_names: str = "binlog"
 
 
 @dataclass(slots=True)
@@ -165,6 +171,7 @@ class BinlogSource:
         if self.check_source:
             await preflight(ctl, info, server_id=self.server_id, settle=self.heartbeat * READ_TIMEOUT_FACTOR)
         self._names_from_schema = info.var("binlog_row_metadata").upper() != "FULL"
+        self.stats.column_names = "information_schema" if self._names_from_schema else "binlog"
         if self._names_from_schema:
             await self._columns.refresh(ctl)
         self._resume = await self._resolve(ctl, info, self.start_point)
@@ -218,18 +225,25 @@ class BinlogSource:
             assert self.info is not None
             return await current_checkpoint(ctl, self.info)
 
-    async def lag_bytes(self) -> int:
-        """Binlog bytes between the last delivered transaction and the source's end of binlog."""
-        mine = self.stats.delivered.position if self.stats.delivered else self.start_position
+    async def lag_bytes(self, since: BinlogPosition) -> int | None:
+        """Binlog bytes from `since` (the replicator passes its applied checkpoint) to the source's
+        end of binlog, summed over `since`'s file and every later one (SHOW BINARY LOGS).
+
+        None when unknown: `since` has no file name (a start from a GTID set, until its first
+        transaction is applied: the dump skips to the GTID without telling where it is), or the
+        source lists no binary logs. When `since`'s file was purged, the files still listed are
+        counted: a lower bound."""
+        if not since.file:
+            return None
         async with self._ctl_lock:
             files = await binlog_files(await self._control())
-        if mine is None or not files:
-            return 0
-        total, counting = 0, False
+        if not files:
+            return None
+        total = 0
         for name, size in files:
-            if name == mine.file:
-                counting, size = True, max(size - mine.pos, 0)
-            if counting:
+            if name == since.file:
+                total += max(size - since.pos, 0)
+            elif BinlogPosition(name, 0) > since:
                 total += size
         return total
 
@@ -407,6 +421,9 @@ class BinlogSource:
                 header = event.header
                 stats.events += 1
                 stats.last_event_ts = header.timestamp or stats.last_event_ts
+                if isinstance(event, TableMapEvent):
+                    table = event.table
+                    stats.table_maps[table.schema, table.table] = table
                 txn = assembler.feed(event)
                 stats.read_position = tracker.position
                 if txn is not None:

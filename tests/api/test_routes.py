@@ -19,7 +19,7 @@ ORDERS = TableStatus(
     table_id=108,
     columns=(
         ColumnStatus("id", "INT", None, False, True, None, "binlog"),
-        ColumnStatus("note", "VARCHAR", 400, True, None, "utf8mb4_general_ci", "binlog"),
+        ColumnStatus("note", "VARCHAR", 400, True, None, "utf8mb4_general_ci", "binlog", length=100),
     ),
     primary_key=("id",),
     inserts=5,
@@ -71,6 +71,7 @@ def test_lag_limit_comes_from_settings(make_client: Callable[..., TestClient], d
 def test_position(client: TestClient, double: StatusDouble) -> None:
     double.snapshot = streaming_status(
         received_gtid="0-1-7",
+        received_gtid_set="0-1-7,1-1-3",
         errors=ErrorStatus(count=2, last="OSError('mysql://mirror:hunter2@db:3306 refused')", last_ts=1.0),
     )
     body = client.get("/position").json()
@@ -82,7 +83,7 @@ def test_position(client: TestClient, double: StatusDouble) -> None:
         "url": "mysql://mirror:***@h:3306",
     }
     received = (body["received_file"], body["received_pos"], body["received_gtid"])
-    assert received == ("bin.000001", 1234, "0-1-7")
+    assert received == ("bin.000001", 1234, "0-1-7") and body["received_gtid_set"] == "0-1-7,1-1-3"
     assert body["applied"]["file"] == "bin.000001" and body["applied"]["gtid_set"] == "0-1-7"
     assert body["last_event_time"].endswith("Z")
     assert body["errors"]["count"] == 2
@@ -127,6 +128,7 @@ def test_tables_list_and_detail(client: TestClient, double: StatusDouble) -> Non
         "unsigned": None,
         "charset": "utf8mb4_general_ci",
         "name_source": "binlog",
+        "length": 100,
     }
     assert detail["last_change_time"] == "2023-11-14T22:13:20Z"
     assert detail["resync"] is None

@@ -11,24 +11,33 @@ import contextlib
 import os
 import socket
 import uuid
+import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
+import hypothesis
 import orjson
 import pytest
+import redis as redis_sync
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from api.main import create_app
 from api.server import ApiServer
+from service.checkpoint import BinlogPosition
 from service.pipeline.replicator import Replicator
 from service.settings import Settings, load_settings
 from service.stack import LocalStack
+from service.transport.source import BinlogSource
 from tests.integration.test_stream_util import Proxy
 
 pytestmark = pytest.mark.integration
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    schemathesis = pytest.importorskip("schemathesis")  # dev extra
 
 TOKEN = "integration-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -89,7 +98,7 @@ async def caught_up(run: Running) -> None:
 
     async def check() -> bool:
         applied = (await run.get("/position"))["applied"]
-        if applied is None:
+        if applied is None or not applied["file"]:  # no file yet: a GTID start, nothing applied
             return False
         return (int(applied["file"].rsplit(".", 1)[1]), applied["pos"]) >= (suffix, pos)
 
@@ -98,8 +107,14 @@ async def caught_up(run: Running) -> None:
 
 @contextlib.asynccontextmanager
 async def running(
-    stack: LocalStack, *, standalone: bool = False, proxy: Proxy | None = None, **overrides: Any
+    stack: LocalStack,
+    *,
+    standalone: bool = False,
+    proxy: Proxy | None = None,
+    gtid_start: bool = False,
+    **overrides: Any,
 ) -> AsyncIterator[Running]:
+    """`gtid_start`: start from the source's GTID position once the tables exist (no checkpoint)."""
     info = stack.load()
     assert info is not None
     tag = uuid.uuid4().hex[:8]
@@ -109,6 +124,9 @@ async def running(
         cur.execute(f"CREATE DATABASE {db}")
         cur.execute(f"CREATE TABLE {db}.a (id INT PRIMARY KEY, v VARCHAR(20))")
         cur.execute(f"CREATE TABLE {db}.b (id INT PRIMARY KEY, v TEXT)")
+        if gtid_start:
+            cur.execute("SELECT @@gtid_binlog_pos")
+            overrides["start"] = str(cur.fetchone()[0])  # type: ignore[index]
     conn.close()
     mysql = proxy.url("mirror", info.repl_password) if proxy else info.mysql_url
     settings = load_settings(
@@ -213,10 +231,22 @@ async def test_standalone_app_position_tables_alter_metrics_and_auth(stack: Loca
             before["applied"]["pos"],
         ) or after["applied"]["file"] != before["applied"]["file"]
         assert after["last_event_time"] is not None and after["transactions_applied"] >= 1
+        # the GTID set received: caught up, it is the applied one, and holds the last GTID
+        assert after["received_gtid_set"] == after["applied"]["gtid_set"] != ""
+        assert after["received_gtid"] in after["received_gtid_set"].split(",")
 
         table = await run.get(f"/tables/{run.db}/a")
         assert [c["name"] for c in table["columns"]] == ["id", "v"]
         assert table["primary_key"] == ["id"] and table["rows_applied"]["insert"] == 5
+        # table-map state from the stream's TABLE_MAP (binlog_row_metadata=FULL names the columns)
+        first_id = table["table_id"]
+        assert isinstance(first_id, int) and first_id > 0
+        id_col, v_col = table["columns"]
+        assert (id_col["type"], id_col["metadata"], id_col["length"]) == ("INT", 0, 10)
+        assert (v_col["type"], v_col["metadata"], v_col["length"]) == ("VARCHAR", 80, 20)  # utf8mb4 bytes
+        assert {c["name_source"] for c in table["columns"]} == {"binlog"}
+        listed = {t["table"]: t for t in (await run.get("/tables"))["tables"]}
+        assert listed["a"]["table_id"] == first_id and listed["b"]["table_id"] is None  # no rows yet
         assert (await run.http.get(f"/tables/{run.db}/nope", headers=AUTH)).status_code == 404
 
         await run.asql("ALTER TABLE a ADD COLUMN w INT NULL", "INSERT INTO a VALUES (9, 'x', 1)")
@@ -227,6 +257,10 @@ async def test_standalone_app_position_tables_alter_metrics_and_auth(stack: Loca
             return [c["name"] for c in t["columns"]] == ["id", "v", "w"] and t["resync"] is None
 
         await until(altered, what="ALTER TABLE to show in /tables")
+        table = await run.get(f"/tables/{run.db}/a")
+        assert table["table_id"] != first_id  # the ALTER gave the table a new TABLE_MAP id
+        columns = [(c["name"], c["metadata"], c["name_source"]) for c in table["columns"]]
+        assert columns == [("id", 0, "binlog"), ("v", 80, "binlog"), ("w", 0, "binlog")]
         metrics = (await run.http.get("/metrics", headers=AUTH)).text
         assert f'binlog_mirror_rows_applied_total{{op="insert",schema="{run.db}",table="a"}}' in metrics
         assert "binlog_mirror_apply_delay_seconds_count" in metrics
@@ -282,6 +316,124 @@ async def test_lag_rises_while_the_stream_is_stalled_and_returns_to_zero(stack: 
         values = _samples((await run.http.get("/metrics", headers=AUTH)).text)
         assert values["binlog_mirror_reconnects_total"] >= 1  # the dropped connection
         assert values["binlog_mirror_decode_errors_total"] == 0
+
+
+async def bytes_behind(run: Running, expected: int | None) -> None:
+    """Wait for /lag's bytes_behind to be `expected` (it is refreshed every 2 s)."""
+
+    async def check() -> bool:
+        return bool((await run.get("/lag"))["bytes_behind"] == expected)
+
+    await until(check, timeout=10, what=f"bytes_behind {expected}")
+
+
+async def test_bytes_behind_counts_from_the_applied_checkpoint(stack: LocalStack) -> None:
+    info = stack.load()
+    assert info is not None
+    # Redis writes are paused below, lease renewals included: a lease that outlives the pause
+    async with running(stack, lease_ttl_seconds=30) as run:
+        await run.asql("INSERT INTO a VALUES (1, 'x')")
+        await caught_up(run)
+        await bytes_behind(run, 0)
+        redis = redis_sync.Redis.from_url(info.redis_url)
+        try:
+            redis.execute_command("CLIENT", "PAUSE", 8000, "WRITE")  # applies wait; reading goes on
+            await run.asql("INSERT INTO a VALUES (2, 'y')")
+            file, pos = await asyncio.to_thread(master_pos, stack)
+
+            async def received() -> bool:
+                p = await run.get("/position")
+                return (p["received_file"], p["received_pos"]) == (file, pos)
+
+            await until(received, timeout=5, what="the insert to be received")
+            applied = (await run.get("/position"))["applied"]
+            assert applied["file"] == file and applied["pos"] < pos  # received, not applied
+            await bytes_behind(run, pos - applied["pos"])  # not 0, as a received-based count says
+            assert (await run.get("/lag"))["transactions_waiting"] == 1
+        finally:
+            redis.execute_command("CLIENT", "UNPAUSE")
+            redis.close()
+        await caught_up(run)
+        await bytes_behind(run, 0)
+
+
+def _set_row_metadata(stack: LocalStack, value: str) -> None:
+    conn = stack.root_connection()
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f"SET GLOBAL binlog_row_metadata = '{value}'")
+    finally:
+        conn.close()
+
+
+def _binary_logs(stack: LocalStack) -> list[tuple[str, int]]:
+    conn = stack.root_connection()
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SHOW BINARY LOGS")
+            return [(str(r[0]), int(r[1])) for r in cur.fetchall()]
+    finally:
+        conn.close()
+
+
+async def test_gtid_start_minimal_row_metadata_and_a_purged_file(stack: LocalStack) -> None:
+    """A start from a GTID set has no byte position until its first transaction is applied;
+    under binlog_row_metadata=MINIMAL the rows' column names come from information_schema."""
+    _set_row_metadata(stack, "MINIMAL")  # a server global: restored below
+    try:
+        async with running(stack, gtid_start=True) as run:
+            position = await run.get("/position")
+            assert position["applied"]["file"] == "" and position["applied"]["gtid_set"]
+            assert position["received_gtid_set"] is None  # nothing received yet
+            assert (await run.get("/lag"))["bytes_behind"] is None  # unknown (not 0), refreshed or not
+            await run.asql("INSERT INTO a VALUES (1, 'x')")
+            await caught_up(run)
+            await bytes_behind(run, 0)
+            table = await run.get(f"/tables/{run.db}/a")
+            assert table["table_id"] is not None
+            columns = [(c["name"], c["metadata"], c["name_source"]) for c in table["columns"]]
+            assert columns == [("id", 0, "information_schema"), ("v", 80, "information_schema")]
+
+            # a checkpoint in a purged file: every file still on the source counts (a lower bound)
+            files = await asyncio.to_thread(_binary_logs, stack)
+            base, _, suffix = files[0][0].rpartition(".")
+            purged = BinlogPosition(f"{base}.{int(suffix) - 1:0{len(suffix)}d}", 4)
+            source = BinlogSource(run.settings)
+            try:
+                assert await source.lag_bytes(purged) == sum(size for _, size in files)
+                assert await source.lag_bytes(BinlogPosition(files[-1][0], files[-1][1])) == 0
+            finally:
+                await source.close()
+    finally:
+        _set_row_metadata(stack, "FULL")
+
+
+def _fuzz(base_url: str, db: str) -> None:
+    """Schemathesis over the live server's own schema. Runs in a thread: the server is served by
+    the test's event loop, and schemathesis calls are blocking."""
+    schema = schemathesis.openapi.from_url(f"{base_url}/openapi.json")
+    # a mirrored table first: its real table-map state must match the documented schema
+    table = schema["/tables/{schema}/{table}"]["GET"]
+    mirrored = table.Case(path_parameters={"schema": db, "table": "a"})
+    mirrored.call_and_validate(base_url=base_url, headers=AUTH)
+    for result in schema.get_all_operations():
+        operation = result.ok()
+
+        @hypothesis.given(case=operation.as_strategy())
+        @hypothesis.settings(
+            max_examples=10, deadline=None, database=None, suppress_health_check=list(hypothesis.HealthCheck)
+        )
+        def no_5xx(case: Any) -> None:
+            case.call_and_validate(base_url=base_url, headers=AUTH)
+
+        no_5xx()
+
+
+async def test_schemathesis_against_the_running_service_finds_no_5xx(stack: LocalStack) -> None:
+    async with running(stack) as run:
+        await run.asql("INSERT INTO a VALUES (1, 'x')", "INSERT INTO b VALUES (1, 'y')")
+        await caught_up(run)
+        await asyncio.to_thread(_fuzz, str(run.http.base_url).rstrip("/"), run.db)
 
 
 async def test_websocket_filters_order_each_once_and_resume(stack: LocalStack) -> None:
