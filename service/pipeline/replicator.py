@@ -406,8 +406,13 @@ class Replicator:
         return replace(txn, changes=tuple(changes))
 
     def _note_actions(self, actions: Sequence[TableAction]) -> None:
+        """Follow applied table actions. A resync in flight was restarted (TRUNCATE), moved
+        (RENAME) or ended (DROP) by the apply script itself, under a new generation: its task
+        follows here; a write it still has in flight is refused by that generation."""
+        tg = self._tg
         for a in actions:
             key = (a.schema, a.table)
+            running = key in self._resyncs
             if a.kind is ActionKind.DROP:
                 self._mirrored.discard(key)
                 self._cancel_resync(key)
@@ -415,11 +420,15 @@ class Replicator:
                 self._mirrored.discard(key)
                 self._cancel_resync(key)
                 assert a.new_schema is not None and a.new_table is not None
-                self._mirrored.add((a.new_schema, a.new_table))
-                self.catalog.forget(a.new_schema, a.new_table)
+                new = (a.new_schema, a.new_table)
+                self._mirrored.add(new)
+                self.catalog.forget(*new)
+                if running and tg is not None:
+                    self._start_resync(tg, new)
+            elif a.kind is ActionKind.TRUNCATE and running and tg is not None:
+                self._start_resync(tg, key)
             elif a.kind in (ActionKind.REGISTER, ActionKind.RESYNC):
                 self._mirrored.add(key)
-            tg = self._tg
             if a.kind is ActionKind.RESYNC and tg is not None:
                 self._start_resync(tg, key)
 
@@ -438,6 +447,11 @@ class Replicator:
         schema, table = key
         counters = self._tables.setdefault(key, _TableCounters())
         started = time.time()
+        # before any SELECT: every row read from here on is at least as new as this mark
+        generation = await self.mirror.resync_generation(schema, table)
+        if generation is None:  # already finished, or ended by a DROP/RENAME applied meanwhile
+            self._resync_done(key)
+            return
         counters.resync = ResyncStatus(started, 0, None, "resync")
         conn = await connect(self.settings)
         try:
@@ -457,17 +471,22 @@ class Replicator:
                 schema,
                 table,
                 info.key,
+                generation=generation,
                 chunk_rows=self.settings.resync_chunk_rows,
                 progress=progress,
                 utc_columns=frozenset(c.name for c in info.columns if c.type == "TIMESTAMP"),
             )
         finally:
             conn.close()
-            counters.resync = None
-            if self._resyncs.get(key) is asyncio.current_task():
-                del self._resyncs[key]
-            if not self._resyncs and self._state == State.RESYNCING:
-                self._set_state(State.STREAMING)
+            self._resync_done(key)
+
+    def _resync_done(self, key: tuple[str, str]) -> None:
+        owner = self._resyncs.get(key)
+        if owner is None or owner is asyncio.current_task():  # else a restarted copy owns it
+            self._tables[key].resync = None
+            self._resyncs.pop(key, None)
+        if not self._resyncs and self._state == State.RESYNCING:
+            self._set_state(State.STREAMING)
 
     async def _table_info(self, schema: str, table: str, conn: aiomysql.Connection | None = None) -> Any:
         conn = conn or self._ctl

@@ -6,6 +6,11 @@ added to the table's `__touched` set, and `resync_rows` never overwrites a touch
 version is newer than anything read here, because every row read here is at least as new as the
 mark (the source executed the DDL before we applied it). Rows present before the resync and neither
 seen here nor touched by the stream are deleted at the end.
+
+Each mark has a generation; the resync reads it before its first SELECT and every write carries
+it. A TRUNCATE, DROP, RENAME or newer ALTER applied meanwhile moves the generation inside its
+apply script, so a chunk read before that change and written after it is refused (the script
+writes nothing) and this copy stops; the replicator starts the next one.
 """
 
 from __future__ import annotations
@@ -37,11 +42,13 @@ async def resync_table(
     table: str,
     key: tuple[str, ...] | None,
     *,
+    generation: int,
     chunk_rows: int,
     progress: Callable[[int, int | None], None],
     utc_columns: frozenset[str] = frozenset(),
 ) -> int:
-    """Copy `schema.table` into the mirror in key order; returns rows read.
+    """Copy `schema.table` into the mirror in key order; returns rows read. `generation` is the
+    resync mark's, read before this call (`RedisMirror.resync_generation`).
 
     `utc_columns` are the TIMESTAMP columns: SELECT returns them naive (the session's time_zone
     is +00:00), the binlog decodes them as aware UTC datetimes; they are made aware here so both
@@ -78,13 +85,18 @@ async def resync_table(
                 break
             if utc_columns:
                 rows = [_utc(row, utc_columns) for row in rows]
-            await mirror.resync_rows(schema, table, rows)
+            if await mirror.resync_rows(schema, table, rows, generation) is None:
+                _superseded(schema, table, done)
+                return done
             done += len(rows)
             progress(done, total)
             last = tuple(rows[-1][c] for c in key)
             if len(rows) < chunk_rows:
                 break
-    removed = await mirror.resync_finish(schema, table)
+    removed = await mirror.resync_finish(schema, table, generation)
+    if removed is None:
+        _superseded(schema, table, done)
+        return done
     log.info(
         "resync of %s.%s done: %d rows read, %d stale rows removed in %.2fs",
         schema,
@@ -95,6 +107,16 @@ async def resync_table(
         extra={"schema": schema, "table": table, "rows": done, "removed": removed},
     )
     return done
+
+
+def _superseded(schema: str, table: str, done: int) -> None:
+    log.info(
+        "resync of %s.%s superseded after %d rows (TRUNCATE, DROP, RENAME or a newer ALTER): "
+        "nothing more written by this copy",
+        schema,
+        table,
+        done,
+    )
 
 
 def _utc(row: dict[str, Any], columns: frozenset[str]) -> dict[str, Any]:

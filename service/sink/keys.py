@@ -10,7 +10,8 @@
     {prefix}:__seq                             counter of applied row changes (change sequence numbers)
     {prefix}:__changes                         the optional change-log stream
     {prefix}:__tables                          set of "{schema}:{table}" (escaped) currently mirrored
-    {prefix}:__resync                          hash: "{schema}:{table}" -> reason, for resyncs in flight
+    {prefix}:__resync                          hash: "{schema}:{table}" -> "{generation} {reason}" for
+                                               resyncs in flight, and "__gen", the generation counter
 
 Escaping makes the mapping injective: in every part (schema, table, key value) `\\` becomes `\\\\`
 and `:` becomes `\\:`, and a part that starts with `__` gets one leading `\\`. So an unescaped `:` always

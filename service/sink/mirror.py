@@ -202,13 +202,25 @@ class RedisMirror:
         self._prev = checkpoint_id
 
     # -- resync ----------------------------------------------------------------------------------
-    async def resync_rows(self, schema: str, table: str, rows: Sequence[dict[str, Any]]) -> int:
-        """Write rows re-read from the source, except keys the stream wrote since the resync began."""
+    async def resync_generation(self, schema: str, table: str) -> int | None:
+        """The generation of the table's resync in flight; None when none is. A resync reads it
+        before its first SELECT and passes it with every write: a change that restarts or ends
+        the resync (TRUNCATE, DROP, RENAME, a newer ALTER) moves it, and the writes are refused."""
+        with map_redis_errors(f"reading the resync mark of {schema}.{table}"):
+            raw = await self.redis.hget(self.layout.resync_key, self.layout.table_id(schema, table))
+        return None if raw is None else _mark(_s(raw))[0]
+
+    async def resync_rows(
+        self, schema: str, table: str, rows: Sequence[dict[str, Any]], generation: int
+    ) -> int | None:
+        """Write rows re-read from the source, except keys the stream wrote since the resync began.
+        None: refused, `generation` is no longer the table's resync (nothing was written)."""
         cols = self.planner.key_columns(schema, table)
         if not cols:
             return 0
         lay = self.layout
-        args: list[Arg] = [lay.lease_key, self.token, lay.touched_key(schema, table)]
+        args: list[Arg] = [lay.lease_key, self.token, lay.resync_key, lay.table_id(schema, table), generation]
+        args.append(lay.touched_key(schema, table))
         args += [lay.stale_key(schema, table), lay.index_key(schema, table), lay.table_base(schema, table)]
         args.append("1" if self.options.json_mode else "0")
         for row in rows:
@@ -223,27 +235,36 @@ class RedisMirror:
             for k, v in present:
                 args += [k, field_value(v)]
         with map_redis_errors(f"resyncing {schema}.{table}"):
-            return int(await self._resync_rows(args=args))
+            written = int(await self._resync_rows(args=args))
+        return None if written < 0 else written
 
-    async def resync_finish(self, schema: str, table: str) -> int:
-        """Remove rows the resync did not find (and the stream did not write); end the resync."""
+    async def resync_finish(self, schema: str, table: str, generation: int) -> int | None:
+        """Remove rows the resync did not find (and the stream did not write); end the resync.
+        None: refused, `generation` is no longer the table's resync (nothing was done)."""
         lay = self.layout
         args: list[Arg] = [lay.lease_key, self.token, lay.resync_key, lay.table_id(schema, table)]
         args += [lay.touched_key(schema, table), lay.stale_key(schema, table)]
-        args += [lay.index_key(schema, table), lay.table_base(schema, table)]
+        args += [lay.index_key(schema, table), lay.table_base(schema, table), generation]
         with map_redis_errors(f"finishing the resync of {schema}.{table}"):
-            return int(await self._resync_finish(args=args))
+            removed = int(await self._resync_finish(args=args))
+        return None if removed < 0 else removed
 
     async def pending_resyncs(self) -> dict[str, str]:
         """table_id -> reason for every resync in flight (survives restarts)."""
         with map_redis_errors("reading pending resyncs"):
             raw = await self.redis.hgetall(self.layout.resync_key)
-        return {_s(k): _s(v) for k, v in raw.items()}
+        return {_s(k): _mark(_s(v))[1] for k, v in raw.items() if _s(k) != "__gen"}
 
     async def mirrored_tables(self) -> set[str]:
         with map_redis_errors("reading the mirrored tables"):
             raw = await self.redis.smembers(self.layout.tables_key)
         return {_s(m) for m in raw}
+
+
+def _mark(value: str) -> tuple[int, str]:
+    """A `__resync` value "{generation} {reason}" (a mark without a generation counts as 0)."""
+    gen, sep, reason = value.partition(" ")
+    return (int(gen), reason) if gen.isdigit() and sep else (0, value)
 
 
 def _s(value: bytes | str) -> str:

@@ -135,18 +135,22 @@ class Planner:
         index, base = lay.index_key(a.schema, a.table), lay.table_base(a.schema, a.table)
         if a.kind is ActionKind.DROP:
             return ["DT", index, base, "R", lay.tables_key, tid] + self._end_resync(a.schema, a.table)
+        stale, touched = lay.stale_key(a.schema, a.table), lay.touched_key(a.schema, a.table)
         if a.kind is ActionKind.TRUNCATE:
-            return ["DT", index, base]
+            # a resync in flight restarts: rows it read before the TRUNCATE must not come back
+            return ["DT", index, base, "RR", tid, index, stale, touched]
         if a.kind is ActionKind.REGISTER:
             return ["A", lay.tables_key, tid]
         if a.kind is ActionKind.RESYNC:
-            stale, touched = lay.stale_key(a.schema, a.table), lay.touched_key(a.schema, a.table)
             return ["A", lay.tables_key, tid, "RS", tid, a.reason[:200] or "resync", index, stale, touched]
         assert a.kind is ActionKind.RENAME and a.new_schema is not None and a.new_table is not None
         n_index = lay.index_key(a.new_schema, a.new_table)
         n_base = lay.table_base(a.new_schema, a.new_table)
         out: list[Arg] = ["DT", n_index, n_base, "RT", index, base, n_index, n_base]
-        out += ["R", lay.tables_key, tid, "A", lay.tables_key, lay.table_id(a.new_schema, a.new_table)]
+        ns, nt = a.new_schema, a.new_table
+        out += ["R", lay.tables_key, tid, "A", lay.tables_key, lay.table_id(ns, nt)]
+        # a resync in flight continues under the new name (the moved rows are not all re-read yet)
+        out += ["RC", tid, lay.table_id(ns, nt), n_index, lay.stale_key(ns, nt), lay.touched_key(ns, nt)]
         return out + self._end_resync(a.schema, a.table)
 
     def _end_resync(self, schema: str, table: str) -> list[Arg]:

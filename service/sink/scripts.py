@@ -1,7 +1,13 @@
 """Lua scripts run by the mirror: each call is atomic in Redis and checks the writer lease first.
 
-A script never fails half way by design: the only checks (lease, checkpoint chain) come before the
-first write. ARGV carries a flat instruction stream built by `service.sink.plan`.
+A script never fails half way by design: the only checks (lease, checkpoint chain, resync
+generation) come before the first write. ARGV carries a flat instruction stream built by
+`service.sink.plan`.
+
+`{prefix}:__resync` holds `table_id -> "{generation} {reason}"` for every resync in flight, and the
+counter `__gen` (no table id starts with `__`: see keys.py) that numbers them. Every mark, TRUNCATE
+or RENAME of a table in resync draws a new generation (DROP/RENAME remove the old mark), so a
+resync call carrying an older generation is refused: it read its rows before that change.
 """
 
 from __future__ import annotations
@@ -71,6 +77,12 @@ local function merge_json(cur, patch)
   for j, k in ipairs(keys) do parts[j] = k .. ':' .. vals[k] end
   return '{' .. table.concat(parts, ',') .. '}'
 end
+local function generation(resync, tid)
+  -- the generation of tid's resync in flight, or nil when none is (marks are "gen reason")
+  local v = redis.call('HGET', resync, tid)
+  if not v then return nil end
+  return tonumber(string.match(v, '^(%d+) ')) or 0
+end
 local function batched(cmd, key, first, last)
   -- cmd key ARGV[first..last], in slices small enough for unpack()
   local step = 1000
@@ -107,6 +119,13 @@ local nseq = tonumber(ARGV[10])
 local seq = redis.call('INCRBY', ARGV[9], nseq) - nseq + 1
 local first = first_chunk_seq or seq
 local resync = ARGV[11]
+local function mark(tid, reason, index, stale, touched)
+  -- (re)start tid's resync under a new generation: resync calls of an older one are refused
+  local gen = redis.call('HINCRBY', resync, '__gen', 1)
+  redis.call('HSET', resync, tid, gen .. ' ' .. reason)
+  redis.call('DEL', stale, touched)
+  if redis.call('EXISTS', index) == 1 then redis.call('SUNIONSTORE', stale, index) end
+end
 local i, n = 12, #ARGV
 while i <= n do
   local op = ARGV[i]
@@ -148,9 +167,20 @@ while i <= n do
     end
     redis.call('DEL', ARGV[i + 1]); i = i + 5
   elseif op == 'RS' then                 -- begin a resync: table_id reason index stale touched
-    redis.call('HSET', resync, ARGV[i + 1], ARGV[i + 2])
-    redis.call('DEL', ARGV[i + 4], ARGV[i + 5])
-    if redis.call('EXISTS', ARGV[i + 3]) == 1 then redis.call('SUNIONSTORE', ARGV[i + 4], ARGV[i + 3]) end
+    mark(ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5])
+    i = i + 6
+  elseif op == 'RR' then                 -- TRUNCATE restarts a resync in flight: table_id index stale touched
+    local v = redis.call('HGET', resync, ARGV[i + 1])
+    if v then mark(ARGV[i + 1], string.match(v, '^%d+ (.*)$') or v, ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]) end
+    i = i + 5
+  elseif op == 'RC' then                 -- RENAME carries a resync over: old_id new_id index stale touched
+    local v = redis.call('HGET', resync, ARGV[i + 1])
+    if v then
+      mark(ARGV[i + 2], string.match(v, '^%d+ (.*)$') or v, ARGV[i + 3], ARGV[i + 4], ARGV[i + 5])
+    else
+      redis.call('HDEL', resync, ARGV[i + 2])
+      redis.call('DEL', ARGV[i + 4], ARGV[i + 5])
+    end
     i = i + 6
   elseif op == 'XA' then                 -- XADD stream maxlen count f v ... (+ seq)
     local c = tonumber(ARGV[i + 3])
@@ -174,15 +204,18 @@ return first
 """
 )
 
-# ARGV: lease_key token touched_key stale_key index_key base json(0|1), then per row:
-#       suffix count f v ... (json mode: suffix 1 '' document)
+# ARGV: lease_key token resync_key table_id generation touched_key stale_key index_key base
+#       json(0|1), then per row: suffix count f v ... (json mode: suffix 1 '' document).
+# Returns the rows written, or -1 (nothing written) when the table's resync is no longer that
+# generation: a TRUNCATE, DROP, RENAME or newer ALTER was applied since the rows were read.
 RESYNC_ROWS = (
     _COMMON
     + r"""
 local err = fence(ARGV[1], ARGV[2])
 if err then return err end
-local touched, stale, index, base, json = ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7] == '1'
-local i, n, written = 8, #ARGV, 0
+if generation(ARGV[3], ARGV[4]) ~= tonumber(ARGV[5]) then return -1 end
+local touched, stale, index, base, json = ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10] == '1'
+local i, n, written = 11, #ARGV, 0
 while i <= n do
   local suffix, c = ARGV[i], tonumber(ARGV[i + 1])
   if redis.call('SISMEMBER', touched, suffix) == 0 then
@@ -203,12 +236,14 @@ return written
 """
 )
 
-# ARGV: lease_key token resync_key table_id touched stale index base
+# ARGV: lease_key token resync_key table_id touched stale index base generation
+# Returns the stale rows removed, or -1 (nothing done) when the generation is not current.
 RESYNC_FINISH = (
     _COMMON
     + r"""
 local err = fence(ARGV[1], ARGV[2])
 if err then return err end
+if generation(ARGV[3], ARGV[4]) ~= tonumber(ARGV[9]) then return -1 end
 local touched, stale, index, base = ARGV[5], ARGV[6], ARGV[7], ARGV[8]
 local removed = 0
 for _, m in ipairs(redis.call('SMEMBERS', stale)) do

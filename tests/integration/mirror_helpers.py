@@ -173,13 +173,17 @@ class Workload:
         self.conn.close()
 
 
-def expected(stack: LocalStack, db: str) -> dict[str, dict[str, dict[bytes, bytes]]]:
+Rows = dict[str, dict[bytes, bytes]]  # row suffix -> hash fields, as the mirror stores them
+
+
+def expected(stack: LocalStack, db: str, keys: dict[str, tuple[str, ...]] = KEYS) -> dict[str, Rows]:
+    """`SELECT *` of each table in `keys` (table -> key columns), in the mirror's hash form."""
     conn = root(stack, db)
     lay = KeyLayout("x")
-    out: dict[str, dict[str, dict[bytes, bytes]]] = {}
+    out: dict[str, Rows] = {}
     with conn.cursor(pymysql.cursors.DictCursor) as cur:
         cur.execute("SET time_zone = '+00:00'")
-        for table, key in KEYS.items():
+        for table, key in keys.items():
             cur.execute(f"SELECT * FROM {table}")
             rows = {}
             for row in cur.fetchall():
@@ -194,11 +198,11 @@ def expected(stack: LocalStack, db: str) -> dict[str, dict[str, dict[bytes, byte
     return out
 
 
-def actual(redis_url: str, prefix: str, db: str) -> dict[str, dict[str, dict[bytes, bytes]]]:
+def actual(redis_url: str, prefix: str, db: str, tables: tuple[str, ...] = tuple(KEYS)) -> dict[str, Rows]:
     r = redis_sync.Redis.from_url(redis_url)
     lay = KeyLayout(prefix)
-    out: dict[str, dict[str, dict[bytes, bytes]]] = {}
-    for table in KEYS:
+    out: dict[str, Rows] = {}
+    for table in tables:
         base = lay.table_base(db, table)
         members = [m.decode() for m in r.smembers(lay.index_key(db, table))]
         out[table] = {m: r.hgetall(f"{base}:{m}") for m in members}
@@ -211,6 +215,16 @@ def actual(redis_url: str, prefix: str, db: str) -> dict[str, dict[str, dict[byt
     return out
 
 
+def table_keys(redis_url: str, prefix: str, db: str, table: str) -> list[str]:
+    """Every key the mirror holds for a table (rows and its meta keys)."""
+    r = redis_sync.Redis.from_url(redis_url)
+    try:
+        base = KeyLayout(prefix).table_base(db, table)
+        return sorted(k.decode() for k in r.scan_iter(match=f"{base}:*", count=1000))
+    finally:
+        r.close()
+
+
 def wait_applied(get_checkpoint: Any, target: BinlogPosition, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -219,6 +233,17 @@ def wait_applied(get_checkpoint: Any, target: BinlogPosition, timeout: float = 3
             return
         time.sleep(0.05)
     raise AssertionError(f"mirror did not reach {target} (at {get_checkpoint()})")
+
+
+async def settle(rep: Any, stack: LocalStack, timeout: float = 30.0) -> None:
+    """Wait until the replicator has applied everything on the source and no resync runs."""
+    await wait_hooks(rep, master_position(stack), timeout)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not await rep.mirror.pending_resyncs() and not any(t.resync for t in rep.status().tables):
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"resyncs still running: {await rep.mirror.pending_resyncs()}")
 
 
 async def wait_hooks(rep: Any, target: BinlogPosition, timeout: float = 30.0) -> None:

@@ -168,14 +168,71 @@ async def test_resync_keeps_rows_written_by_the_stream(redis: Redis) -> None:
     # the stream writes row 2 (newer than what the resync will read) and deletes row 3
     await m.apply([(txn(upd("a", {"id": 2, "v": "old"}, {"id": 2, "v": "stream"}), dele("a", id=3)), [])])
     # the resync read rows 1 and 2 (row 2 in a stale version); row 3 was already gone
-    written = await m.resync_rows("db", "a", [{"id": 1, "v": "new"}, {"id": 2, "v": "resync"}])
+    generation = await m.resync_generation("db", "a")
+    assert generation is not None
+    written = await m.resync_rows("db", "a", [{"id": 1, "v": "new"}, {"id": 2, "v": "resync"}], generation)
     assert written == 1
-    await m.resync_finish("db", "a")
+    await m.resync_finish("db", "a", generation)
     assert await rows(redis, p, "a") == {
         "1": {b"id": b"1", b"v": b"new"},
         "2": {b"id": b"2", b"v": b"stream"},
     }
     assert await m.pending_resyncs() == {}
+
+
+@pytest.mark.parametrize("change", ["truncate", "drop", "rename", "alter"])
+async def test_resync_writes_of_an_older_generation_are_refused(redis: Redis, change: str) -> None:
+    """Rows read by a resync before a TRUNCATE/DROP/RENAME/newer ALTER and written after it must
+    not come back (or be orphaned): the apply moved the generation, the late write is refused."""
+    p = _prefix()
+    m = RedisMirror(redis, KeyLayout(p), keys_of)
+    await m.acquire_lease()
+    await m.load_checkpoint()
+    await m.apply([(txn(ins("a", id=1, v="x"), ins("a", id=2, v="x"), ins("a", id=3, v="x")), [])])
+    await m.apply([(txn(), [TableAction(ActionKind.RESYNC, "db", "a", reason="ALTER 1")])])
+    old = await m.resync_generation("db", "a")
+    assert old is not None
+    assert await m.resync_rows("db", "a", [{"id": 1, "v": "y"}], old) == 1  # a chunk before the change
+    action = {
+        "truncate": TableAction(ActionKind.TRUNCATE, "db", "a"),
+        "drop": TableAction(ActionKind.DROP, "db", "a"),
+        "rename": TableAction(ActionKind.RENAME, "db", "a", "db", "b"),
+        "alter": TableAction(ActionKind.RESYNC, "db", "a", reason="ALTER 2"),
+    }[change]
+    await m.apply([(txn(), [action])])
+    # the late chunk (read before the change) and the finish of the old copy: both refused
+    assert await m.resync_rows("db", "a", [{"id": 2, "v": "late"}, {"id": 9, "v": "late"}], old) is None
+    assert await m.resync_finish("db", "a", old) is None
+    now = await m.resync_generation("db", "a")
+    untouched = {
+        "1": {b"id": b"1", b"v": b"y"},
+        "2": {b"id": b"2", b"v": b"x"},
+        "3": {b"id": b"3", b"v": b"x"},
+    }
+    if change == "truncate":  # restarted: the new copy starts from an empty table
+        assert now is not None and now > old
+        assert await m.pending_resyncs() == {"db:a": "ALTER 1"}
+        assert await rows(redis, p, "a") == {}
+        assert await m.resync_rows("db", "a", [{"id": 7, "v": "new"}], now) == 1
+        assert await m.resync_finish("db", "a", now) == 0
+        assert await rows(redis, p, "a") == {"7": {b"id": b"7", b"v": b"new"}}
+    elif change == "alter":  # restarted: every row is stale again until the new copy confirms it
+        assert now is not None and now > old
+        assert await m.pending_resyncs() == {"db:a": "ALTER 2"}
+        assert await rows(redis, p, "a") == untouched
+        assert await redis.scard(f"{p}:db:a:__stale") == 3
+    else:  # ended for `a`; a rename carries the copy over to `b` under a new generation
+        assert now is None
+        assert await rows(redis, p, "a") == {}
+        assert [k async for k in redis.scan_iter(match=f"{p}:db:a:*")] == []
+        if change == "rename":
+            moved = await m.resync_generation("db", "b")
+            assert moved is not None and moved > old
+            assert await m.pending_resyncs() == {"db:b": "ALTER 1"}
+            assert await rows(redis, p, "b") == untouched
+        else:
+            assert await m.pending_resyncs() == {}
+    assert await redis.exists(f"{p}:db:a:9") == 0
 
 
 async def test_json_mode(redis: Redis) -> None:
