@@ -8,8 +8,9 @@ Every transaction runs as one Lua script call (atomic in Redis) that
   4. stores the new checkpoint.
 Several transactions go to Redis in one pipeline round trip (each still its own atomic script).
 A transaction with more than `chunk_size` row changes is applied in ordered chunks; only the last
-moves the checkpoint, and `{prefix}:__progress` records the chunks done, so a crash in between
-resumes the same transaction and skips the chunks already applied (see docs/mirror.md).
+moves the checkpoint, and `{prefix}:__progress` records how many changes of each table are done,
+so a crash in between resumes the same transaction and skips exactly those, even with another
+chunk size or table selection after the restart (see docs/mirror.md).
 
 Redis errors become SinkError here and only here.
 """
@@ -19,8 +20,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import secrets
+from collections import Counter
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from redis import exceptions as rexc
@@ -60,6 +62,23 @@ class MirrorOptions:
     lease_ttl: float = 3.0  # seconds
 
 
+@dataclass(slots=True)
+class _Progress:
+    """`{prefix}:__progress`: the chunked transaction a crash interrupted."""
+
+    txn: str  # its id (end position)
+    rows: int  # row changes applied (in the selection of the run that applied them)
+    first: int  # sequence number of its first change
+    tables: dict[str, int] = field(default_factory=dict)  # table_id -> its changes applied
+
+    @classmethod
+    def parse(cls, raw: dict[str, str]) -> _Progress | None:
+        if "txn" not in raw or "rows" not in raw:  # none, or an older format: start the txn over
+            return None
+        tables = {k[2:]: int(v) for k, v in raw.items() if k.startswith("t:")}
+        return cls(raw["txn"], int(raw["rows"]), int(raw.get("first", -1)), tables)
+
+
 class RedisMirror:
     def __init__(
         self,
@@ -86,12 +105,15 @@ class RedisMirror:
         self._renew = redis.register_script(RENEW)
         self._release = redis.register_script(RELEASE)
         self._prev = ""  # id of the checkpoint the next transaction must follow
+        self._resume: _Progress | None = None  # a chunked transaction to resume (from load)
 
     # -- checkpoint --------------------------------------------------------------------------------
     async def load_checkpoint(self) -> Checkpoint | None:
         """The stored checkpoint (and the chain head for the next apply)."""
         with map_redis_errors("loading the checkpoint"):
             raw = await self.redis.hgetall(self.layout.checkpoint_key)
+            progress = await self.redis.hgetall(self.layout.progress_key)
+        self._resume = _Progress.parse({_s(k): _s(v) for k, v in progress.items()})
         if not raw:
             self._prev = ""
             return None
@@ -127,7 +149,7 @@ class RedisMirror:
             return False
 
     # -- apply ---------------------------------------------------------------------------------------
-    def _header(self, txn_id: str, chunk: int, final: bool, nseq: int) -> list[Arg]:
+    def _header(self, txn_id: str, chunk: int, final: bool, nseq: int, done: int = 0) -> list[Arg]:
         lay = self.layout
         return [
             lay.lease_key,
@@ -141,6 +163,7 @@ class RedisMirror:
             lay.seq_key,
             nseq,
             lay.resync_key,
+            done,
         ]
 
     async def apply(self, batch: Sequence[tuple[Transaction, Sequence[TableAction]]]) -> list[int]:
@@ -153,30 +176,65 @@ class RedisMirror:
         firsts: list[int] = []
         pending: list[tuple[Transaction, list[Arg]]] = []
         for txn, actions in batch:
-            chunks = list(self.planner.chunks(txn, actions, self.options.chunk_size))
             cp = checkpoint_args(self.layout, checkpoint_fields(txn))
             txn_id = str(txn.end.position)
-            if len(chunks) == 1:
-                ops, n = chunks[0]
-                pending.append((txn, self._header(txn_id, 0, True, n) + ops + cp))
-                self._prev = txn_id
-                continue
+            resume = self._resume if self._resume is not None and self._resume.txn == txn_id else None
+            todo: Sequence[int] = range(len(txn.changes))
+            if resume is not None:  # its table actions went with its first chunk
+                todo = self.planner.remaining(txn, resume.tables)
+                chunks = list(self.planner.chunks(txn, [], self.options.chunk_size, todo))
+            else:
+                chunks = list(self.planner.chunks(txn, actions, self.options.chunk_size))
+                if len(chunks) == 1:
+                    ops, n = chunks[0]
+                    pending.append((txn, self._header(txn_id, 0, True, n) + ops + cp))
+                    self._prev = txn_id
+                    continue
             firsts += await self._flush(pending)
             pending = []
-            first = -1
-            for i, (ops, n) in enumerate(chunks, start=1):
-                final = i == len(chunks)
-                args = self._header(txn_id, i, final, n) + ops + (cp if final else [])
-                with map_redis_errors(f"applying chunk {i}/{len(chunks)} of transaction {txn_id}"):
-                    got = int(await self._apply(args=args))
-                if i == 1 or first < 0:
-                    first = got
-                if not final:
-                    log.debug("chunk %d/%d of %s applied", i, len(chunks), txn_id)
+            firsts.append(await self._apply_chunked(txn, chunks, todo, cp, resume))
             self._prev = txn_id
-            firsts.append(first)
         firsts += await self._flush(pending)
         return firsts
+
+    async def _apply_chunked(
+        self,
+        txn: Transaction,
+        chunks: list[tuple[list[Arg], int]],
+        todo: Sequence[int],
+        cp: list[Arg],
+        resume: _Progress | None,
+    ) -> int:
+        """A big transaction, chunk by chunk (`chunks` plan the changes `todo`, in order); each
+        chunk but the last records in `__progress` how many changes of each table are done."""
+        txn_id = str(txn.end.position)
+        done = dict(resume.tables) if resume else {}
+        rows, first = (resume.rows, resume.first) if resume else (0, -1)
+        tids = self.planner.table_ids(txn)
+        if resume:
+            skipped = len(txn.changes) - len(todo)
+            log.info("resuming transaction %s after a crash: %d row changes were applied", txn_id, skipped)
+        at = 0
+        for i, (ops, n) in enumerate(chunks, start=1):
+            final = i == len(chunks)
+            tail = cp
+            if not final:
+                for tid, k in Counter(map(tids.__getitem__, todo[at : at + n])).items():
+                    done[tid] = done.get(tid, 0) + k
+                tail = ["H", self.layout.progress_key, len(done)]
+                for tid, k in done.items():
+                    tail += [f"t:{tid}", k]
+            args = self._header(txn_id, i, final, n, rows) + ops + tail
+            with map_redis_errors(f"applying chunk {i}/{len(chunks)} of transaction {txn_id}"):
+                got = int(await self._apply(args=args))
+            if first < 0:
+                first = got
+            rows += n
+            at += n
+            if not final:
+                log.debug("chunk %d/%d of %s applied", i, len(chunks), txn_id)
+        self._resume = None
+        return first
 
     async def _flush(self, pending: list[tuple[Transaction, list[Arg]]]) -> list[int]:
         if not pending:

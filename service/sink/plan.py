@@ -161,15 +161,22 @@ class Planner:
 
     # -- whole transactions ----------------------------------------------------------------------
     def chunks(
-        self, txn: Transaction, actions: Sequence[TableAction], chunk_size: int
+        self,
+        txn: Transaction,
+        actions: Sequence[TableAction],
+        chunk_size: int,
+        only: Sequence[int] | None = None,
     ) -> Iterator[tuple[list[Arg], int]]:
-        """Instruction lists of at most ~chunk_size row changes, with their change counts."""
+        """Instruction lists of at most ~chunk_size row changes, with their change counts.
+
+        `only`: indexes of the changes to plan (a resumed transaction, see `remaining`)."""
         cur: list[Arg] = []
         count = 0
         for a in actions:
             cur += self.action(a)
         seen: set[tuple[str, str]] = set()
-        for i, ch in enumerate(txn.changes):
+        for i in range(len(txn.changes)) if only is None else only:
+            ch = txn.changes[i]
             ops = self.change(ch, i in txn.partial)
             if ops is None:
                 ops = ["S"]  # not mirrored, but it keeps its sequence number (first_seq + i)
@@ -182,6 +189,34 @@ class Planner:
                 yield cur, count
                 cur, count = [], 0
         yield cur, count
+
+    def table_ids(self, txn: Transaction) -> list[str]:
+        """The table id of each change of `txn` (one escape per table, not per change)."""
+        ids: dict[tuple[str, str], str] = {}
+        out: list[str] = []
+        for ch in txn.changes:
+            tid = ids.get((ch.schema, ch.table))
+            if tid is None:
+                tid = ids[(ch.schema, ch.table)] = self.layout.table_id(ch.schema, ch.table)
+            out.append(tid)
+        return out
+
+    def remaining(self, txn: Transaction, done: Mapping[str, int]) -> list[int]:
+        """Indexes of the changes of a chunked transaction still to apply, when the first
+        `done[table_id]` changes of each table were applied before a crash.
+
+        Counting per table makes the resume exact even when the chunk size or the table selection
+        changed meanwhile: chunks apply a prefix of the changes, whose changes of one table are a
+        prefix of that table's changes, and the source delivers each selected table's changes in
+        the same order again."""
+        seen: dict[str, int] = {}
+        out: list[int] = []
+        for i, tid in enumerate(self.table_ids(txn)):
+            k = seen.get(tid, 0)
+            seen[tid] = k + 1
+            if k >= done.get(tid, 0):
+                out.append(i)
+        return out
 
 
 def checkpoint_fields(txn: Transaction, first_seq_placeholder: bool = False) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """Lua scripts run by the mirror: each call is atomic in Redis and checks the writer lease first.
 
-A script never fails half way by design: the only checks (lease, checkpoint chain, resync
-generation) come before the first write. ARGV carries a flat instruction stream built by
+A script never fails half way by design: the only checks (lease, checkpoint chain, chunk progress,
+resync generation) come before the first write. ARGV carries a flat instruction stream built by
 `service.sink.plan`.
 
 `{prefix}:__resync` holds `table_id -> "{generation} {reason}"` for every resync in flight, and the
@@ -96,7 +96,8 @@ end
 """
 
 # ARGV: lease_key token checkpoint_key expected_prev progress_key txn_id chunk final seq_key nseq
-#       resync_key, then instructions from ARGV[12].
+#       resync_key done, then instructions from ARGV[13]. `done`: the row changes of a chunked
+#       transaction already applied, as the caller read `__progress` (0 for its first chunk).
 APPLY = (
     _COMMON
     + r"""
@@ -107,13 +108,16 @@ if prev ~= ARGV[4] then
   return redis.error_reply('CHECKPOINT_MOVED expected ' .. ARGV[4] .. ' found ' .. prev)
 end
 local progress, txn, chunk, final = ARGV[5], ARGV[6], tonumber(ARGV[7]), ARGV[8] == '1'
+local done = tonumber(ARGV[12])
 local first_chunk_seq = nil
 if chunk > 0 then
-  local p = redis.call('HMGET', progress, 'txn', 'chunk', 'first')
-  if p[1] == txn then
-    if tonumber(p[2]) >= chunk then return -1 end
-    first_chunk_seq = tonumber(p[3])
+  local p = redis.call('HMGET', progress, 'txn', 'rows', 'first')
+  local at = 0
+  if p[1] == txn then at, first_chunk_seq = tonumber(p[2]) or 0, tonumber(p[3]) end
+  if at ~= done then
+    return redis.error_reply('PROGRESS_MOVED ' .. txn .. ': expected ' .. done .. ' rows done, found ' .. at)
   end
+  if p[1] ~= txn then redis.call('DEL', progress) end  -- left by a transaction that never finished
 end
 local nseq = tonumber(ARGV[10])
 local seq = redis.call('INCRBY', ARGV[9], nseq) - nseq + 1
@@ -126,7 +130,7 @@ local function mark(tid, reason, index, stale, touched)
   redis.call('DEL', stale, touched)
   if redis.call('EXISTS', index) == 1 then redis.call('SUNIONSTORE', stale, index) end
 end
-local i, n = 12, #ARGV
+local i, n = 13, #ARGV
 while i <= n do
   local op = ARGV[i]
   if op == 'H' then                      -- HSET key count f v ...
@@ -196,7 +200,7 @@ while i <= n do
   end
 end
 if chunk > 0 and not final then
-  redis.call('HSET', progress, 'txn', txn, 'chunk', chunk, 'first', first)
+  redis.call('HSET', progress, 'txn', txn, 'rows', done + nseq, 'first', first)
 elseif chunk > 0 then
   redis.call('DEL', progress)
 end

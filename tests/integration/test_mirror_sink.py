@@ -5,10 +5,12 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from decimal import Decimal
 
 import orjson
 import pytest
+from redis import exceptions as rexc
 from redis.asyncio import Redis
 
 from service.binlog.canonical import row_to_json
@@ -104,25 +106,101 @@ async def test_chain_refuses_replays_and_gaps(redis: Redis) -> None:
     assert set(await rows(redis, p, "a")) == {"1", "2"}
 
 
-async def test_chunked_transaction_resumes_after_crash(redis: Redis) -> None:
+def crash_after(m: RedisMirror, calls: int) -> None:
+    """Script calls of `m` after the first `calls` fail, as if the process died before sending them."""
+    real, count = m._apply, 0
+
+    async def apply(**kwargs: object) -> object:
+        nonlocal count
+        count += 1
+        if count > calls:
+            raise rexc.ConnectionError("the process was killed")
+        return await real(**kwargs)
+
+    m._apply = apply  # type: ignore[assignment]
+
+
+async def changelog(redis: Redis, prefix: str) -> list[tuple[str, str]]:
+    return [
+        (e[1][b"table"].decode(), e[1][b"key"].decode()) for e in await redis.xrange(f"{prefix}:__changes")
+    ]
+
+
+@pytest.mark.parametrize("new_chunk_size", [2, 3, 1, 100])
+async def test_chunked_transaction_resumes_after_crash(redis: Redis, new_chunk_size: int) -> None:
+    """A crash between chunks: the restart (with the same or another chunk size) applies exactly
+    the changes not applied yet: every row there, every change logged once."""
     p = _prefix()
     m = RedisMirror(redis, KeyLayout(p), keys_of, MirrorOptions(chunk_size=2, changelog_maxlen=100))
     await m.acquire_lease()
     await m.load_checkpoint()
     big = txn(*(ins("a", id=i, v=str(i)) for i in range(5)))
-    # simulate a crash after the first chunk: apply only chunk 1 by hand
-    chunks = list(m.planner.chunks(big, [], 2))
-    ops, n = chunks[0]
-    await m._apply(args=m._header(str(big.end.position), 1, False, n) + ops)
+    crash_after(m, 1)
+    with pytest.raises(SinkError, match="chunk 2/3"):
+        await m.apply([(big, [])])
     assert len(await rows(redis, p, "a")) == 2
-    assert await m.load_checkpoint() is None
-    m2 = RedisMirror(redis, KeyLayout(p), keys_of, MirrorOptions(chunk_size=2, changelog_maxlen=100), m.token)
-    await m2.load_checkpoint()
+    assert await redis.hgetall(f"{p}:__progress") == {
+        b"txn": str(big.end.position).encode(),
+        b"rows": b"2",
+        b"first": b"1",
+        b"t:db:a": b"2",
+    }
+    options = MirrorOptions(chunk_size=new_chunk_size, changelog_maxlen=100)
+    m2 = RedisMirror(redis, KeyLayout(p), keys_of, options, m.token)
+    assert await m2.load_checkpoint() is None
     assert await m2.apply([(big, [])]) == [1]
-    assert len(await rows(redis, p, "a")) == 5
-    assert await redis.xlen(f"{p}:__changes") == 5  # chunk 1 was not logged twice
+    assert set(await rows(redis, p, "a")) == {"0", "1", "2", "3", "4"}
+    assert await changelog(redis, p) == [("a", str(i)) for i in range(5)]  # none lost, none twice
+    entries = await redis.xrange(f"{p}:__changes")
+    assert [e[1][b"seq"] for e in entries] == [b"1", b"2", b"3", b"4", b"5"]
     assert await m2.load_checkpoint() == big.end
     assert await redis.exists(f"{p}:__progress") == 0
+
+
+async def test_chunked_transaction_resumes_after_the_table_selection_changed(redis: Redis) -> None:
+    """The source order is a0 b0 c0 a1 b1 c1 a2 b2. Before the crash `c` was not selected; after
+    it `b` is not and `c` is. a0 b0 a1 b1 were applied: the restart applies c0 c1 a2, and nothing
+    twice (a chunk-number resume would skip the first two chunks of a0 c0 | a1 c1 | a2)."""
+    p = _prefix()
+    m = RedisMirror(redis, KeyLayout(p), keys_of, MirrorOptions(chunk_size=2, changelog_maxlen=100))
+    await m.acquire_lease()
+    await m.load_checkpoint()
+    first = txn(
+        ins("a", id=0), ins("b", id=0), ins("a", id=1), ins("b", id=1), ins("a", id=2), ins("b", id=2)
+    )
+    crash_after(m, 2)
+    with pytest.raises(SinkError):
+        await m.apply([(first, [])])
+    again = replace(
+        first, changes=(ins("a", id=0), ins("c", id=0), ins("a", id=1), ins("c", id=1), ins("a", id=2))
+    )
+    m2 = RedisMirror(redis, KeyLayout(p), keys_of, MirrorOptions(chunk_size=2, changelog_maxlen=100), m.token)
+    await m2.load_checkpoint()
+    await m2.apply([(again, [])])
+    assert set(await rows(redis, p, "a")) == {"0", "1", "2"}
+    assert set(await rows(redis, p, "c")) == {"0", "1"}
+    logged = await changelog(redis, p)
+    assert logged == [("a", "0"), ("b", "0"), ("a", "1"), ("b", "1"), ("c", "0"), ("c", "1"), ("a", "2")]
+    assert await m2.load_checkpoint() == first.end
+    assert await redis.exists(f"{p}:__progress") == 0
+
+
+async def test_a_record_left_by_an_unfinished_transaction_is_replaced(redis: Redis) -> None:
+    """A chunked transaction that became empty under a new selection leaves its `__progress`; the
+    next chunked transaction starts over it instead of resuming the wrong one."""
+    p = _prefix()
+    m = RedisMirror(redis, KeyLayout(p), keys_of, MirrorOptions(chunk_size=2, changelog_maxlen=100))
+    await m.acquire_lease()
+    await m.load_checkpoint()
+    crash_after(m, 1)
+    with pytest.raises(SinkError):
+        await m.apply([(txn(*(ins("b", id=i) for i in range(5))), [])])
+    m2 = RedisMirror(redis, KeyLayout(p), keys_of, MirrorOptions(chunk_size=2, changelog_maxlen=100), m.token)
+    await m2.load_checkpoint()
+    big = txn(*(ins("a", id=i) for i in range(5)))
+    await m2.apply([(txn(), []), (big, [])])
+    assert set(await rows(redis, p, "a")) == {"0", "1", "2", "3", "4"}
+    assert await m2.load_checkpoint() == big.end
 
 
 async def test_lease_fences_a_second_writer(redis: Redis) -> None:

@@ -105,3 +105,24 @@ def test_plan_chunks_and_actions() -> None:
     chunks = list(p.chunks(_txn(*changes), [TableAction(ActionKind.TRUNCATE, "db", "t")], 2))
     assert [n for _, n in chunks] == [2, 2, 1]
     assert chunks[0][0][:3] == ["DT", "m:db:t:__keys", "m:db:t"]
+
+
+def test_resume_skips_per_table_counts_whatever_the_chunk_size() -> None:
+    """A resumed chunked transaction skips the first `done[table]` changes of each table: the same
+    changes whether the selection (which tables' changes come) or the chunk size changed."""
+    p = Planner(KeyLayout("m"), lambda s, t: ("id",))
+
+    def ins(table: str, i: int) -> RowChange:
+        return RowChange(Op.INSERT, "db", table, None, {"id": i}, EventSpan("f.000001", 4, 9), 1, 1)
+
+    before = _txn(ins("a", 0), ins("b", 0), ins("a", 1), ins("b", 1), ins("a", 2), ins("b", 2))
+    done = {"db:a": 2, "db:b": 2}  # two chunks of 2 were applied
+    assert p.remaining(before, done) == [4, 5]
+    # after the restart `b` is no longer selected and `c` is: a0 c0 a1 c1 a2
+    after = _txn(ins("a", 0), ins("c", 0), ins("a", 1), ins("c", 1), ins("a", 2))
+    todo = p.remaining(after, done)
+    assert todo == [1, 3, 4]
+    chunks = list(p.chunks(after, [], 2, todo))
+    assert [n for _, n in chunks] == [2, 1]
+    keys = [str(op) for ops, _ in chunks for op in ops if str(op).startswith("m:db:") and "__" not in str(op)]
+    assert sorted(set(keys)) == ["m:db:a:2", "m:db:c:0", "m:db:c:1"]
