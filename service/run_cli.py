@@ -32,6 +32,10 @@ def run(
         list[str] | None,
         typer.Option("--tables", help="schema.table globs to mirror (repeatable; a,b works)."),
     ] = None,
+    exclude_tables: Annotated[
+        list[str] | None,
+        typer.Option("--exclude-tables", help="schema.table globs to leave out; wins over --tables."),
+    ] = None,
     prefix: Annotated[str | None, typer.Option("--prefix", help="Redis key prefix (default mirror).")] = None,
     on_no_checkpoint: Annotated[
         str | None, typer.Option("--on-no-checkpoint", help="now | start | refuse (first start only).")
@@ -48,13 +52,13 @@ def run(
     """Mirror the selected tables into Redis until SIGTERM/SIGINT."""
     from service.cli import fail  # the CLI module registers this command; import lazily
 
-    table_list = [p.strip() for t in tables or [] for p in t.split(",") if p.strip()] or None
     try:
         settings = load_settings(
             config,
             mysql=mysql,
             redis=redis,
-            tables=table_list,
+            tables=_globs(tables),
+            exclude_tables=_globs(exclude_tables),
             key_prefix=prefix,
             on_no_checkpoint=on_no_checkpoint,
             value_mode=value_mode,
@@ -68,6 +72,11 @@ def run(
         asyncio.run(_main(settings, api=api, demo_admin=demo_admin))
     except ReplicatorError as exc:
         raise fail(str(exc)) from None
+
+
+def _globs(values: list[str] | None) -> list[str] | None:
+    """Repeated flags and comma-separated lists alike; None when not given (env/file apply)."""
+    return [p.strip() for v in values or [] for p in v.split(",") if p.strip()] or None
 
 
 def _demo_settings(settings: Settings) -> tuple[Settings, MySQLUrl]:

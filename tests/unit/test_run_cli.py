@@ -1,0 +1,50 @@
+"""`binlog-mirror run` flags reach the settings (the replicator itself is not started)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from service import run_cli
+from service.cli import app
+from service.settings import Settings
+
+URLS = ["--mysql", "mysql://repl:pw@db:3306", "--redis", "redis://cache:6379/0"]
+
+
+@pytest.fixture
+def started(monkeypatch: pytest.MonkeyPatch) -> list[Settings]:
+    for name in ("BINLOG_MIRROR_TABLES", "BINLOG_MIRROR_EXCLUDE_TABLES", "BINLOG_MIRROR_CONFIG"):
+        monkeypatch.delenv(name, raising=False)
+    seen: list[Settings] = []
+
+    async def main(settings: Settings, **_: Any) -> None:
+        seen.append(settings)
+
+    monkeypatch.setattr(run_cli, "_main", main)
+    return seen
+
+
+def test_exclude_tables_flag_like_tables(started: list[Settings]) -> None:
+    args = ["run", *URLS, "--tables", "shop.*,crm.users", "--exclude-tables", "shop.tmp_*,shop.log"]
+    result = CliRunner().invoke(app, [*args, "--exclude-tables", "crm.audit"])
+    assert result.exit_code == 0, result.output
+    assert started[0].tables == ["shop.*", "crm.users"]
+    assert started[0].exclude_tables == ["shop.tmp_*", "shop.log", "crm.audit"]
+
+
+def test_exclude_tables_flag_overrides_the_environment(
+    started: list[Settings], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("BINLOG_MIRROR_EXCLUDE_TABLES", "shop.env")
+    assert CliRunner().invoke(app, ["run", *URLS]).exit_code == 0
+    assert CliRunner().invoke(app, ["run", *URLS, "--exclude-tables", "shop.flag"]).exit_code == 0
+    assert [s.exclude_tables for s in started] == [["shop.env"], ["shop.flag"]]
+
+
+def test_exclude_tables_flag_refuses_a_pattern_without_schema(started: list[Settings]) -> None:
+    result = CliRunner().invoke(app, ["run", *URLS, "--exclude-tables", "tmp"])
+    assert result.exit_code == 1 and not started
+    assert "exclude_tables" in result.output and "must be schema.table" in result.output
