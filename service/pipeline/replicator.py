@@ -207,8 +207,10 @@ class Replicator:
         where = self._applied.position if self._applied else "?"
         lost = PositionLost(
             f"the stored checkpoint {where} is no longer on the source (binlog purged?): {exc}. "
-            f"Way out: delete the mirror's keys ({self.layout.prefix}:*) and start again with "
-            "on_no_checkpoint=now; the selected tables are copied again"
+            f"Way out: delete the mirror's keys ({self.layout.prefix}:*), copy the tables again with "
+            "`binlog-mirror snapshot` (parallel, docs/pipeline.md; it stores the checkpoint `run` "
+            "streams from), then start `binlog-mirror run` again; or, for small tables, just start "
+            "again with on_no_checkpoint=now (the service copies them itself)"
         )
         lost.__cause__ = exc
         return lost
@@ -244,8 +246,10 @@ class Replicator:
             if policy == "refuse":
                 raise ConfigError(
                     f"no checkpoint at {self.layout.checkpoint_key} and on_no_checkpoint=refuse: "
-                    "start once with --on-no-checkpoint now (mirror from the current position, after "
-                    "copying the tables) or start (replay all binlogs still on the source)"
+                    "copy the tables first with `binlog-mirror snapshot` (parallel, docs/pipeline.md; "
+                    "it stores the checkpoint to stream from), or start once with --on-no-checkpoint "
+                    "now (mirror from the current position, after copying the tables) or start "
+                    "(replay all binlogs still on the source)"
                 )
             start: StartPoint = "start" if policy == "start" else parse_start(self.settings.start)
         else:

@@ -65,6 +65,7 @@ async def test_refuse_without_a_checkpoint_says_how_to_start(stack: LocalStack) 
     message = str(err.value)
     assert f"no checkpoint at {prefix}:__checkpoint and on_no_checkpoint=refuse" in message
     assert "--on-no-checkpoint now" in message and "start (replay all binlogs" in message
+    assert "copy the tables first with `binlog-mirror snapshot`" in message  # the Spark first copy
     assert rep.status().state == State.FAILED
     assert _stored(stack.load().redis_url, prefix) is None  # type: ignore[union-attr]
 
@@ -124,7 +125,8 @@ async def test_start_replays_from_the_oldest_binlog_then_a_purged_checkpoint_sto
         message = str(err.value)
         assert f"the stored checkpoint {checkpoint.position} is no longer on the source" in message
         assert f"Way out: delete the mirror's keys ({prefix}:*)" in message
-        assert "on_no_checkpoint=now" in message
+        assert "copy the tables again with `binlog-mirror snapshot`" in message
+        assert "then start `binlog-mirror run` again" in message and "on_no_checkpoint=now" in message
         assert isinstance(err.value.__cause__, PositionLost)  # the server's own ERR 1236 text
         status = again.status()
         assert status.state == State.FAILED and not status.errors.retriable
