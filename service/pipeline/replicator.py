@@ -51,6 +51,7 @@ from service.pipeline.status import (
     TableStatus,
 )
 from service.settings import Settings
+from service.sink.client import redis_client
 from service.sink.keys import KeyLayout, split_key
 from service.sink.mirror import MirrorOptions, RedisMirror
 from service.sink.plan import ActionKind, TableAction
@@ -112,7 +113,7 @@ class Replicator:
         self._backoff = backoff or Backoff(base=0.2, cap=5.0)
         self.layout = KeyLayout(settings.key_prefix)
         self.catalog = Catalog(self.filter)
-        self.redis: Redis = Redis.from_url(
+        self.redis: Redis = redis_client(
             settings.redis.url.get_secret_value(), socket_timeout=10, socket_connect_timeout=5
         )
         options = MirrorOptions(
