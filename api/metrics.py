@@ -83,13 +83,27 @@ class StatusCollector(Collector):
         skipped = CounterMetricFamily(
             P + "rows_skipped", "Rows not mirrored (no usable key)", labels=["schema", "table"]
         )
+        copied = GaugeMetricFamily(
+            P + "resync_rows_copied", "Rows re-read so far by a resync in flight", labels=["schema", "table"]
+        )
+        total = GaugeMetricFamily(
+            P + "resync_rows_total",
+            "Rows of a table in resync (information_schema estimate)",
+            labels=["schema", "table"],
+        )
         for t in s.tables:
             rows.add_metric([t.schema, t.table, "insert"], t.inserts)
             rows.add_metric([t.schema, t.table, "update"], t.updates)
             rows.add_metric([t.schema, t.table, "delete"], t.deletes)
             skipped.add_metric([t.schema, t.table], t.skipped_rows)
+            if t.resync is not None:  # only tables being re-read: the series ends with the resync
+                copied.add_metric([t.schema, t.table], t.resync.rows_done)
+                if t.resync.rows_total is not None:
+                    total.add_metric([t.schema, t.table], t.resync.rows_total)
         yield rows
         yield skipped
+        yield copied
+        yield total
         yield GaugeMetricFamily(P + "tables", "Tables seen since start", value=len(s.tables))
         yield CounterMetricFamily(
             P + "errors", "Errors since start, retried ones included", value=s.errors.count
