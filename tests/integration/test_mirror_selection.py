@@ -1,0 +1,100 @@
+"""The table selection changing between restarts (`Replicator._bootstrap`, docs/mirror.md): a table
+that joins is copied and then kept in sync; a table that leaves has all its keys removed."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+import pytest
+
+from service.pipeline.replicator import Replicator
+from service.stack import LocalStack
+from tests.integration.mirror_helpers import (
+    actual,
+    expected,
+    mirror_settings,
+    root,
+    settle,
+    table_keys,
+    unique_names,
+)
+
+pytestmark = pytest.mark.integration
+
+KEYS = {"a": ("id",), "b": ("id",)}
+
+
+class Writer:
+    """Inserts and updates rows of `a` and `b` (autocommit: one transaction per statement)."""
+
+    def __init__(self, stack: LocalStack, db: str) -> None:
+        self.conn = root(stack, db)
+        self.conn.autocommit(True)
+        self.next = 0
+
+    def step(self, n: int = 5) -> None:
+        with self.conn.cursor() as cur:
+            for _ in range(n):
+                self.next += 1
+                for t in ("a", "b"):
+                    cur.execute(f"INSERT INTO {t} VALUES (%s, %s)", (self.next, f"{t}{self.next}"))
+                    cur.execute(f"UPDATE {t} SET v = CONCAT(v, '+') WHERE id = %s", (self.next // 2 or 1,))
+            cur.execute("DELETE FROM b WHERE id = %s", (self.next - 1,))
+
+
+@contextlib.asynccontextmanager
+async def running(stack: LocalStack, db: str, prefix: str, tables: list[str]) -> AsyncIterator[Replicator]:
+    rep = Replicator(mirror_settings(stack, db, prefix, tables=tables))
+    task = asyncio.create_task(rep.run())
+    try:
+        await settle(rep, stack)
+        yield rep
+    finally:
+        rep.stop()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(task, 15)
+
+
+async def test_table_selection_changes_between_restarts(stack: LocalStack) -> None:
+    info = stack.load()
+    assert info is not None
+    db, prefix = unique_names()
+    conn = root(stack)
+    with conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE {db}")
+        for t in KEYS:
+            cur.execute(f"CREATE TABLE {db}.{t} (id INT PRIMARY KEY, v VARCHAR(200))")
+    conn.close()
+    w = Writer(stack, db)
+    w.step()
+    try:
+        # 1. only `a`: copied, then streamed; nothing of `b`
+        async with running(stack, db, prefix, [f"{db}.a"]) as rep:
+            w.step()
+            await settle(rep, stack)
+            assert actual(info.redis_url, prefix, db, ("a",)) == expected(stack, db, {"a": ("id",)})
+            assert table_keys(info.redis_url, prefix, db, "b") == []
+            assert await rep.mirror.mirrored_tables() == {f"{db}:a"}
+        w.step()  # while stopped: the restart streams these for `a` (and `b`, now selected)
+
+        # 2. `a` and `b`: `b` joins, is copied (rows from before it was selected too) and stays in sync
+        async with running(stack, db, prefix, [f"{db}.a", f"{db}.b"]) as rep:
+            assert actual(info.redis_url, prefix, db, ("a", "b")) == expected(stack, db, KEYS)
+            w.step()
+            await settle(rep, stack)
+            assert actual(info.redis_url, prefix, db, ("a", "b")) == expected(stack, db, KEYS)
+            assert await rep.mirror.mirrored_tables() == {f"{db}:a", f"{db}:b"}
+        w.step()
+
+        # 3. only `b`: `a` left the selection, so all its keys are removed; `b` stays in sync
+        async with running(stack, db, prefix, [f"{db}.b"]) as rep:
+            assert table_keys(info.redis_url, prefix, db, "a") == []
+            w.step()
+            await settle(rep, stack)
+            assert actual(info.redis_url, prefix, db, ("b",)) == expected(stack, db, {"b": ("id",)})
+            assert table_keys(info.redis_url, prefix, db, "a") == []
+            assert await rep.mirror.mirrored_tables() == {f"{db}:b"}
+    finally:
+        w.conn.close()
