@@ -59,6 +59,8 @@ class Planner:
     full_images: bool = True  # source logs FULL row images: inserts/updates replace the whole row
     changelog_maxlen: int | None = None  # None: no change-log stream
     skipped: SkipCounter = field(default_factory=SkipCounter)
+    # (schema, table) -> (row key base, index key, table id, touched key): built once per table
+    _table_keys: dict[tuple[str, str], tuple[str, str, str, str]] = field(default_factory=dict, repr=False)
 
     # -- row changes -----------------------------------------------------------------------------
     def _suffix(self, cols: tuple[str, ...], row: Row | None) -> str | None:
@@ -75,10 +77,11 @@ class Planner:
             return
         if replace:
             out += ["D", key]
-        present = [(k, v) for k, v in after.items() if v is not None]
-        out += ["H", key, len(present)]
-        for k, v in present:
-            out += [k, field_value(v)]
+        fields: list[Arg] = []
+        for k, v in after.items():
+            if v is not None:
+                fields += (k, field_value(v))
+        out += ["H", key, len(fields) // 2, *fields]
         if not replace:
             nulls = [k for k, v in after.items() if v is None]
             out += ["X", key, len(nulls), *nulls]
@@ -94,10 +97,15 @@ class Planner:
             self.skipped.add(ch.schema, ch.table)
             return None
         lay = self.layout
-        base = lay.table_base(ch.schema, ch.table)
-        index = lay.index_key(ch.schema, ch.table)
-        tid = lay.table_id(ch.schema, ch.table)
-        touched = lay.touched_key(ch.schema, ch.table)
+        keys = self._table_keys.get((ch.schema, ch.table))
+        if keys is None:
+            keys = self._table_keys[ch.schema, ch.table] = (
+                lay.table_base(ch.schema, ch.table),
+                lay.index_key(ch.schema, ch.table),
+                lay.table_id(ch.schema, ch.table),
+                lay.touched_key(ch.schema, ch.table),
+            )
+        base, index, tid, touched = keys
         out: list[Arg] = []
         old = self._suffix(cols, ch.before) if ch.op is not Op.INSERT else None
         new = self._suffix(cols, ch.after) if ch.op is not Op.DELETE else None

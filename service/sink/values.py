@@ -14,19 +14,20 @@ Hash-field text forms:
     date / time          YYYY-MM-DD / HH:MM:SS[.ffffff]
     timedelta (TIME)     [-]H:MM:SS[.ffffff], hours may exceed 24 (MySQL TIME range)
     set / frozenset      comma-joined, sorted
-    dict / list (JSON)   compact JSON (orjson, keys sorted)
+    dict / list (JSON)   compact JSON (orjson, keys sorted); the JSON literal null is `null`
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from decimal import Decimal
 from typing import Any
 
 import orjson
 
 from service.binlog.canonical import row_to_json
+from service.binlog.jsonb import JsonNull
 
 __all__ = ["field_value", "json_document", "key_text"]
 
@@ -42,34 +43,57 @@ def _timedelta(value: dt.timedelta) -> str:
     return f"{text}.{us:06d}" if us else text
 
 
+def _datetime(value: dt.datetime) -> str:
+    if value.tzinfo is not None:  # TIMESTAMP: stored as UTC wall time, like DATETIME
+        utc = value if value.tzinfo is dt.UTC else value.astimezone(dt.UTC)
+        value = utc.replace(tzinfo=None)
+    return value.isoformat(sep=" ")
+
+
+def _set(value: set[Any] | frozenset[Any]) -> str:
+    return ",".join(sorted(str(v) for v in value))
+
+
+def _json(value: Any) -> str:
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS, default=str).decode()
+
+
+# One dict lookup per value on the apply path; subclasses fall back to isinstance, in this order
+# (bool before int: bool is an int).
+_TEXT_FORMS: dict[type, Callable[[Any], str]] = {
+    str: str.__str__,
+    bool: lambda v: "1" if v else "0",
+    int: int.__repr__,
+    float: float.__repr__,  # the shortest round-trip form
+    Decimal: Decimal.__str__,
+    dt.datetime: _datetime,  # before date: a datetime is a date
+    dt.date: dt.date.isoformat,
+    dt.time: dt.time.isoformat,
+    dt.timedelta: _timedelta,
+    set: _set,
+    frozenset: _set,
+    dict: _json,
+    list: _json,
+    JsonNull: lambda v: "null",  # a JSON column holding the JSON literal null (SQL NULL: no field)
+}
+
+
 def text_value(value: Any) -> str:
     """The string form of a non-NULL, non-binary value."""
-    if isinstance(value, bool):
-        return "1" if value else "0"
-    if isinstance(value, int | str):
-        return str(value)
-    if isinstance(value, float):
-        return repr(value)
-    if isinstance(value, Decimal):
-        return str(value)
-    if isinstance(value, dt.datetime):
-        when: dt.datetime = value
-        if when.tzinfo is not None:  # TIMESTAMP: stored as UTC wall time, like DATETIME
-            when = when.astimezone(dt.UTC).replace(tzinfo=None)
-        return when.isoformat(sep=" ")
-    if isinstance(value, dt.date | dt.time):
-        return value.isoformat()
-    if isinstance(value, dt.timedelta):
-        return _timedelta(value)
-    if isinstance(value, set | frozenset):
-        return ",".join(sorted(str(v) for v in value))
-    if isinstance(value, dict | list):
-        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS, default=str).decode()
+    form = _TEXT_FORMS.get(type(value))
+    if form is not None:
+        return form(value)
+    for kind, form in _TEXT_FORMS.items():
+        if isinstance(value, kind):
+            return form(value)
     return str(value)
 
 
 def field_value(value: Any) -> str | bytes:
     """A hash field value (value is not None)."""
+    form = _TEXT_FORMS.get(type(value))
+    if form is not None:
+        return form(value)
     if isinstance(value, bytes | bytearray | memoryview):
         return bytes(value)
     return text_value(value)
