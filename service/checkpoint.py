@@ -450,4 +450,6 @@ class CheckpointTracker:
     def _gtid_of(event: GtidEvent) -> MysqlGtid | MariadbGtid | None:
         if event.anonymous or not event.gtid:
             return None
+        if event.domain_id is not None and event.seq_no is not None:  # MariaDB: no text to parse
+            return MariadbGtid(event.domain_id, event.header.server_id, event.seq_no)
         return parse_gtid(event.gtid)
