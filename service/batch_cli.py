@@ -10,7 +10,7 @@ from rich.console import Console
 
 from service.errors import ReplicatorError
 
-__all__ = ["replay", "snapshot"]
+__all__ = ["replay", "snapshot", "split_globs"]
 
 console = Console(stderr=True)
 
@@ -19,7 +19,8 @@ Master = Annotated[
 ]
 
 
-def _globs(values: list[str] | None) -> list[str] | None:
+def split_globs(values: list[str] | None) -> list[str] | None:
+    """Repeated flags and comma-separated lists alike; None when not given (env/file apply)."""
     return [p.strip() for v in values or [] for p in v.split(",") if p.strip()] or None
 
 
@@ -54,7 +55,11 @@ def replay(
         raise fail(str(exc)) from None
     try:
         summary = replay_to_parquet(
-            spark, paths, out, TableFilter.from_lists(_globs(tables), _globs(exclude)), overwrite=overwrite
+            spark,
+            paths,
+            out,
+            TableFilter.from_lists(split_globs(tables), split_globs(exclude)),
+            overwrite=overwrite,
         )
     except ReplicatorError as exc:
         raise fail(str(exc)) from None
@@ -87,7 +92,12 @@ def snapshot(
 
     try:
         settings = load_settings(
-            config, mysql=mysql, redis=redis, tables=_globs(tables), key_prefix=prefix, value_mode=value_mode
+            config,
+            mysql=mysql,
+            redis=redis,
+            tables=split_globs(tables),
+            key_prefix=prefix,
+            value_mode=value_mode,
         )
         spark = spark_session(master, "binlog-mirror snapshot")
     except ReplicatorError as exc:

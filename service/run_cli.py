@@ -15,6 +15,7 @@ from typing import Annotated, Any
 
 import typer
 
+from service.batch_cli import split_globs
 from service.errors import ReplicatorError
 from service.settings import MySQLUrl, Settings, load_settings
 
@@ -57,8 +58,8 @@ def run(
             config,
             mysql=mysql,
             redis=redis,
-            tables=_globs(tables),
-            exclude_tables=_globs(exclude_tables),
+            tables=split_globs(tables),
+            exclude_tables=split_globs(exclude_tables),
             key_prefix=prefix,
             on_no_checkpoint=on_no_checkpoint,
             value_mode=value_mode,
@@ -72,11 +73,6 @@ def run(
         asyncio.run(_main(settings, api=api, demo_admin=demo_admin))
     except ReplicatorError as exc:
         raise fail(str(exc)) from None
-
-
-def _globs(values: list[str] | None) -> list[str] | None:
-    """Repeated flags and comma-separated lists alike; None when not given (env/file apply)."""
-    return [p.strip() for v in values or [] for p in v.split(",") if p.strip()] or None
 
 
 def _demo_settings(settings: Settings) -> tuple[Settings, MySQLUrl]:
