@@ -63,6 +63,18 @@ class Planner:
     _table_keys: dict[tuple[str, str], tuple[str, str, str, str]] = field(default_factory=dict, repr=False)
 
     # -- row changes -----------------------------------------------------------------------------
+    def _keys(self, schema: str, table: str) -> tuple[str, str, str, str]:
+        keys = self._table_keys.get((schema, table))
+        if keys is None:
+            lay = self.layout
+            keys = self._table_keys[schema, table] = (
+                lay.table_base(schema, table),
+                lay.index_key(schema, table),
+                lay.table_id(schema, table),
+                lay.touched_key(schema, table),
+            )
+        return keys
+
     def _suffix(self, cols: tuple[str, ...], row: Row | None) -> str | None:
         if row is None or any(c not in row or row[c] is None for c in cols):
             return None
@@ -97,15 +109,7 @@ class Planner:
             self.skipped.add(ch.schema, ch.table)
             return None
         lay = self.layout
-        keys = self._table_keys.get((ch.schema, ch.table))
-        if keys is None:
-            keys = self._table_keys[ch.schema, ch.table] = (
-                lay.table_base(ch.schema, ch.table),
-                lay.index_key(ch.schema, ch.table),
-                lay.table_id(ch.schema, ch.table),
-                lay.touched_key(ch.schema, ch.table),
-            )
-        base, index, tid, touched = keys
+        base, index, tid, touched = self._keys(ch.schema, ch.table)
         out: list[Arg] = []
         old = self._suffix(cols, ch.before) if ch.op is not Op.INSERT else None
         new = self._suffix(cols, ch.after) if ch.op is not Op.DELETE else None
@@ -200,14 +204,7 @@ class Planner:
 
     def table_ids(self, txn: Transaction) -> list[str]:
         """The table id of each change of `txn` (one escape per table, not per change)."""
-        ids: dict[tuple[str, str], str] = {}
-        out: list[str] = []
-        for ch in txn.changes:
-            tid = ids.get((ch.schema, ch.table))
-            if tid is None:
-                tid = ids[(ch.schema, ch.table)] = self.layout.table_id(ch.schema, ch.table)
-            out.append(tid)
-        return out
+        return [self._keys(ch.schema, ch.table)[2] for ch in txn.changes]
 
     def remaining(self, txn: Transaction, done: Mapping[str, int]) -> list[int]:
         """Indexes of the changes of a chunked transaction still to apply, when the first
