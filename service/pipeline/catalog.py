@@ -101,9 +101,9 @@ class Catalog:
                 unsigned=("unsigned" in str(ctype).lower()) if dtype in _NUMERIC else None,
                 charset=str(charset) if charset else None,
                 name_source="information_schema",
-                length=int(meta) if meta is not None else None,
+                length=int(length) if length is not None else None,
             )
-            for name, dtype, ctype, nullable, charset, meta, _, _ in crow
+            for name, dtype, ctype, nullable, charset, length, _, _ in crow
         )
         defaults = await self._defaults(conn, schema, table, crow)
         info = TableInfo(schema, table, key, source, columns, exists=bool(crow), defaults=defaults)
