@@ -125,9 +125,7 @@ async def test_connection_cut_inside_a_transaction(stack: LocalStack) -> None:
             assert proxy.cut_after is None and source.stats.reconnects == 1
     mine = [t for t in got if any(c.schema == db for c in t.changes)]
     assert [len(t.changes) for t in mine][0] == rows
-    assert changes_of(mine[:1], db) == [
-        ("insert", "notes", None, {"id": i, "body": "y" * 150}) for i in ids
-    ]
+    assert changes_of(mine[:1], db) == [("insert", "notes", None, {"id": i, "body": "y" * 150}) for i in ids]
     assert changes_of(mine[1:], db) == expected_changes(db, 0, 3)
 
 
