@@ -247,10 +247,6 @@ class BinlogSource:
                 total += size
         return total
 
-    @property
-    def start_position(self) -> BinlogPosition | None:
-        return self.start_checkpoint.position if self.start_checkpoint else None
-
     def caught_up(self, target: BinlogPosition) -> bool:
         """Every transaction up to `target` has been read and handed out."""
         read = self.stats.read_position
