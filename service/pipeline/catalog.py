@@ -166,8 +166,9 @@ def with_table_map(
     `names_from` is where the decoder takes names the TABLE_MAP lacks ("binlog" when the source
     has binlog_row_metadata=FULL, so the TABLE_MAP carries them; else "information_schema").
     Columns are matched by name; a TABLE_MAP without names (positional @N rows) by index when the
-    column counts agree. A column the TABLE_MAP does not have (added since) keeps metadata None
-    and name_source "information_schema". The TABLE_MAP may predate a DDL applied since."""
+    column counts agree, else every column gets name_source "position" and no metadata. A column
+    a named TABLE_MAP does not have (added since) keeps metadata None and name_source
+    "information_schema". The TABLE_MAP may predate a DDL applied since."""
     if table_map is None:
         return columns
     if table_map.has_names:
