@@ -25,6 +25,7 @@ __all__ = [
     "ER_MASTER_FATAL_ERROR_READING_BINLOG",
     "ServerInfo",
     "binlog_files",
+    "close_connection",
     "connect",
     "current_checkpoint",
     "fetch",
@@ -45,11 +46,13 @@ def map_errors(what: str) -> Iterator[None]:
     except pymysql.err.MySQLError as exc:
         code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
         message = exc.args[1] if len(exc.args) > 1 else str(exc)
+        if exc.__cause__ is not None:  # "Can't connect" hides why: refused, TLS verification, ...
+            message = f"{message}: {exc.__cause__}"
         if code == ER_MASTER_FATAL_ERROR_READING_BINLOG:
             raise PositionLost(
                 f"{what}: the source cannot serve this position: {message} "
-                "(purged or never written: check SHOW BINARY LOGS / @@gtid_purged, then start from "
-                "a position the source still has: --from now, --from start or FILE:POS)"
+                "(purged or never written: check SHOW BINARY LOGS / @@gtid_purged and start from "
+                "a position the source still has, e.g. `stream --from now|start|FILE:POS`)"
             ) from exc
         raise SourceError(f"{what}: ({code}) {message}" if code else f"{what}: {message}") from exc
     except (OSError, TimeoutError, asyncio.IncompleteReadError, EOFError) as exc:
@@ -88,6 +91,17 @@ async def connect(settings: Settings, url: MySQLUrl | None = None) -> aiomysql.C
             connect_timeout=CONNECT_TIMEOUT,
             program_name="binlog-mirror",
         )
+
+
+async def close_connection(conn: aiomysql.Connection) -> None:
+    """Close and wait (at most a second) until the socket is gone: a TLS transport shuts down over
+    a few loop turns, and a loop that stops before would leave its socket unclosed."""
+    writer = conn._writer  # private, like the packet layer in stream.py; None once closed
+    conn.close()
+    if writer is not None:
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(1):
+                await writer.wait_closed()
 
 
 async def fetch(

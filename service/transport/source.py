@@ -47,6 +47,7 @@ from service.transport.columns import ColumnNames
 from service.transport.connection import (
     ServerInfo,
     binlog_files,
+    close_connection,
     connect,
     current_checkpoint,
     fetch,
@@ -186,11 +187,11 @@ class BinlogSource:
                 await self._task
             self._task = None
         if self._session is not None:
-            self._session.stream.close()
+            await close_connection(self._session.stream.connection)
             self._fold(self._session.decoder.stats)
             self._session = None
         if self._ctl is not None:
-            self._ctl.close()
+            await close_connection(self._ctl)
             self._ctl = None
         self.stats.connected = False
 

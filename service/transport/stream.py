@@ -211,5 +211,9 @@ class BinlogStream:
         with map_errors("reading the binlog stream"):
             pymysql.err.raise_mysql_exception(payload)
 
+    @property
+    def connection(self) -> aiomysql.Connection:
+        return self._conn
+
     def close(self) -> None:
         self._conn.close()
