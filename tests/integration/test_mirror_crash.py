@@ -153,6 +153,12 @@ def test_sigkill_at_random_moments(stack: LocalStack, tmp_path: Path) -> None:
         writer.done.set()
         writer.join()
         assert writer.error is None, writer.error
+        # End on a commit: after a final FLUSH BINARY LOGS the source's position lies past the
+        # last transaction, where no checkpoint can ever be.
+        wl.ledger += 1
+        with wl.conn.cursor() as cur:
+            cur.execute("INSERT INTO ledger VALUES (%s, 'last')", (wl.ledger,))
+        wl.conn.commit()
         _wait(info.redis_url, prefix, master_position(stack), timeout=60)
         time.sleep(0.5)
         for _ in range(50):

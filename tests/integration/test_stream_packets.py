@@ -4,6 +4,7 @@ same payloads as aiomysql's own packet reader, including events of 16 MB - 1 and
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Iterable, Iterator
 
 import aiomysql
@@ -25,11 +26,19 @@ _WRITE_ROWS = {bytes([EventType.WRITE_ROWS_V1]), bytes([EventType.WRITE_ROWS])}
 
 
 def _position(stack: LocalStack) -> BinlogPosition:
-    with admin(stack) as conn, conn.cursor() as cur:
-        cur.execute("SHOW MASTER STATUS")
-        row = cur.fetchone()
-    assert row is not None
-    return BinlogPosition(row[0], row[1])
+    """The end of the binlog once it is quiet: MariaDB writes a BINLOG_CHECKPOINT some time after
+    a FLUSH BINARY LOGS (an earlier test's), which would make two dumps from here differ."""
+    last = None
+    while True:
+        with admin(stack) as conn, conn.cursor() as cur:
+            cur.execute("SHOW MASTER STATUS")
+            row = cur.fetchone()
+        assert row is not None
+        here = BinlogPosition(row[0], row[1])
+        if here == last:
+            return here
+        last = here
+        time.sleep(0.3)
 
 
 async def _dump(stack: LocalStack, start: BinlogPosition) -> aiomysql.Connection:
