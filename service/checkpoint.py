@@ -393,6 +393,12 @@ class CheckpointTracker:
             # MariaDB: a GTID event is the BEGIN of a transaction unless it stands alone (DDL).
             self.in_transaction = event.domain_id is not None and not event.standalone
             return None
+        if isinstance(event, RotateEvent) and not self.in_transaction:
+            if event.header.flags & LOG_EVENT_ARTIFICIAL_F:
+                return None  # the dump's fake rotate names where we already are
+            # The next file's start is a boundary too: an idle source that rotates (FLUSH, a
+            # restart) then purges the old file must not strand the checkpoint in it.
+            return Checkpoint(self.position, str(self.gtids) if self.gtids else "", event.header.timestamp)
         if isinstance(event, PreviousGtidsEvent) and event.gtid_set:
             # MySQL: the set executed before this file. Merged in, so a stream that began at a file
             # start (`start`, FILE:POS) checkpoints the whole executed set, not only what it saw.

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from service.binlog import BinlogDecoder, read_binlog_file
-from service.binlog.events import Event, QueryEvent, XidEvent
+from service.binlog.events import Event, QueryEvent, RotateEvent, XidEvent
 from service.checkpoint import BinlogPosition, CheckpointTracker, MariadbGtidPos, parse_gtid_set
 from service.transactions import (
     Ddl,
@@ -33,8 +33,12 @@ def events(path: Path, start: int = 4) -> list[Event]:
     return [ev for raw in raws if (ev := decoder.feed(raw)) is not None]
 
 
-def assemble(evs: list[Event], path: Path, flt: TableFilter | None = None) -> list[Transaction]:
-    asm = TransactionAssembler(CheckpointTracker(BinlogPosition(path.name, 4)), flt or TableFilter())
+def assemble(
+    evs: list[Event], path: Path, flt: TableFilter | None = None, gtids: str = ""
+) -> list[Transaction]:
+    """Transactions of `evs`; `gtids`: the executed set at the start (a resumed stream knows it)."""
+    tracker = CheckpointTracker(BinlogPosition(path.name, 4), parse_gtid_set(gtids) if gtids else None)
+    asm = TransactionAssembler(tracker, flt or TableFilter())
     return [t for ev in evs if (t := asm.feed(ev)) is not None]
 
 
@@ -51,7 +55,12 @@ def assemble(evs: list[Event], path: Path, flt: TableFilter | None = None) -> li
 def test_units_and_boundaries(name: str, n_txns: int, n_changes: int, n_ddl: int) -> None:
     path = FIXTURES / name
     evs = events(path)
-    txns = assemble(evs, path)
+    *txns, rotation = assemble(evs, path)
+    # the file ends with a ROTATE: the next file's start is a boundary of its own, with no changes
+    rotate = next(ev for ev in evs if isinstance(ev, RotateEvent))
+    assert rotation.end.position == BinlogPosition(rotate.next_file, rotate.position)
+    assert (rotation.changes, rotation.ddl, rotation.gtid) == ((), (), None)
+    assert rotation.end.gtid_set == txns[-1].end.gtid_set
     assert (len(txns), sum(len(t.changes) for t in txns), sum(len(t.ddl) for t in txns)) == (
         n_txns,
         n_changes,
@@ -76,13 +85,13 @@ def test_resume_from_a_checkpoint_gives_exactly_the_rest() -> None:
     all_txns = assemble(events(FULL), FULL)
     for k in (0, 3, len(all_txns) - 2):
         cut = all_txns[k].end.position.pos
-        rest = assemble(events(FULL, start=cut), FULL)
+        rest = assemble(events(FULL, start=cut), FULL, gtids=all_txns[k].end.gtid_set)
         assert [t.changes for t in rest] == [t.changes for t in all_txns[k + 1 :]]
         assert [t.end for t in rest] == [t.end for t in all_txns[k + 1 :]]
 
 
 def test_ddl_units_from_the_setup_binlog() -> None:
-    txns = assemble(events(SETUP), SETUP)
+    *txns, _rotation = assemble(events(SETUP), SETUP)
     assert all(len(t.ddl) == 1 and not t.changes for t in txns)
     assert txns[0].ddl[0].kind == "create" and txns[0].ddl[0].tables == (("mt", ""),)
     assert [t.ddl[0].tables[0][1] for t in txns[1:]] == ["all_types", "big_enum", "wide", "blobs"]
@@ -254,8 +263,9 @@ def test_compressed_transaction_payload_is_one_transaction() -> None:
     txns = [
         t for raw in read_binlog_file(COMPRESSED) for ev in decoder.decode_events(raw) if (t := asm.feed(ev))
     ]
-    assert len(txns) == 1
-    (txn,) = txns
+    assert len(txns) == 2  # the transaction, then the ROTATE's boundary (binlog.000043:4)
+    txn, rotation = txns
+    assert rotation.end.position == BinlogPosition("binlog.000043", 4) and not rotation.changes
     assert txn.end.position == BinlogPosition(COMPRESSED.name, 431)
     assert txn.gtid is None and txn.ddl == () and txn.ts == 1695159109
     (change,) = txn.changes
@@ -274,7 +284,7 @@ def test_compressed_payload_through_a_filter() -> None:
     txns = [
         t for raw in read_binlog_file(COMPRESSED) for ev in decoder.decode_events(raw) if (t := asm.feed(ev))
     ]
-    assert [(t.changes, t.end.position.pos) for t in txns] == [((), 431)]
+    assert [(t.changes, t.end.position.pos) for t in txns] == [((), 431), ((), 4)]
 
 
 def test_mysql_checkpoint_carries_the_previous_gtids() -> None:
