@@ -24,6 +24,7 @@ from starlette.websockets import WebSocketDisconnect, WebSocketState
 
 from api.deps import StatusSource, token_ok
 from service.pipeline.broadcast import Batch, Broadcaster, Closed, EventFilter, FilterError, Gap, Subscription
+from service.pipeline.status import State
 from service.settings import Settings
 from service.transactions import TableFilter
 
@@ -85,7 +86,7 @@ async def events(ws: WebSocket) -> None:
         return
     try:
         request = await _subscribe_request(ws)
-        flt = _filter(request, settings)
+        flt = _filter(request, settings, ws.app.state.status_source)
     except _Refused as refused:
         await _close(ws, refused.code, refused.reason)
         return
@@ -147,7 +148,7 @@ def _json_message(message: Mapping[str, Any]) -> Any:
         raise _Refused(CLOSE_BAD_REQUEST, "message is not valid JSON") from None
 
 
-def _filter(request: SubscribeIn, settings: Settings) -> EventFilter:
+def _filter(request: SubscribeIn, settings: Settings, source: StatusSource | None) -> EventFilter:
     try:
         flt = EventFilter.parse(request.tables, request.ops, request.columns)
     except FilterError as exc:
@@ -160,6 +161,13 @@ def _filter(request: SubscribeIn, settings: Settings) -> EventFilter:
             raise _Refused(
                 CLOSE_UNKNOWN_TABLE, f"unknown table {schema}.{table}: not mirrored by this service"
             )
+    status = source.status() if source is not None else None
+    if status is not None and status.state in (State.STREAMING, State.RESYNCING):
+        # once streaming, every selected table of the source is in the status (bootstrap, CREATE)
+        known = {(t.schema, t.table) for t in status.tables}
+        for schema, table in flt.exact_tables:
+            if (schema, table) not in known:
+                raise _Refused(CLOSE_UNKNOWN_TABLE, f"unknown table {schema}.{table}: not on the source")
     return flt
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from service.binlog.rowchange import EventSpan, Op, RowChange
 from service.checkpoint import BinlogPosition, Checkpoint
-from service.pipeline.status import ReplicatorStatus, SourceStatus, State
+from service.pipeline.status import ReplicatorStatus, SourceStatus, State, TableStatus
 from service.transactions import Transaction
 
 TOKEN = "s3cret-token"
@@ -62,6 +62,7 @@ def streaming_status(**overrides: Any) -> ReplicatorStatus:
         bytes_behind=0,
         redis_reachable=True,
         leader=True,
+        tables=(TableStatus(schema="shop", table="orders"), TableStatus(schema="a", table="b")),
     )
     return replace(base, **overrides)
 

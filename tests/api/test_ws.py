@@ -17,7 +17,7 @@ from starlette.websockets import WebSocketDisconnect
 import api.routes.events as events_route
 from service.binlog.rowchange import Op, RowChange
 from service.pipeline.broadcast import Broadcaster
-from service.pipeline.status import TableStatus
+from service.pipeline.status import State, TableStatus
 
 
 def publish(client: TestClient, double: StatusDouble, *changes: RowChange) -> int:
@@ -84,12 +84,23 @@ def test_subscribers_with_different_filters_each_get_their_own(
         assert a.receive_json() == {"type": "pong", "data": 1}  # nothing else was queued for a
 
 
-def test_exact_table_not_seen_yet_is_a_warning(client: TestClient, double: StatusDouble) -> None:
+def test_exact_table_unknown_before_streaming_is_a_warning(client: TestClient, double: StatusDouble) -> None:
+    """Before the service streams, its table list is not complete yet: a warning, not a refusal."""
     from dataclasses import replace
 
-    double.snapshot = replace(double.snapshot, tables=(TableStatus(schema="shop", table="orders"),))
+    double.snapshot = replace(
+        double.snapshot, state=State.STARTING, tables=(TableStatus(schema="shop", table="orders"),)
+    )
     with client.websocket_connect("/ws/events?tables=shop.orders,shop.later") as ws:
         assert ws.receive_json()["warnings"] == ["no changes seen yet for shop.later"]
+
+
+def test_exact_table_not_on_the_source_is_refused(client: TestClient) -> None:
+    """Streaming: every selected table of the source is in the status, so another name is unknown."""
+    with client.websocket_connect("/ws/events?tables=shop.orders,shop.nope") as ws:
+        with pytest.raises(WebSocketDisconnect) as closed:
+            ws.receive_json()
+    assert closed.value.code == 4404 and "shop.nope: not on the source" in closed.value.reason
 
 
 @pytest.mark.parametrize(
