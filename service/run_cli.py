@@ -103,8 +103,13 @@ async def _main(settings: Settings, *, api: bool, demo_admin: MySQLUrl | None) -
         demo_task = asyncio.create_task(demo_writes(demo_admin), name="demo-writes")
     replicator = Replicator(settings)
     loop = asyncio.get_running_loop()
+
+    def on_signal(sig: signal.Signals) -> None:
+        log.info("%s received: stopping after the transactions in flight", sig.name)
+        replicator.stop()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, replicator.stop)
+        loop.add_signal_handler(sig, on_signal, sig)
     api_task: asyncio.Task[None] | None = None
     if api:
         from api.main import create_app

@@ -198,9 +198,11 @@ class Replicator:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self._stop.wait(), delay)
             self._set_state(State.STOPPED)
+            where = f"at {self._applied.position}" if self._applied else "before the first checkpoint"
+            log.info("stopped cleanly %s", where)
         finally:
-            if self._leader:
-                await self.mirror.release_lease()
+            if self._leader and await self.mirror.release_lease():
+                log.info("writer lease released")
             await self.redis.aclose()
 
     def _position_lost(self, exc: PositionLost) -> PositionLost:
@@ -218,17 +220,20 @@ class Replicator:
 
     # -- lease -----------------------------------------------------------------------------------
     async def _wait_for_lease(self) -> None:
-        waited = False
+        waited: set[bool] = set()  # the reasons already logged: True = standby, False = no Redis
         while not self._stop.is_set():
             self._redis_ok = await self.mirror.ping()
             if self._redis_ok and await self.mirror.acquire_lease():
                 self._leader = True
-                if waited:
+                if True in waited:
                     log.info("took over the writer lease (instance %s)", self.mirror.token)
                 return
-            if not waited:
-                log.info("standby: another instance holds the writer lease %s", self.layout.lease_key)
-                waited = True
+            if self._redis_ok not in waited:
+                if self._redis_ok:
+                    log.info("standby: another instance holds the writer lease %s", self.layout.lease_key)
+                else:  # not "standby": nobody may hold the lease, it just cannot be seen
+                    log.warning("waiting for Redis (unreachable) to take the writer lease")
+                waited.add(self._redis_ok)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), self.settings.lease_ttl_seconds / 3)
 

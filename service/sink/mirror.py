@@ -138,9 +138,11 @@ class RedisMirror:
         if not ok:
             raise LeaseLost("the writer lease expired or was taken by another instance")
 
-    async def release_lease(self) -> None:
+    async def release_lease(self) -> bool:
+        """Delete the lease if this instance holds it; False if not held or Redis is unreachable."""
         with contextlib.suppress(SinkError), map_redis_errors("releasing the writer lease"):
-            await self._release(keys=[self.layout.lease_key], args=[self.token])
+            return bool(await self._release(keys=[self.layout.lease_key], args=[self.token]))
+        return False
 
     async def ping(self) -> bool:
         try:

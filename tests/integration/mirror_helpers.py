@@ -8,9 +8,11 @@ import time
 import uuid
 from typing import Any
 
+import orjson
 import pymysql
 import redis as redis_sync
 
+from service.binlog.canonical import row_to_json
 from service.checkpoint import BinlogPosition
 from service.settings import Settings, load_settings
 from service.sink.keys import KeyLayout
@@ -176,8 +178,11 @@ class Workload:
 Rows = dict[str, dict[bytes, bytes]]  # row suffix -> hash fields, as the mirror stores them
 
 
-def expected(stack: LocalStack, db: str, keys: dict[str, tuple[str, ...]] = KEYS) -> dict[str, Rows]:
-    """`SELECT *` of each table in `keys` (table -> key columns), in the mirror's hash form."""
+def expected(
+    stack: LocalStack, db: str, keys: dict[str, tuple[str, ...]] = KEYS, json: bool = False
+) -> dict[str, Rows]:
+    """`SELECT *` of each table in `keys` (table -> key columns), in the mirror's hash form (or, with
+    `json`, as canonical JSON objects: compare with `actual_json`)."""
     conn = root(stack, db)
     lay = KeyLayout("x")
     out: dict[str, Rows] = {}
@@ -187,6 +192,9 @@ def expected(stack: LocalStack, db: str, keys: dict[str, tuple[str, ...]] = KEYS
             cur.execute(f"SELECT * FROM {table}")
             rows = {}
             for row in cur.fetchall():
+                if json:
+                    rows[lay.row_suffix([row[c] for c in key])] = row_to_json(row)
+                    continue
                 fields = {}
                 for k, v in row.items():
                     if v is not None:
@@ -198,14 +206,19 @@ def expected(stack: LocalStack, db: str, keys: dict[str, tuple[str, ...]] = KEYS
     return out
 
 
-def actual(redis_url: str, prefix: str, db: str, tables: tuple[str, ...] = tuple(KEYS)) -> dict[str, Rows]:
+def actual(
+    redis_url: str, prefix: str, db: str, tables: tuple[str, ...] = tuple(KEYS), json: bool = False
+) -> dict[str, Rows]:
     r = redis_sync.Redis.from_url(redis_url)
     lay = KeyLayout(prefix)
-    out: dict[str, Rows] = {}
+    out: dict[str, Any] = {}
     for table in tables:
         base = lay.table_base(db, table)
         members = [m.decode() for m in r.smembers(lay.index_key(db, table))]
-        out[table] = {m: r.hgetall(f"{base}:{m}") for m in members}
+        if json:  # one string per row: the canonical JSON object
+            out[table] = {m: orjson.loads(r.get(f"{base}:{m}") or b"null") for m in members}
+        else:
+            out[table] = {m: r.hgetall(f"{base}:{m}") for m in members}
         # every row key is in the index (meta keys end in an unescaped "__name")
         stored = {k.decode()[len(base) + 1 :] for k in r.scan_iter(match=f"{base}:*", count=1000)}
         assert {k for k in stored if not k.startswith("__")} == set(members), f"stray keys in {table}"
@@ -213,6 +226,11 @@ def actual(redis_url: str, prefix: str, db: str, tables: tuple[str, ...] = tuple
     assert not r.exists(lay.index_key(db, "nokey"))
     r.close()
     return out
+
+
+def actual_json(redis_url: str, prefix: str, db: str) -> dict[str, Any]:
+    """The mirror in `--value-mode json`, parsed: equals `expected(stack, db, json=True)`."""
+    return actual(redis_url, prefix, db, json=True)
 
 
 def table_keys(redis_url: str, prefix: str, db: str, table: str) -> list[str]:

@@ -29,17 +29,19 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _start(stack: LocalStack, db: str, prefix: str, log: Path) -> subprocess.Popen[bytes]:
+def _start(
+    stack: LocalStack, db: str, prefix: str, log: Path, *args: str, lease_ttl: float = 0.6
+) -> subprocess.Popen[bytes]:
     info = stack.load()
     assert info is not None
     env = {
         **os.environ,
-        "BINLOG_MIRROR_LEASE_TTL_SECONDS": "0.6",
+        "BINLOG_MIRROR_LEASE_TTL_SECONDS": str(lease_ttl),
         "BINLOG_MIRROR_HEARTBEAT_SECONDS": "1",
         "BINLOG_MIRROR_CHUNK_ROWS": "4",
     }
     cmd = [sys.executable, "-m", "service", "run", "--mysql", info.mysql_url, "--redis", info.redis_url]
-    cmd += ["--tables", f"{db}.*", "--prefix", prefix, "--no-api", "--changelog-maxlen", "1000000"]
+    cmd += ["--tables", f"{db}.*", "--prefix", prefix, "--no-api", "--changelog-maxlen", "1000000", *args]
     cmd += ["--server-id", str(6000 + random.randint(0, 999))]
     with log.open("ab") as out:
         return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
@@ -203,10 +205,15 @@ def test_two_instances_one_writer_and_takeover(stack: LocalStack, tmp_path: Path
         assert len(standby) == 1, logs  # exactly one instance waited
         assert "bootstrap at" not in logs[standby[0]]  # ... and wrote nothing
         leader, other = (b, a) if standby == ["a"] else (a, b)
+        before = _checkpoint(info.redis_url, prefix)  # the source's position: only a writer moves it
+        killed = time.monotonic()
         leader.kill()
         leader.wait()
         for _ in range(30):
             wl.step(allow_ddl=False)
+        _wait_advance(info.redis_url, prefix, before, timeout=20)
+        takeover = time.monotonic() - killed
+        assert takeover < 5, f"the standby applied its first transaction {takeover:.1f}s after the kill"
         _wait(info.redis_url, prefix, master_position(stack), timeout=20)
         assert actual(info.redis_url, prefix, db) == expected(stack, db)
         assert _ledger_ids(info.redis_url, prefix) == list(range(1, wl.ledger + 1))
