@@ -468,7 +468,9 @@ class Replicator:
             with map_errors("resync session"):
                 async with conn.cursor() as cur:
                     await cur.execute("SET SESSION time_zone = '+00:00'")
-            self.catalog.forget(schema, table)
+            # A fresh definition, swapped in by load() in one step. Never forget() it here: the
+            # applier plans transactions across awaits, and a change planned while the table is
+            # unknown to the catalog counts as unkeyable and is skipped (rows were lost that way).
             info = await self._table_info(schema, table, conn)
 
             def progress(done: int, total: int | None) -> None:
