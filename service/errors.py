@@ -14,7 +14,8 @@
     │   ├── PositionLost               (not retriable) ERR 1236: position purged/unknown
     │   └── PreflightError             (not retriable) the source is not configured to be read
     ├── SinkError                      (retriable) Redis unavailable
-    │   └── LeaseLost                  (not retriable here) another instance holds the writer lease
+    │   ├── LeaseLost                  (not retriable here) another instance holds the writer lease
+    │   └── CatalogMiss                (retriable) a change of a table whose definition is not loaded
     └── StackError                     the local MariaDB/Redis stack could not start
 
 Loops decide what to do from `retriable`, never from isinstance lists.
@@ -25,6 +26,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 __all__ = [
+    "CatalogMiss",
     "ChecksumMismatch",
     "ConfigError",
     "DecodeError",
@@ -102,6 +104,11 @@ class SinkError(ReplicatorError):
 
 class LeaseLost(SinkError):
     retriable = False
+
+
+class CatalogMiss(SinkError):
+    """Planning met a table the catalog has not loaded: retried from the stored checkpoint,
+    never planned as "no usable key" (that would skip its rows silently)."""
 
 
 class StackError(ReplicatorError):

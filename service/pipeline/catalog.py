@@ -18,7 +18,7 @@ from typing import Any
 import aiomysql
 
 from service.binlog.schema import TableSchema
-from service.errors import SourceError
+from service.errors import CatalogMiss, SourceError
 from service.pipeline.status import ColumnStatus
 from service.transactions import TableFilter
 from service.transport.connection import fetch
@@ -51,8 +51,11 @@ class Catalog:
         self._warned: set[tuple[str, str]] = set()
 
     def key_columns(self, schema: str, table: str) -> tuple[str, ...] | None:
+        """The key columns, or None when the table has no usable key (its rows are skipped)."""
         info = self._tables.get((schema, table))
-        return info.key if info else None
+        if info is None:
+            raise CatalogMiss(f"no definition loaded for {schema}.{table} when its rows were planned")
+        return info.key
 
     def get(self, schema: str, table: str) -> TableInfo | None:
         return self._tables.get((schema, table))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import tempfile
 from datetime import date, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -27,11 +28,19 @@ _VALUE = re.compile(rb"^###   @(\d+)=(.*) /\* [^*]* meta=\d+ nullable=\d is_null
 
 
 def mariadb_rows(path: Path) -> list[tuple[str, str, str, Image | None, Image | None]]:
-    out = subprocess.run(
-        [MARIADB_BINLOG, "--no-defaults", "-vv", "--base64-output=decode-rows", str(path)],
-        check=True,
-        capture_output=True,
-    ).stdout
+    with tempfile.TemporaryDirectory() as load_dir:  # LOAD DATA events: its files go there
+        out = subprocess.run(
+            [
+                MARIADB_BINLOG,
+                "--no-defaults",
+                "-vv",
+                "--base64-output=decode-rows",
+                f"--local-load={load_dir}",
+            ]
+            + [str(path)],
+            check=True,
+            capture_output=True,
+        ).stdout
     rows: list[tuple[str, str, str, Image | None, Image | None]] = []
     current: list[Any] | None = None
     image: Image | None = None

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 import struct
 import subprocess
+import tempfile
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from functools import cache
@@ -66,11 +67,19 @@ def of(kind: type[E]) -> list[E]:
 @cache
 def mariadb_text() -> dict[int, tuple[str, list[str]]]:
     """end_log_pos -> (what follows the header on its line, the event's text lines)."""
-    out = subprocess.run(
-        [MARIADB_BINLOG, "--no-defaults", "-vv", "--base64-output=decode-rows", str(PATH)],
-        check=True,
-        capture_output=True,
-    ).stdout.decode("utf-8")
+    with tempfile.TemporaryDirectory() as load_dir:  # LOAD DATA events: its files go there
+        out = subprocess.run(
+            [
+                MARIADB_BINLOG,
+                "--no-defaults",
+                "-vv",
+                "--base64-output=decode-rows",
+                f"--local-load={load_dir}",
+            ]
+            + [str(PATH)],
+            check=True,
+            capture_output=True,
+        ).stdout.decode("utf-8")
     blocks: dict[int, tuple[str, list[str]]] = {}
     lines: list[str] = []
     for line in out.splitlines():
@@ -167,7 +176,7 @@ def test_execute_load_query() -> None:
     header, lines = text(ev)
     assert header.startswith("Execute_load_query\tthread_id=") and lines[-1] == "# file_id: 1 "
     # mariadb-binlog prints the text around the bracket with its own local file name
-    printed = re.sub(r"'/tmp/SQL_LOAD_MB-1-\d+'", "'<f>'", "\n".join(lines[:-1]))
+    printed = re.sub(r"'[^']*SQL_LOAD_MB-[^']+'", "'<f>'", "\n".join(lines[:-1]))
     q = ev.sql_bytes
     assert printed == (q[: ev.start_pos] + b" LOCAL INFILE '<f>' INTO" + q[ev.end_pos :]).decode()
 
