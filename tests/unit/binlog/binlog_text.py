@@ -27,20 +27,16 @@ _STMT = re.compile(rb"^### (INSERT INTO|UPDATE|DELETE FROM) `(.*)`\.`(.*)`$")
 _VALUE = re.compile(rb"^###   @(\d+)=(.*) /\* [^*]* meta=\d+ nullable=\d is_null=\d \*/$")
 
 
+def mariadb_binlog_vv(path: Path) -> bytes:
+    """`mariadb-binlog -vv --base64-output=decode-rows` of `path` (LOAD DATA files it writes go
+    to a temp dir, not /tmp)."""
+    with tempfile.TemporaryDirectory() as load_dir:
+        args = ["--no-defaults", "-vv", "--base64-output=decode-rows", f"--local-load={load_dir}"]
+        return subprocess.run([MARIADB_BINLOG, *args, str(path)], check=True, capture_output=True).stdout
+
+
 def mariadb_rows(path: Path) -> list[tuple[str, str, str, Image | None, Image | None]]:
-    with tempfile.TemporaryDirectory() as load_dir:  # LOAD DATA events: its files go there
-        out = subprocess.run(
-            [
-                MARIADB_BINLOG,
-                "--no-defaults",
-                "-vv",
-                "--base64-output=decode-rows",
-                f"--local-load={load_dir}",
-            ]
-            + [str(path)],
-            check=True,
-            capture_output=True,
-        ).stdout
+    out = mariadb_binlog_vv(path)
     rows: list[tuple[str, str, str, Image | None, Image | None]] = []
     current: list[Any] | None = None
     image: Image | None = None

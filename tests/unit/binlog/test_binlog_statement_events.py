@@ -12,14 +12,12 @@ from __future__ import annotations
 
 import re
 import struct
-import subprocess
-import tempfile
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from functools import cache
 from typing import TypeVar
 
-from binlog_text import FIXTURES, MARIADB_BINLOG
+from binlog_text import FIXTURES, mariadb_binlog_vv
 
 from service.binlog import (
     AnnotateRowsEvent,
@@ -67,19 +65,7 @@ def of(kind: type[E]) -> list[E]:
 @cache
 def mariadb_text() -> dict[int, tuple[str, list[str]]]:
     """end_log_pos -> (what follows the header on its line, the event's text lines)."""
-    with tempfile.TemporaryDirectory() as load_dir:  # LOAD DATA events: its files go there
-        out = subprocess.run(
-            [
-                MARIADB_BINLOG,
-                "--no-defaults",
-                "-vv",
-                "--base64-output=decode-rows",
-                f"--local-load={load_dir}",
-            ]
-            + [str(PATH)],
-            check=True,
-            capture_output=True,
-        ).stdout.decode("utf-8")
+    out = mariadb_binlog_vv(PATH).decode("utf-8")
     blocks: dict[int, tuple[str, list[str]]] = {}
     lines: list[str] = []
     for line in out.splitlines():
