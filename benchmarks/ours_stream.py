@@ -17,13 +17,13 @@ first event; the difference is a few milliseconds).
 from __future__ import annotations
 
 import asyncio
-import gc
 import json
 import sys
 import time
 
 from benchmarks.harness import percentile
 from service.checkpoint import BinlogPosition
+from service.runtime import tune_gc
 from service.settings import Settings
 from service.transport.source import BinlogSource
 
@@ -48,7 +48,7 @@ async def main(url: str, file: str, start: int, end: int) -> None:
     t0 = time.perf_counter()
     probe = asyncio.create_task(_probe(lags, cpu_lags))
     async with BinlogSource(settings, BinlogPosition(file, start)) as source:
-        gc.freeze()  # as `binlog-mirror stream` does once started (service/stream_cli.py)
+        tune_gc()  # as `binlog-mirror stream` does once started (service/stream_cli.py)
         async for txn in source:
             rows += len(txn.changes)
             txns += 1

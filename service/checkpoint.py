@@ -16,8 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
-from functools import total_ordering
+from functools import lru_cache, total_ordering
 from typing import Literal
 
 from service.binlog.constants import LOG_EVENT_ARTIFICIAL_F
@@ -35,6 +34,7 @@ from service.binlog.events import (
     XaPrepareEvent,
     XidEvent,
 )
+from service.binlog.record import record
 
 __all__ = [
     "BinlogPosition",
@@ -54,7 +54,7 @@ __all__ = [
 
 
 @total_ordering
-@dataclass(frozen=True, slots=True)
+@record()  # built per event/commit: see service/binlog/record.py
 class BinlogPosition:
     file: str  # "mysql-bin.000042"
     pos: int  # offset of the NEXT event
@@ -97,7 +97,7 @@ def _norm_uuid(text: str) -> str:
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
-@dataclass(frozen=True, slots=True)
+@record()
 class MysqlGtid:
     """One MySQL transaction id: `uuid:gno` or `uuid:tag:gno`."""
 
@@ -124,7 +124,7 @@ def _fmt_intervals(intervals: tuple[tuple[int, int], ...]) -> str:
     return ":".join(f"{lo}" if lo == hi else f"{lo}-{hi}" for lo, hi in intervals)
 
 
-@dataclass(frozen=True, slots=True)
+@record()
 class MysqlGtidSet:
     """A MySQL GTID set: (uuid, tag) -> merged inclusive gno intervals. Immutable."""
 
@@ -179,6 +179,10 @@ class MysqlGtidSet:
         return False
 
     def add(self, gtid: MysqlGtid | MysqlGtidSet) -> MysqlGtidSet:
+        if isinstance(gtid, MysqlGtid):
+            grown = self._extend_last(gtid)
+            if grown is not None:
+                return grown
         acc = self._dict()
         others = (
             gtid.sets if isinstance(gtid, MysqlGtidSet) else (((gtid.uuid, gtid.tag), ((gtid.gno,) * 2,)),)
@@ -186,6 +190,19 @@ class MysqlGtidSet:
         for key, intervals in others:
             acc.setdefault(key, []).extend(intervals)
         return self._build(acc)
+
+    def _extend_last(self, gtid: MysqlGtid) -> MysqlGtidSet | None:
+        """The common case at every commit, without a rebuild: gtid is the number right after the
+        last interval of its (uuid, tag). None when it is not."""
+        key = (gtid.uuid, gtid.tag)
+        for i, (k, intervals) in enumerate(self.sets):
+            if k == key:
+                lo, hi = intervals[-1]
+                if gtid.gno != hi + 1:
+                    return None
+                entry = (k, (*intervals[:-1], (lo, gtid.gno)))
+                return MysqlGtidSet((*self.sets[:i], entry, *self.sets[i + 1 :]))
+        return None
 
     def issubset(self, other: MysqlGtidSet) -> bool:
         theirs = dict(other.sets)
@@ -208,7 +225,7 @@ class MysqlGtidSet:
 # --- MariaDB GTIDs ------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@record()
 class MariadbGtid:
     """One MariaDB transaction id: `domain-server-seq`."""
 
@@ -227,7 +244,7 @@ class MariadbGtid:
         return cls(int(m.group(1)), int(m.group(2)), int(m.group(3)))
 
 
-@dataclass(frozen=True, slots=True)
+@record()
 class MariadbGtidPos:
     """A MariaDB GTID position (as in @@gtid_binlog_pos): the last GTID of each replication domain."""
 
@@ -259,7 +276,10 @@ class MariadbGtidPos:
 
     def add(self, gtid: MariadbGtid | MariadbGtidPos) -> MariadbGtidPos:
         """The position after `gtid` (a later seq replaces the domain's entry; an earlier one is kept out)."""
-        by_domain = {g.domain: g for g in self.gtids}
+        mine = self.gtids
+        if isinstance(gtid, MariadbGtid) and len(mine) == 1 and mine[0].domain == gtid.domain:
+            return MariadbGtidPos((gtid,)) if gtid.seq >= mine[0].seq else self  # one domain: most sources
+        by_domain = {g.domain: g for g in mine}
         for g in gtid.gtids if isinstance(gtid, MariadbGtidPos) else (gtid,):
             old = by_domain.get(g.domain)
             if old is None or g.seq >= old.seq:
@@ -303,7 +323,7 @@ def parse_gtid(text: str) -> MysqlGtid | MariadbGtid:
 # --- checkpoints and start points ---------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@record()  # built per event/commit: see service/binlog/record.py
 class Checkpoint:
     """The resume point after a committed transaction."""
 
@@ -338,6 +358,7 @@ def parse_start(text: str) -> StartPoint:
 _LEADING_COMMENT = re.compile(r"^\s*(?:/\*.*?\*/\s*|(?:--|#)[^\n]*\n\s*)*", re.S)
 
 
+@lru_cache(maxsize=1024)  # BEGIN/COMMIT repeat at every transaction, and two callers ask
 def statement_kind(sql: str) -> str:
     """What a QUERY event means for transaction boundaries:
     begin | commit | rollback | savepoint | ddl | other."""
@@ -358,7 +379,32 @@ def statement_kind(sql: str) -> str:
     return "other"
 
 
-@dataclass(slots=True)
+# What the tracker does with each event class (looked up by the class: one dict access per event
+# instead of a chain of isinstance checks; subclasses get their base's kind on first sight).
+_GTID, _ROTATE, _PREVIOUS, _COMMIT, _QUERY, _ROWS, _HEARTBEAT, _FDE, _PAYLOAD, _OTHER = range(10)
+_KIND_BASES: tuple[tuple[type[Event], int], ...] = (
+    (GtidEvent, _GTID),
+    (RotateEvent, _ROTATE),
+    (PreviousGtidsEvent, _PREVIOUS),
+    (XidEvent, _COMMIT),
+    (XaPrepareEvent, _COMMIT),
+    (QueryEvent, _QUERY),
+    (TableMapEvent, _ROWS),
+    (RowsEvent, _ROWS),
+    (HeartbeatEvent, _HEARTBEAT),
+    (FormatDescriptionEvent, _FDE),
+    (TransactionPayloadEvent, _PAYLOAD),
+)
+_KINDS: dict[type, int] = {}
+
+
+def _kind(cls: type) -> int:
+    kind = _KINDS.get(cls)
+    if kind is None:
+        kind = _KINDS[cls] = next((k for base, k in _KIND_BASES if issubclass(cls, base)), _OTHER)
+    return kind
+
+
 class CheckpointTracker:
     """Where the stream is, fed every decoded event in order; pure (no I/O, no clock).
 
@@ -373,53 +419,80 @@ class CheckpointTracker:
     the server re-sends when a dump starts past offset 4 has log_pos 0 and moves nothing.
     Events inside a TRANSACTION_PAYLOAD (MySQL binlog_transaction_compression; the decoder gives
     them the payload's offset) move nothing either: the payload event already moved past them.
+
+    It runs once per event, so the offset is a plain int (`position` builds the value on demand)
+    and the GTID set's text is kept with the set instead of formatted again at every commit.
     """
 
-    position: BinlogPosition
-    gtids: GtidSet | None = None  # executed set so far; None when unknown (no GTID tracking)
-    in_transaction: bool = False
-    _pending_gtid: MysqlGtid | MariadbGtid | None = field(default=None, repr=False)
-    _payload_at: int | None = field(default=None, repr=False)  # offset of the last TRANSACTION_PAYLOAD
+    __slots__ = ("_file", "_pos", "_gtids", "_gtid_text", "in_transaction", "_pending_gtid", "_payload_at")
+
+    def __init__(self, position: BinlogPosition, gtids: GtidSet | None = None) -> None:
+        self._file, self._pos = position.file, position.pos
+        self.gtids = gtids  # executed set so far; None when unknown (no GTID tracking)
+        self.in_transaction = False
+        self._pending_gtid: MysqlGtid | MariadbGtid | None = None
+        self._payload_at: int | None = None  # offset of the last TRANSACTION_PAYLOAD
+
+    @property
+    def position(self) -> BinlogPosition:
+        return BinlogPosition(self._file, self._pos)
+
+    @property
+    def gtids(self) -> GtidSet | None:
+        return self._gtids
+
+    @gtids.setter
+    def gtids(self, value: GtidSet | None) -> None:
+        self._gtids = value
+        self._gtid_text = str(value) if value else ""
 
     @property
     def checkpoint(self) -> Checkpoint:
         """The current position as a Checkpoint (only a boundary when not in_transaction)."""
-        return Checkpoint(self.position, str(self.gtids) if self.gtids else "")
+        return Checkpoint(self.position, self._gtid_text)
 
     def observe(self, event: Event) -> Checkpoint | None:
-        self._advance(event)
-        if isinstance(event, GtidEvent):
+        kind = _KINDS.get(type(event))
+        if kind is None:
+            kind = _kind(type(event))
+        self._advance(event, kind)
+        if kind == _ROWS:
+            # Rows outside any BEGIN: a group whose start we did not see (or a server that
+            # writes no BEGIN); it still closes at its XID/COMMIT.
+            self.in_transaction = True
+            return None
+        if kind == _COMMIT:
+            # Also when no transaction is open (the stream started inside one): its end is a boundary.
+            return self._commit(event)
+        if kind == _GTID:
+            assert isinstance(event, GtidEvent)
             self._pending_gtid = self._gtid_of(event)
             # MariaDB: a GTID event is the BEGIN of a transaction unless it stands alone (DDL).
             self.in_transaction = event.domain_id is not None and not event.standalone
             return None
-        if isinstance(event, RotateEvent) and not self.in_transaction:
+        if kind == _QUERY:
+            assert isinstance(event, QueryEvent)
+            sql_kind = statement_kind(event.sql)
+            if sql_kind == "begin":
+                self.in_transaction = True
+                return None
+            if self.in_transaction:
+                return self._commit(event) if sql_kind in ("commit", "rollback") else None
+            return None if sql_kind == "savepoint" else self._commit(event)
+        if kind == _ROTATE and not self.in_transaction:
             if event.header.flags & LOG_EVENT_ARTIFICIAL_F:
                 return None  # the dump's fake rotate names where we already are
             # The next file's start is a boundary too: an idle source that rotates (FLUSH, a
             # restart) then purges the old file must not strand the checkpoint in it.
-            return Checkpoint(self.position, str(self.gtids) if self.gtids else "", event.header.timestamp)
-        if isinstance(event, PreviousGtidsEvent) and event.gtid_set:
-            # MySQL: the set executed before this file. Merged in, so a stream that began at a file
-            # start (`start`, FILE:POS) checkpoints the whole executed set, not only what it saw.
-            base = self.gtids if isinstance(self.gtids, MysqlGtidSet) else MysqlGtidSet()
-            self.gtids = base.add(MysqlGtidSet.parse(event.gtid_set))
-            return None
-        if isinstance(event, XidEvent | XaPrepareEvent):
-            # Also when no transaction is open (the stream started inside one): its end is a boundary.
-            return self._commit(event)
-        if isinstance(event, QueryEvent):
-            kind = statement_kind(event.sql)
-            if kind == "begin":
-                self.in_transaction = True
-                return None
-            if self.in_transaction:
-                return self._commit(event) if kind in ("commit", "rollback") else None
-            return None if kind == "savepoint" else self._commit(event)
-        if isinstance(event, TableMapEvent | RowsEvent) and not self.in_transaction:
-            # Rows outside any BEGIN: a group whose start we did not see (or a server that
-            # writes no BEGIN); it still closes at its XID/COMMIT.
-            self.in_transaction = True
+            return Checkpoint(self.position, self._gtid_text, event.header.timestamp)
+        if kind == _PREVIOUS:
+            assert isinstance(event, PreviousGtidsEvent)
+            if event.gtid_set:
+                # MySQL: the set executed before this file. Merged in, so a stream that began at a
+                # file start (`start`, FILE:POS) checkpoints the whole executed set, not only what
+                # it saw.
+                base = self.gtids if isinstance(self.gtids, MysqlGtidSet) else MysqlGtidSet()
+                self.gtids = base.add(MysqlGtidSet.parse(event.gtid_set))
         return None
 
     def _commit(self, event: Event) -> Checkpoint:
@@ -432,25 +505,25 @@ class CheckpointTracker:
             else:
                 mysql_base = self.gtids if isinstance(self.gtids, MysqlGtidSet) else MysqlGtidSet()
                 self.gtids = mysql_base.add(gtid)
-        return Checkpoint(self.position, str(self.gtids) if self.gtids else "", event.header.timestamp)
+        return Checkpoint(BinlogPosition(self._file, self._pos), self._gtid_text, event.header.timestamp)
 
-    def _advance(self, event: Event) -> None:
+    def _advance(self, event: Event, kind: int) -> None:
         h = event.header
-        if isinstance(event, RotateEvent):
-            self.position = BinlogPosition(event.next_file, event.position)
+        if kind == _ROTATE:
+            assert isinstance(event, RotateEvent)
+            self._file, self._pos = event.next_file, event.position
             return
-        if isinstance(event, HeartbeatEvent) or h.flags & LOG_EVENT_ARTIFICIAL_F:
+        if kind == _HEARTBEAT or h.flags & LOG_EVENT_ARTIFICIAL_F:
             return
-        if isinstance(event, FormatDescriptionEvent) and h.log_pos == 0:
+        if kind == _FDE and h.log_pos == 0:
             return
-        if isinstance(event, TransactionPayloadEvent):
+        if kind == _PAYLOAD:
             self._payload_at = h.offset
         elif self._payload_at is not None:
             if h.offset == self._payload_at:
                 return  # inside a compressed payload: the position is already after the payload
             self._payload_at = None
-        pos = h.log_pos if h.log_pos else self.position.pos + h.event_size
-        self.position = BinlogPosition(self.position.file, pos)
+        self._pos = h.log_pos if h.log_pos else self._pos + h.event_size
 
     @staticmethod
     def _gtid_of(event: GtidEvent) -> MysqlGtid | MariadbGtid | None:

@@ -94,6 +94,7 @@ def _demo_settings(settings: Settings) -> tuple[Settings, MySQLUrl]:
 
 async def _main(settings: Settings, *, api: bool, demo_admin: MySQLUrl | None) -> None:
     from service.pipeline.replicator import Replicator
+    from service.runtime import tune_gc
 
     demo_task: asyncio.Task[None] | None = None
     if demo_admin is not None:
@@ -116,6 +117,7 @@ async def _main(settings: Settings, *, api: bool, demo_admin: MySQLUrl | None) -
         from api.server import serve
 
         api_task = asyncio.create_task(serve(create_app(settings, replicator), settings), name="api")
+    tune_gc()
     try:
         await replicator.run()
     finally:

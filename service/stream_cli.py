@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import gc
 import sys
 from typing import Annotated
 
@@ -14,6 +13,7 @@ from rich.console import Console
 from service.binlog.canonical import row_change_to_dict
 from service.checkpoint import BinlogPosition, parse_start
 from service.errors import ConfigError, ReplicatorError
+from service.runtime import tune_gc
 from service.settings import load_settings
 from service.transport.source import BinlogSource
 
@@ -66,9 +66,7 @@ def stream(
 async def _stream(source: BinlogSource, until_caught_up: bool) -> None:
     out = sys.stdout.buffer
     async with source:
-        # Start-up objects (modules, settings, connections) live for good: keep them out of the
-        # collector's full passes, which otherwise pause the stream ~10-25 ms each.
-        gc.freeze()
+        tune_gc()
         target: BinlogPosition | None = None
         if until_caught_up:
             target = (await source.source_position()).position

@@ -35,6 +35,7 @@ from service.binlog.events import (
     TransactionPayloadEvent,
 )
 from service.binlog.fde import StreamFormat, parse_format_description
+from service.binlog.files import RawEvent
 from service.binlog.gtid import parse_gtid, parse_gtid_list, parse_mariadb_gtid, parse_previous_gtids
 from service.binlog.payload import iter_inner_events, parse_payload_header
 from service.binlog.query import parse_query
@@ -113,10 +114,13 @@ class BinlogDecoder:
         Returns None only for an unknown event type flagged LOG_EVENT_IGNORABLE_F."""
         if self._pending is not None:
             self._drain_pending()
-        data = raw if isinstance(raw, bytes) else bytes(raw)  # a RawEvent is used as it is
-        if offset is None:
-            offset = getattr(raw, "offset", None)
-        return self._decode(data, offset, inner=False)
+        # Exact type checks, not getattr(raw, "offset", None): compiled, a missing attribute
+        # raises and clears an AttributeError, which cost more than decoding an XID.
+        if type(raw) is bytes:  # the replication stream's events
+            return self._decode(raw, offset, inner=False)
+        if isinstance(raw, RawEvent):  # read_binlog_file's: bytes that know their offset
+            return self._decode(raw, raw.offset if offset is None else offset, inner=False)
+        return self._decode(bytes(raw), offset, inner=False)
 
     def decode_events(self, raw: bytes | memoryview, offset: int | None = None) -> Iterator[Event]:
         """Like feed(), flattened: the event, then any events inside a TRANSACTION_PAYLOAD."""

@@ -50,6 +50,7 @@ from service.pipeline.status import (
     State,
     TableStatus,
 )
+from service.queues import RowQueue
 from service.settings import Settings
 from service.sink.client import redis_client
 from service.sink.keys import KeyLayout, split_key
@@ -125,7 +126,7 @@ class Replicator:
         self.mirror = RedisMirror(self.redis, self.layout, self.catalog.key_columns, options)
         self._stop = asyncio.Event()
         self._source: Any = None
-        self._queue: asyncio.Queue[Transaction] = asyncio.Queue(maxsize=settings.queue_size)
+        self._queue: RowQueue[Transaction] = RowQueue(settings.queue_size, settings.queue_rows)
         self._mirrored: set[tuple[str, str]] = set()
         self._resyncs: dict[tuple[str, str], asyncio.Task[None]] = {}
         self._ctl: aiomysql.Connection | None = None
@@ -261,7 +262,7 @@ class Replicator:
         else:
             start = checkpoint
         self._applied = checkpoint
-        self._queue = asyncio.Queue(maxsize=self.settings.queue_size)
+        self._queue = RowQueue(self.settings.queue_size, self.settings.queue_rows)
         source = self._source_factory(self.settings, start, self.filter)
         self._source = source
         # The lease is renewed from now on, also while the source connects and runs its preflight
@@ -339,7 +340,7 @@ class Replicator:
     async def _reader(self, source: TransactionSource) -> None:
         async for txn in source:
             self._received = txn
-            await self._queue.put(txn)
+            await self._queue.put(txn, len(txn.changes))
 
     async def _applier(self, reader: asyncio.Task[None]) -> None:
         while not self._stop.is_set():
@@ -564,8 +565,7 @@ class Replicator:
         info = getattr(src, "info", None)
         stats = getattr(src, "stats", None)
         waiting = self._queue.qsize() + self._in_flight[0]
-        queued: list[Transaction] = list(getattr(self._queue, "_queue", ()))
-        rows_waiting = sum(len(t.changes) for t in queued) + self._in_flight[1]
+        rows_waiting = self._queue.rows + self._in_flight[1]
         last_event_ts = getattr(stats, "last_event_ts", None) or None
         last_packet = getattr(stats, "last_event_at", 0.0) or 0.0
         lag: float | None = None

@@ -40,6 +40,7 @@ from service.checkpoint import (
     parse_start,
 )
 from service.errors import ReplicatorError, SourceError
+from service.queues import RowQueue
 from service.settings import Settings
 from service.transactions import TableFilter, Transaction, TransactionAssembler
 from service.transport.backoff import Backoff
@@ -125,6 +126,7 @@ class BinlogSource:
         backoff: Backoff | None = None,
         heartbeat: float | None = None,
         queue_size: int | None = None,
+        queue_rows: int | None = None,
         non_blocking: bool = False,
         check_source: bool = True,
     ) -> None:
@@ -139,7 +141,9 @@ class BinlogSource:
         self.stats = SourceStats()
         self.info: ServerInfo | None = None
         self.start_checkpoint: Checkpoint | None = None  # the resolved start
-        self._queue: asyncio.Queue[object] = asyncio.Queue(maxsize=queue_size or settings.queue_size)
+        self._queue: RowQueue[object] = RowQueue(
+            queue_size or settings.queue_size, queue_rows or settings.queue_rows
+        )
         self._columns = ColumnNames(self.table_filter)
         self._names_from_schema = False
         self._ctl: aiomysql.Connection | None = None
@@ -444,11 +448,11 @@ class BinlogSource:
             schemas = sorted({s for d in txn.ddl for s, _ in d.tables} | {d.schema for d in txn.ddl})
             async with self._ctl_lock:
                 await self._columns.refresh(await self._control(), [s for s in schemas if s] or None)
-        queue = self._queue
-        if queue.full():
-            await queue.put(txn)  # the consumer is behind: stop reading (TCP pushes back)
+        queue, rows = self._queue, len(txn.changes)
+        if queue.full(rows):
+            await queue.put(txn, rows)  # the consumer is behind: stop reading (TCP pushes back)
         else:
-            queue.put_nowait(txn)
+            queue.put_nowait(txn, rows)
         # Only now is it safe to resume after this transaction: it is in the consumer's hands.
         resume.checkpoint = txn.end
         session.delivered_any = True
