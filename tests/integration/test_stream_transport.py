@@ -22,11 +22,16 @@ from test_stream_util import (
     workload,
 )
 
+from service.binlog import BinlogDecoder
+from service.binlog.constants import EventType
+from service.binlog.events import HeartbeatEvent
 from service.checkpoint import BinlogPosition, Checkpoint
 from service.errors import SourceError
 from service.stack import LocalStack
 from service.transactions import TableFilter
+from service.transport.connection import close_connection, connect, current_checkpoint, server_info
 from service.transport.source import BinlogSource
+from service.transport.stream import BinlogStream
 
 pytestmark = pytest.mark.integration
 
@@ -147,3 +152,34 @@ async def test_tls_verified_required_and_refused(stack: LocalStack) -> None:
             run_sql(stack, workload(db, first, 3))
             got = await collect(source, db, len(expected_changes(db, first, 3)))
         assert changes_of(got, db) == expected_changes(db, first, 3)
+
+
+async def test_heartbeat_from_the_server_decodes(stack: LocalStack) -> None:
+    """HEARTBEAT events as the local MariaDB sends them to an idle replica (real bytes, which no
+    binlog file holds): each names the file and offset the dump is at, and its CRC32 checks.
+    (HEARTBEAT_V2 is MySQL 8.0.26+ only: no server here sends it.)"""
+    settings = settings_for(stack)
+    ctl = await connect(settings)
+    try:
+        info = await server_info(ctl)
+        at = (await current_checkpoint(ctl, info)).position
+    finally:
+        await close_connection(ctl)
+    stream = BinlogStream(await connect(settings), info, read_timeout=10)
+    decoder = BinlogDecoder(file=at.file)
+    heartbeats: list[HeartbeatEvent] = []
+    try:
+        await stream.prepare(heartbeat=0.2, server_id=settings.server_id)
+        await stream.dump_position(at, server_id=settings.server_id)
+        while len(heartbeats) < 2:
+            for raw in await stream.read_batch() or []:
+                event = decoder.feed(raw)  # fake ROTATE, FORMAT_DESCRIPTION, then heartbeats
+                if isinstance(event, HeartbeatEvent):
+                    assert raw[4] == EventType.HEARTBEAT
+                    heartbeats.append(event)
+    finally:
+        stream.close()
+    for hb in heartbeats:
+        assert (hb.log_file, hb.log_pos) == (at.file, at.pos)
+        # header (19) + file name + CRC32; MariaDB stamps no time on a heartbeat
+        assert hb.header.event_size == 19 + len(at.file) + 4 and hb.header.timestamp == 0
