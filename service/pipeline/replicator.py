@@ -65,7 +65,10 @@ __all__ = ["AppliedHook", "Replicator", "TransactionSource"]
 log = logging.getLogger(__name__)
 
 AppliedHook = Callable[[Transaction, int], None]
+# One apply call takes up to BATCH_MAX transactions (they share a Redis round trip) but stops
+# adding once it holds BATCH_ROWS rows: each planned row's arguments stay in memory until sent.
 BATCH_MAX = 64
+BATCH_ROWS = 10_000
 
 
 class TransactionSource(Protocol):
@@ -357,8 +360,12 @@ class Replicator:
                 get.cancel()
                 continue
             batch = [get.result()]
-            while len(batch) < BATCH_MAX and not batch[-1].ddl and not self._queue.empty():
+            rows = len(batch[0].changes)
+            while (
+                len(batch) < BATCH_MAX and rows < BATCH_ROWS and not batch[-1].ddl and not self._queue.empty()
+            ):
                 nxt = self._queue.get_nowait()
+                rows += len(nxt.changes)
                 if nxt.ddl and len(batch) > 0:
                     await self._apply(batch)
                     batch = []
