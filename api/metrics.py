@@ -114,6 +114,20 @@ class StatusCollector(Collector):
             value=s.reconnects,
         )
         yield CounterMetricFamily(
+            P + "source_bytes",
+            "Binlog bytes received from the source, heartbeats included",
+            value=s.bytes_received,
+        )
+        yield CounterMetricFamily(
+            P + "source_heartbeats", "Heartbeats received from the idle source", value=s.heartbeats
+        )
+        if s.last_packet_at is not None:
+            yield GaugeMetricFamily(
+                P + "last_packet_timestamp_seconds",
+                "Wall clock when the last event or heartbeat arrived (a stalled connection stops it)",
+                value=s.last_packet_at,
+            )
+        yield CounterMetricFamily(
             P + "decode_errors", "Binlog events that could not be decoded", value=s.decode_errors
         )
         events = CounterMetricFamily(P + "events", "Binlog events decoded, by event type", labels=["type"])

@@ -152,6 +152,7 @@ class Replicator:
         self._past_reconnects = 0
         self._past_events: Counter[str] = Counter()
         self._past_ignorable = self._past_invalid = 0
+        self._past_bytes = self._past_heartbeats = 0
         self._past_maps: dict[tuple[str, str], TableSchema] = {}  # latest TABLE_MAP per table
         # Seconds per Redis apply call (one batch of transactions). Not registered anywhere: the
         # API registers it in its app registry (api/main.py), next to apply_delay_seconds.
@@ -530,6 +531,8 @@ class Replicator:
         """Keep a finished session's source counters (sources live for one session)."""
         stats = getattr(source, "stats", None)
         self._past_reconnects += int(getattr(stats, "reconnects", 0))
+        self._past_bytes += int(getattr(stats, "bytes", 0))
+        self._past_heartbeats += int(getattr(stats, "heartbeats", 0))
         self._past_maps.update(getattr(stats, "table_maps", {}))
         totals = getattr(source, "decoder_totals", None)
         if totals is not None:
@@ -642,6 +645,9 @@ class Replicator:
             events_by_type=events_by_type,
             skipped_ignorable_events=ignorable,
             invalid_text_values=invalid,
+            bytes_received=self._past_bytes + int(getattr(stats, "bytes", 0)),
+            heartbeats=self._past_heartbeats + int(getattr(stats, "heartbeats", 0)),
+            last_packet_at=last_packet or None,
         )
 
 

@@ -10,6 +10,7 @@ import base64
 import contextlib
 import os
 import socket
+import time
 import uuid
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -272,6 +273,8 @@ async def test_standalone_app_position_tables_alter_metrics_and_auth(stack: Loca
         assert values['binlog_mirror_events_total{type="QUERY"}'] >= 1
         assert values["binlog_mirror_decode_errors_total"] == 0
         assert values["binlog_mirror_reconnects_total"] == 0
+        assert values["binlog_mirror_source_bytes_total"] > 0
+        assert 0 <= time.time() - values["binlog_mirror_last_packet_timestamp_seconds"] < 60
         assert values["binlog_mirror_ignorable_events_skipped_total"] == 0
         assert values["binlog_mirror_invalid_text_values_total"] == 0
         assert values["binlog_mirror_apply_seconds_count"] >= 2  # one per apply call (batch)
@@ -316,6 +319,12 @@ async def test_lag_rises_while_the_stream_is_stalled_and_returns_to_zero(stack: 
         values = _samples((await run.http.get("/metrics", headers=AUTH)).text)
         assert values["binlog_mirror_reconnects_total"] >= 1  # the dropped connection
         assert values["binlog_mirror_decode_errors_total"] == 0
+
+        async def heartbeats() -> bool:  # the idle source sends one every 0.5 s
+            metrics = (await run.http.get("/metrics", headers=AUTH)).text
+            return _samples(metrics)["binlog_mirror_source_heartbeats_total"] >= 1
+
+        await until(heartbeats, timeout=10, what="a heartbeat in the metrics")
 
 
 async def bytes_behind(run: Running, expected: int | None) -> None:
