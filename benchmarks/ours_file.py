@@ -12,16 +12,16 @@ import json
 import sys
 import time
 
-from service.binlog import BinlogDecoder, RowsEvent, read_binlog_file
+from service.binlog import BinlogDecoder, RowsEvent, scan_binlog_file
 
 
 def main(path: str, start: int, end: int) -> None:
     decoder = BinlogDecoder(file=path)
     rows = 0
     t0 = time.perf_counter()
-    for raw in read_binlog_file(path, 4, end):
-        event = decoder.feed(raw)
-        if type(event) is RowsEvent and raw.offset >= start:
+    for offset, data in scan_binlog_file(path, 4, end):
+        event = decoder.feed(data, offset)
+        if type(event) is RowsEvent and offset >= start:
             rows += len(event.changes)
     print(json.dumps({"rows": rows, "seconds": time.perf_counter() - t0}))
 

@@ -21,7 +21,7 @@ from service.binlog import (
     RowsEvent,
     TableMapEvent,
     TransactionPayloadEvent,
-    read_binlog_file,
+    scan_binlog_file,
 )
 from service.binlog.canonical import row_change_to_dict, value_to_json
 from service.errors import DecodeError
@@ -80,8 +80,8 @@ def _wanted(patterns: list[str], schema: str, table: str) -> bool:
 
 
 def _events(path: Path, decoder: BinlogDecoder) -> Iterator[Event]:
-    for raw in read_binlog_file(path):
-        event = decoder.feed(raw)
+    for offset, data in scan_binlog_file(path):
+        event = decoder.feed(data, offset)
         if event is None:
             continue
         yield event

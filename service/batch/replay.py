@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from service.binlog import BinlogDecoder, RowsEvent, TransactionPayloadEvent, read_binlog_file
+from service.binlog import BinlogDecoder, RowsEvent, TransactionPayloadEvent, scan_binlog_file
 from service.binlog.canonical import row_to_json
 from service.errors import ConfigError
 from service.transactions import TableFilter
@@ -58,8 +58,8 @@ def file_changes(path: str, tables: TableFilter) -> Iterator[Change]:
     decoder = BinlogDecoder(file=os.path.basename(path))
     name = os.path.basename(path)
     seq = 0
-    for raw in read_binlog_file(path):
-        event = decoder.feed(raw)
+    for offset, data in scan_binlog_file(path):
+        event = decoder.feed(data, offset)
         if event is None:
             continue
         inner = event.events if isinstance(event, TransactionPayloadEvent) else (event,)

@@ -39,7 +39,7 @@ from service.binlog.events import (
     XidEvent,
 )
 from service.binlog.fde import StreamFormat
-from service.binlog.files import RawEvent, read_binlog_file
+from service.binlog.files import RawEvent, read_binlog_file, scan_binlog_file
 from service.binlog.jsonb import JSON_NULL, JsonDiff, JsonDiffOp, JsonNull, JsonOpaque, JsonPartial
 from service.binlog.rowchange import EventSpan, Op, Row, RowChange
 from service.binlog.schema import Column, TableSchema
@@ -97,4 +97,5 @@ __all__ = [
     "XidEvent",
     "canonical",
     "read_binlog_file",
+    "scan_binlog_file",
 ]

@@ -35,10 +35,10 @@ from service.binlog.events import (
     TransactionPayloadEvent,
 )
 from service.binlog.fde import StreamFormat, parse_format_description
-from service.binlog.files import RawEvent
 from service.binlog.gtid import parse_gtid, parse_gtid_list, parse_mariadb_gtid, parse_previous_gtids
 from service.binlog.payload import iter_inner_events, parse_payload_header
 from service.binlog.query import parse_query
+from service.binlog.rawevent import RawEvent
 from service.binlog.rowchange import EventSpan
 from service.binlog.rows import ROWS_EVENTS, TablePlan, decode_rows, parse_rows_header, rows_header_layout
 from service.binlog.schema import TableSchema

@@ -19,6 +19,7 @@ from service.binlog import (
     TableMapEvent,
     TransactionPayloadEvent,
     read_binlog_file,
+    scan_binlog_file,
 )
 from service.errors import ChecksumMismatch, DecodeError, MissingTableMap, UnknownEvent
 
@@ -47,6 +48,18 @@ def test_offsets_come_from_log_pos_and_match_the_file() -> None:
     for raw in read_binlog_file(CRC57):
         event = decoder.feed(bytes(raw))  # plain bytes: the offset comes from log_pos
         assert event is not None and event.header.offset == raw.offset  # type: ignore[attr-defined]
+
+
+def test_scan_and_read_give_the_same_events_and_offsets() -> None:
+    """scan_binlog_file (the fast path: offset, bytes) and read_binlog_file (RawEvents) agree,
+    also from a start and up to a stop inside the file; a scan left unfinished closes its file."""
+    whole = [(raw.offset, bytes(raw)) for raw in read_binlog_file(CRC57)]
+    assert list(scan_binlog_file(CRC57)) == whole
+    start, stop = whole[3][0], whole[-2][0]
+    assert list(scan_binlog_file(CRC57, start, stop)) == [e for e in whole if start <= e[0] < stop]
+    scan = scan_binlog_file(CRC57)
+    next(scan)
+    scan.close()  # GeneratorExit at the yield: the `with open(...)` block closes the file
 
 
 def test_table_map_cleared_at_statement_end_fde_and_rotate() -> None:

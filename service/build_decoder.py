@@ -1,7 +1,10 @@
 """Optional speed-up: compile service.binlog with mypyc, in place.
 
-    python -m service.binlog.build            # build (about 30 s on 2 cores)
-    python -m service.binlog.build --clean    # remove the compiled modules
+    python -m service.build_decoder            # build (about 50 s on 2 cores)
+    python -m service.build_decoder --clean    # remove the compiled modules
+
+It lives outside service/binlog on purpose: running it must not import that package, whose
+stale compiled modules may no longer match its sources.
 
 The build writes one extension module next to each compiled .py (service/binlog/*.so,
 git-ignored) and Python imports it instead of the .py. The .py files stay the reference
@@ -12,9 +15,11 @@ Not compiled, on purpose:
   events.py, rowchange.py  records other packages build, compare and replace(); a native
                            class is no faster to build here, and its pickling differs
   record.py                the decorator of those records
-  files.py                 RawEvent subclasses bytes, which native classes cannot
+  rawevent.py              RawEvent subclasses bytes, which native classes cannot
+  files.py                 its generators hold an open file: a compiled generator that is
+                           dropped unfinished is not closed, so the file would leak
   jsonb.py                 JsonNull's class-level singleton is not a native-class pattern
-  build.py, __init__.py
+  __init__.py
 Row images are read by imagereader.StepReader in the compiled build (rows.py's exec()-generated
 readers would stay interpreted: exec'd code is never compiled).
 """
@@ -28,10 +33,10 @@ from pathlib import Path
 
 __all__ = ["compiled_modules", "is_compiled", "main"]
 
-ROOT = Path(__file__).resolve().parents[2]
-PACKAGE = Path(__file__).resolve().parent
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "service" / "binlog"
 INTERPRETED = frozenset(
-    {"__init__.py", "build.py", "events.py", "rowchange.py", "record.py", "files.py", "jsonb.py"}
+    {"__init__.py", "events.py", "rowchange.py", "record.py", "rawevent.py", "files.py", "jsonb.py"}
 )
 GROUP = "service.binlog._mypyc"  # the shared runtime library lands in service/binlog/ too
 
