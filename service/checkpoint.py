@@ -262,7 +262,10 @@ class MariadbGtidPos:
         return cls(tuple(by_domain[d] for d in sorted(by_domain)))
 
     def __str__(self) -> str:
-        return ",".join(str(g) for g in self.gtids)
+        gtids = self.gtids
+        if len(gtids) == 1:  # one domain: formatted at every commit
+            return str(gtids[0])
+        return ",".join(str(g) for g in gtids)
 
     def get(self, domain: int) -> MariadbGtid | None:
         return next((g for g in self.gtids if g.domain == domain), None)
