@@ -376,10 +376,9 @@ class Replicator:
     async def _apply(self, batch: list[Transaction]) -> None:
         # Empty transactions (all rows filtered out) only move the checkpoint: keep the last one.
         batch = [t for i, t in enumerate(batch) if t.changes or t.ddl or i == len(batch) - 1]
-        for txn in batch:
-            for ch in txn.changes:
-                if not self.catalog.known(ch.schema, ch.table):
-                    await self._table_info(ch.schema, ch.table)
+        for schema, table in {(ch.schema, ch.table) for txn in batch for ch in txn.changes}:
+            if not self.catalog.known(schema, table):
+                await self._table_info(schema, table)
         batch = [self._complete_inserts(t) if t.partial else t for t in batch]
         units: list[tuple[Transaction, list[TableAction]]] = []
         for txn in batch:
@@ -394,9 +393,19 @@ class Replicator:
             self._applied, self._applied_ts = txn.end, txn.ts
             self._txns_applied += 1
             self._rows_applied += len(txn.changes)
-            for ch in txn.changes:
-                c = self._tables.setdefault((ch.schema, ch.table), _TableCounters())
-                setattr(c, f"{ch.op.value}s", getattr(c, f"{ch.op.value}s") + 1)
+            tables = self._tables
+            for ch in txn.changes:  # once per row: plain attribute updates
+                key = (ch.schema, ch.table)
+                c = tables.get(key)
+                if c is None:
+                    c = tables[key] = _TableCounters()
+                op = ch.op
+                if op is Op.INSERT:
+                    c.inserts += 1
+                elif op is Op.UPDATE:
+                    c.updates += 1
+                else:
+                    c.deletes += 1
                 c.last_change_ts = ch.ts
             if txn.ddl:
                 for d in txn.ddl:
