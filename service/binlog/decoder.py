@@ -40,7 +40,14 @@ from service.binlog.payload import iter_inner_events, parse_payload_header
 from service.binlog.query import parse_query
 from service.binlog.rawevent import RawEvent
 from service.binlog.rowchange import EventSpan
-from service.binlog.rows import ROWS_EVENTS, TablePlan, decode_rows, parse_rows_header, rows_header_layout
+from service.binlog.rows import (
+    ROWS_EVENTS,
+    TablePlan,
+    decode_rows,
+    parse_extra_row_info,
+    parse_rows_header,
+    rows_header_layout,
+)
 from service.binlog.schema import TableSchema
 from service.binlog.stats import DecoderStats
 from service.binlog.tablemap import parse_table_map
@@ -328,6 +335,12 @@ class BinlogDecoder:
             plan = self._plan(schema)
             changes = decode_rows(body, start, kind, plan, span, h.timestamp, h.server_id, self.gtid)
             self.stats.rows += len(changes)
+        if extra:  # MySQL 8 writes it for partitioned (and NDB) tables only
+            part, source, ndb = parse_extra_row_info(extra, kind)
+            return RowsEvent(
+                h, schema, changes, kind.op, flags, kind.version, extra, skipped, kind.partial,
+                kind.compressed, part, source, ndb,
+            )  # fmt: skip
         return RowsEvent(
             h, schema, changes, kind.op, flags, kind.version, extra, skipped, kind.partial, kind.compressed
         )

@@ -170,10 +170,16 @@ class RowsEvent(Event):
     op: Op
     flags: int
     version: int  # 0 (pre-GA), 1, 2
-    extra_info: bytes = b""  # v2 extra row info (NDB info, partition info), undecoded
+    extra_info: bytes = b""  # v2 extra row info as written (decoded into the three fields below)
     skipped: bool = False  # True when DecodeOptions.skip_rows() said so: changes is []
     partial: bool = False  # PARTIAL_UPDATE_ROWS_EVENT
     compressed: bool = False  # MariaDB *_ROWS_COMPRESSED_EVENT
+    # From extra_info (MySQL 8: partitioned tables, NDB). partition_id: the partition the rows
+    # are in; source_partition_id: an UPDATE's rows' partition before it (None when unchanged
+    # or not written); ndb_info: NDB's own block (length, format, data), kept as bytes.
+    partition_id: int | None = None
+    source_partition_id: int | None = None
+    ndb_info: bytes | None = None
 
 
 @record()

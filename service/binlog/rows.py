@@ -25,7 +25,15 @@ from service.binlog.stats import DecoderStats
 from service.binlog.values import FixedSpec, VarSpec, column_spec
 from service.errors import DecodeError, InvalidValue, TruncatedEvent
 
-__all__ = ["ROWS_EVENTS", "RowsKind", "TablePlan", "decode_rows", "parse_rows_header", "rows_header_layout"]
+__all__ = [
+    "ROWS_EVENTS",
+    "RowsKind",
+    "TablePlan",
+    "decode_rows",
+    "parse_extra_row_info",
+    "parse_rows_header",
+    "rows_header_layout",
+]
 
 ImageReader = Callable[[bytes, int], tuple[Row, int]]
 
@@ -240,6 +248,37 @@ def parse_rows_header(
     elif post > width + 2:
         r.skip(post - width - 2)
     return table_id, flags, extra, r.pos
+
+
+_EXTRA_NDB, _EXTRA_PART = 0, 1  # enum_extra_row_info_typecode (libbinlogevents rows_event.h)
+
+
+def parse_extra_row_info(extra: bytes, kind: RowsKind) -> tuple[int | None, int | None, bytes | None]:
+    """(partition_id, source_partition_id, ndb_info) of a v2 rows event's extra row info, as
+    MySQL's Rows_event constructor reads it (libbinlogevents/src/rows_event.cpp): a sequence of
+    typecode:1 entries. NDB (0): length:1 (counting itself) + format:1 + data. PART (1):
+    partition_id:2, and for UPDATE/PARTIAL_UPDATE also source_partition_id:2. An unknown
+    typecode ends the parse (the server itself does not read past one either)."""
+    part: int | None = None
+    source: int | None = None
+    ndb: bytes | None = None
+    r = ByteReader(extra, base=HEADER_LEN + 10)
+    while not r.at_end():
+        code = r.u8()
+        if code == _EXTRA_NDB:
+            length = r.u8()
+            if length < 2:
+                raise InvalidValue(f"NDB extra row info of length {length}")
+            r.pos -= 1  # the length byte is part of the block
+            block = r.take(length)
+            ndb = block if ndb is None else ndb  # the server keeps the first one
+        elif code == _EXTRA_PART:
+            part = r.uint(2)
+            if kind.is_update:
+                source = r.uint(2)
+        else:
+            break
+    return part, source, ndb
 
 
 def decode_rows(
