@@ -18,6 +18,7 @@ Redis errors become SinkError here and only here.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import secrets
 from collections import Counter
@@ -182,16 +183,21 @@ class RedisMirror:
             txn_id = str(txn.end.position)
             resume = self._resume if self._resume is not None and self._resume.txn == txn_id else None
             todo: Sequence[int] = range(len(txn.changes))
+            # Planned one chunk ahead, never whole: a transaction of millions of rows would
+            # otherwise hold every row's arguments in memory before the first chunk is sent.
             if resume is not None:  # its table actions went with its first chunk
                 todo = self.planner.remaining(txn, resume.tables)
-                chunks = list(self.planner.chunks(txn, [], self.options.chunk_size, todo))
+                chunks = self.planner.chunks(txn, [], self.options.chunk_size, todo)
             else:
-                chunks = list(self.planner.chunks(txn, actions, self.options.chunk_size))
-                if len(chunks) == 1:
-                    ops, n = chunks[0]
+                chunks = self.planner.chunks(txn, actions, self.options.chunk_size)
+                head = next(chunks)
+                second = next(chunks, None)
+                if second is None:
+                    ops, n = head
                     pending.append((txn, self._header(txn_id, 0, True, n) + ops + cp))
                     self._prev = txn_id
                     continue
+                chunks = itertools.chain((head, second), chunks)
             firsts += await self._flush(pending)
             pending = []
             firsts.append(await self._apply_chunked(txn, chunks, todo, cp, resume))
@@ -202,7 +208,7 @@ class RedisMirror:
     async def _apply_chunked(
         self,
         txn: Transaction,
-        chunks: list[tuple[list[Arg], int]],
+        chunks: Iterator[tuple[list[Arg], int]],
         todo: Sequence[int],
         cp: list[Arg],
         resume: _Progress | None,
@@ -217,8 +223,13 @@ class RedisMirror:
             skipped = len(txn.changes) - len(todo)
             log.info("resuming transaction %s after a crash: %d row changes were applied", txn_id, skipped)
         at = 0
-        for i, (ops, n) in enumerate(chunks, start=1):
-            final = i == len(chunks)
+        ahead = next(chunks, None)
+        i = 0
+        while ahead is not None:
+            ops, n = ahead
+            ahead = next(chunks, None)
+            i += 1
+            final = ahead is None
             tail = cp
             if not final:
                 for tid, k in Counter(map(tids.__getitem__, todo[at : at + n])).items():
@@ -227,14 +238,16 @@ class RedisMirror:
                 for tid, k in done.items():
                     tail += [f"t:{tid}", k]
             args = self._header(txn_id, i, final, n, rows) + ops + tail
-            with map_redis_errors(f"applying chunk {i}/{len(chunks)} of transaction {txn_id}"):
+            with map_redis_errors(
+                f"applying chunk {i} (to change {at + n} of {len(todo)}) of transaction {txn_id}"
+            ):
                 got = int(await self._apply(args=args))
             if first < 0:
                 first = got
             rows += n
             at += n
             if not final:
-                log.debug("chunk %d/%d of %s applied", i, len(chunks), txn_id)
+                log.debug("chunk %d of %s applied (%d of %d changes)", i, txn_id, at, len(todo))
         self._resume = None
         return first
 
