@@ -11,8 +11,8 @@ from enum import StrEnum
 from typing import Any
 
 from service.binlog.rowchange import Op, Row, RowChange
-from service.sink.keys import KeyLayout
-from service.sink.values import field_value, json_document
+from service.sink.keys import KeyLayout, escape
+from service.sink.values import TEXT_FORMS, field_value, json_document, key_text
 from service.transactions import Transaction
 
 __all__ = ["ActionKind", "Planner", "SkipCounter", "TableAction"]
@@ -76,30 +76,48 @@ class Planner:
         return keys
 
     def _suffix(self, cols: tuple[str, ...], row: Row | None) -> str | None:
-        if row is None or any(c not in row or row[c] is None for c in cols):
+        if row is None:
+            return None
+        if len(cols) == 1:
+            v = row.get(cols[0])
+            if v is None:
+                return None
+            if type(v) is int:  # digits and '-': nothing to escape
+                return str(v)
+            return escape(key_text(v))
+        if any(row.get(c) is None for c in cols):
             return None
         return self.layout.row_suffix([row[c] for c in cols])
 
-    def _write_row(self, out: list[Arg], key: str, after: Row, replace: bool) -> None:
+    def _write_row(self, out: list[Arg], suffix: str, after: Row, replace: bool) -> None:
         if self.json_mode:
-            if replace:
-                out += ["J", key, json_document(after)]
-            else:
-                out += ["JM", key, json_document(after)]
+            out += ("WJ" if replace else "PJ", suffix, json_document(after))
             return
-        if replace:
-            out += ["D", key]
-        fields: list[Arg] = []
+        append = out.append
+        out += ("W" if replace else "P", suffix, 0)
+        at = len(out) - 1
+        forms = TEXT_FORMS
+        nulls: list[str] = []
         for k, v in after.items():
-            if v is not None:
-                fields += (k, field_value(v))
-        out += ["H", key, len(fields) // 2, *fields]
+            if v is None:
+                nulls.append(k)
+                continue
+            append(k)
+            form = forms.get(type(v))
+            append(form(v) if form is not None else field_value(v))
+        out[at] = (len(out) - at - 1) // 2
         if not replace:
-            nulls = [k for k, v in after.items() if v is None]
-            out += ["X", key, len(nulls), *nulls]
+            out.append(len(nulls))
+            out += nulls
+
+    def context(self, schema: str, table: str) -> list[Arg]:
+        """The op that makes `schema.table` the table of the row ops after it (in one call)."""
+        base, index, tid, touched = self._keys(schema, table)
+        return ["C", base, index, tid, touched]
 
     def change(self, ch: RowChange, partial: bool = False) -> list[Arg] | None:
-        """Instructions for one row change; None when the row cannot be keyed (counted, skipped).
+        """Row ops for one change, relative to its table's `context`; None when the row cannot
+        be keyed (counted, skipped).
 
         `partial`: the change's images lack columns (MINIMAL/NOBLOB), so an UPDATE merges the
         present columns into the stored row instead of replacing it."""
@@ -108,36 +126,30 @@ class Planner:
         if not cols:
             self.skipped.add(ch.schema, ch.table)
             return None
-        lay = self.layout
-        base, index, tid, touched = self._keys(ch.schema, ch.table)
+        op = ch.op
         out: list[Arg] = []
-        old = self._suffix(cols, ch.before) if ch.op is not Op.INSERT else None
-        new = self._suffix(cols, ch.after) if ch.op is not Op.DELETE else None
-        if ch.op is Op.UPDATE and new is None and ch.before is not None and ch.after is not None and not full:
+        old = self._suffix(cols, ch.before) if op is not Op.INSERT else None
+        new = self._suffix(cols, ch.after) if op is not Op.DELETE else None
+        if op is Op.UPDATE and new is None and ch.before is not None and ch.after is not None and not full:
             # partial after-image: key columns it lacks did not change (MINIMAL logs only the
             # changed columns, so `SET b = 5` on key (a, b) brings b but not a)
             new = self._suffix(cols, {**ch.before, **ch.after})
-        if ch.op is not Op.INSERT and old is None or ch.op is not Op.DELETE and new is None:
+        if op is not Op.INSERT and old is None or op is not Op.DELETE and new is None:
             self.skipped.add(ch.schema, ch.table)
             return None
         if old is not None and old != new:
             if new is not None and not full:
-                out += ["M", f"{base}:{old}", f"{base}:{new}"]
+                out += ("MV", old, new)  # keep the columns the partial image left out
             else:
-                out += ["D", f"{base}:{old}"]
-            out += ["R", index, old, "T", tid, touched, old]
+                out += ("E", old)
         if new is not None:
             assert ch.after is not None
-            replace = ch.op is Op.INSERT or full
-            self._write_row(out, f"{base}:{new}", ch.after, replace)
-            out += ["A", index, new, "T", tid, touched, new]
+            self._write_row(out, new, ch.after, op is Op.INSERT or full)
         if self.changelog_maxlen is not None:
-            fields: list[Arg] = ["op", ch.op.value, "schema", ch.schema, "table", ch.table]
+            fields: list[Arg] = ["op", op.value, "schema", ch.schema, "table", ch.table]
             fields += ["key", new if new is not None else old or "", "ts", ch.ts]
             fields += ["before", json_document(ch.before), "after", json_document(ch.after)]
-            out += ["XA", lay.changes_key, self.changelog_maxlen, len(fields) // 2, *fields]
-        else:
-            out += ["S"]
+            out += ["XA", self.layout.changes_key, self.changelog_maxlen, len(fields) // 2, *fields]
         return out
 
     # -- table actions ---------------------------------------------------------------------------
@@ -187,19 +199,26 @@ class Planner:
         for a in actions:
             cur += self.action(a)
         seen: set[tuple[str, str]] = set()
+        table: tuple[str, str] | None = None  # of the last C op in `cur`
+        seq_only: list[Arg] = ["S"] if self.changelog_maxlen is not None else []
         for i in range(len(txn.changes)) if only is None else only:
+            if count >= chunk_size:  # a transaction of exactly chunk_size changes is one call
+                yield cur, count
+                cur, count, table = [], 0, None
             ch = txn.changes[i]
             ops = self.change(ch, i in txn.partial)
-            if ops is None:
-                ops = ["S"]  # not mirrored, but it keeps its sequence number (first_seq + i)
-            elif (ch.schema, ch.table) not in seen:
-                seen.add((ch.schema, ch.table))
-                ops = ["A", self.layout.tables_key, self.layout.table_id(ch.schema, ch.table), *ops]
-            cur += ops
             count += 1
-            if count >= chunk_size:
-                yield cur, count
-                cur, count = [], 0
+            if ops is None:
+                cur += seq_only  # not mirrored, but it keeps its sequence number (first_seq + i)
+                continue
+            key = (ch.schema, ch.table)
+            if key not in seen:
+                seen.add(key)
+                cur += ["A", self.layout.tables_key, self.layout.table_id(*key)]
+            if key != table:
+                cur += self.context(*key)
+                table = key
+            cur += ops
         yield cur, count
 
     def table_ids(self, txn: Transaction) -> list[str]:

@@ -98,6 +98,12 @@ end
 # ARGV: lease_key token checkpoint_key expected_prev progress_key txn_id chunk final seq_key nseq
 #       resync_key done, then instructions from ARGV[13]. `done`: the row changes of a chunked
 #       transaction already applied, as the caller read `__progress` (0 for its first chunk).
+#
+# Row ops (W WJ P PJ E MV) name a row by its suffix in the table set by the last C op; their
+# `__keys` and `__touched` members are collected and written by one SADD (or SREM) per run of
+# adds (or removes) of a set, before the next other op and at the end (same call: still atomic).
+# Whether a table is in resync (its rows go to `__touched`) is read once per table per call; the
+# ops that change marks forget it.
 APPLY = (
     _COMMON
     + r"""
@@ -123,69 +129,56 @@ local nseq = tonumber(ARGV[10])
 local seq = redis.call('INCRBY', ARGV[9], nseq) - nseq + 1
 local first = first_chunk_seq or seq
 local resync = ARGV[11]
+local marks = {}                         -- table id -> in resync? (read once per table)
+local pend, adding = {}, {}             -- set key -> members in op order; set key -> SADD (or SREM)
+local function flush_set(set)
+  local ms = pend[set]
+  local cmd = adding[set] and 'SADD' or 'SREM'
+  for k = 1, #ms, 1000 do redis.call(cmd, set, unpack(ms, k, math.min(k + 999, #ms))) end
+  pend[set] = nil
+end
+local function note(set, m, add)
+  local ms = pend[set]
+  if ms and adding[set] ~= add then flush_set(set); ms = nil end  -- keep SADD/SREM order
+  if not ms then ms = {}; pend[set] = ms; adding[set] = add end
+  ms[#ms + 1] = m
+end
+local function flush()
+  for set in pairs(pend) do flush_set(set) end
+end
 local function mark(tid, reason, index, stale, touched)
   -- (re)start tid's resync under a new generation: resync calls of an older one are refused
   local gen = redis.call('HINCRBY', resync, '__gen', 1)
   redis.call('HSET', resync, tid, gen .. ' ' .. reason)
   redis.call('DEL', stale, touched)
   if redis.call('EXISTS', index) == 1 then redis.call('SUNIONSTORE', stale, index) end
+  marks = {}
+end
+local base, index, touched, tid = '', '', '', ''  -- the table of the row ops (op C)
+local function row_written(suffix, add)
+  note(index, suffix, add)
+  local m = marks[tid]
+  if m == nil then
+    m = redis.call('HEXISTS', resync, tid) == 1
+    marks[tid] = m
+  end
+  if m then note(touched, suffix, true) end
+end
+local function hset(key, first_arg, c)
+  if c > 500 then batched('HSET', key, first_arg, first_arg - 1 + 2 * c)
+  elseif c > 0 then redis.call('HSET', key, unpack(ARGV, first_arg, first_arg - 1 + 2 * c)) end
 end
 local i, n = 13, #ARGV
 while i <= n do
   local op = ARGV[i]
-  if op == 'H' then                      -- HSET key count f v ...
-    local c = tonumber(ARGV[i + 2])
-    if c > 0 then batched('HSET', ARGV[i + 1], i + 3, i + 2 + 2 * c) end
+  if op == 'W' then                      -- replace a row: suffix count f v ...
+    local key, c = base .. ARGV[i + 1], tonumber(ARGV[i + 2])
+    redis.call('DEL', key)
+    hset(key, i + 3, c)
+    row_written(ARGV[i + 1], true)
     i = i + 3 + 2 * c
-  elseif op == 'D' then                  -- DEL key
-    redis.call('DEL', ARGV[i + 1]); i = i + 2
-  elseif op == 'X' then                  -- HDEL key count f ...
-    local c = tonumber(ARGV[i + 2])
-    if c > 0 then batched('HDEL', ARGV[i + 1], i + 3, i + 2 + c) end
-    i = i + 3 + c
-  elseif op == 'A' then                  -- SADD set member
-    redis.call('SADD', ARGV[i + 1], ARGV[i + 2]); i = i + 3
-  elseif op == 'R' then                  -- SREM set member
-    redis.call('SREM', ARGV[i + 1], ARGV[i + 2]); i = i + 3
-  elseif op == 'J' then                  -- SET key value
-    redis.call('SET', ARGV[i + 1], ARGV[i + 2]); i = i + 3
-  elseif op == 'JM' then                 -- merge a JSON patch into a JSON row document
-    local cur = redis.call('GET', ARGV[i + 1])
-    redis.call('SET', ARGV[i + 1], merge_json(cur, ARGV[i + 2])); i = i + 3
-  elseif op == 'M' then                  -- move row old -> new (partial images: keep the rest)
-    if redis.call('EXISTS', ARGV[i + 1]) == 1 then redis.call('RENAME', ARGV[i + 1], ARGV[i + 2]) end
-    i = i + 3
-  elseif op == 'T' then                  -- touched: table_id touched_key suffix
-    if redis.call('HEXISTS', resync, ARGV[i + 1]) == 1 then redis.call('SADD', ARGV[i + 2], ARGV[i + 3]) end
-    i = i + 4
-  elseif op == 'DT' then                 -- drop a table's rows: index base
-    local members = redis.call('SMEMBERS', ARGV[i + 1])
-    for _, m in ipairs(members) do redis.call('DEL', ARGV[i + 2] .. ':' .. m) end
-    redis.call('DEL', ARGV[i + 1]); i = i + 3
-  elseif op == 'RT' then                 -- rename a table's rows: old_index old_base new_index new_base
-    local members = redis.call('SMEMBERS', ARGV[i + 1])
-    for _, m in ipairs(members) do
-      local src = ARGV[i + 2] .. ':' .. m
-      if redis.call('EXISTS', src) == 1 then redis.call('RENAME', src, ARGV[i + 4] .. ':' .. m) end
-      redis.call('SADD', ARGV[i + 3], m)
-    end
-    redis.call('DEL', ARGV[i + 1]); i = i + 5
-  elseif op == 'RS' then                 -- begin a resync: table_id reason index stale touched
-    mark(ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5])
-    i = i + 6
-  elseif op == 'RR' then                 -- TRUNCATE restarts a resync in flight: table_id index stale touched
-    local v = redis.call('HGET', resync, ARGV[i + 1])
-    if v then mark(ARGV[i + 1], string.match(v, '^%d+ (.*)$') or v, ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]) end
-    i = i + 5
-  elseif op == 'RC' then                 -- RENAME carries a resync over: old_id new_id index stale touched
-    local v = redis.call('HGET', resync, ARGV[i + 1])
-    if v then
-      mark(ARGV[i + 2], string.match(v, '^%d+ (.*)$') or v, ARGV[i + 3], ARGV[i + 4], ARGV[i + 5])
-    else
-      redis.call('HDEL', resync, ARGV[i + 2])
-      redis.call('DEL', ARGV[i + 4], ARGV[i + 5])
-    end
-    i = i + 6
+  elseif op == 'S' then                  -- advance the sequence without a stream entry
+    seq = seq + 1; i = i + 1
   elseif op == 'XA' then                 -- XADD stream maxlen count f v ... (+ seq)
     local c = tonumber(ARGV[i + 3])
     local args = {ARGV[i + 1], 'MAXLEN', '~', ARGV[i + 2], '*', 'seq', tostring(seq)}
@@ -193,12 +186,89 @@ while i <= n do
     redis.call('XADD', unpack(args))
     seq = seq + 1
     i = i + 4 + 2 * c
-  elseif op == 'S' then                  -- advance the sequence without a stream entry
-    seq = seq + 1; i = i + 1
+  elseif op == 'E' then                  -- delete a row: suffix
+    redis.call('DEL', base .. ARGV[i + 1])
+    row_written(ARGV[i + 1], false)
+    i = i + 2
+  elseif op == 'WJ' then                 -- replace a JSON row: suffix document
+    redis.call('SET', base .. ARGV[i + 1], ARGV[i + 2])
+    row_written(ARGV[i + 1], true)
+    i = i + 3
+  elseif op == 'P' then                  -- merge a partial image: suffix count f v ... count f ...
+    local key, c = base .. ARGV[i + 1], tonumber(ARGV[i + 2])
+    hset(key, i + 3, c)
+    local j = i + 3 + 2 * c
+    local x = tonumber(ARGV[j])
+    if x > 0 then batched('HDEL', key, j + 1, j + x) end
+    row_written(ARGV[i + 1], true)
+    i = j + 1 + x
+  elseif op == 'PJ' then                 -- merge a JSON patch into a JSON row: suffix patch
+    local key = base .. ARGV[i + 1]
+    redis.call('SET', key, merge_json(redis.call('GET', key), ARGV[i + 2]))
+    row_written(ARGV[i + 1], true)
+    i = i + 3
+  elseif op == 'MV' then                 -- move a row old -> new suffix (partial images keep the rest)
+    local src = base .. ARGV[i + 1]
+    if redis.call('EXISTS', src) == 1 then redis.call('RENAME', src, base .. ARGV[i + 2]) end
+    row_written(ARGV[i + 1], false)
+    i = i + 3
+  elseif op == 'C' then                  -- the table of the next row ops: base index table_id touched
+    base, index, tid, touched = ARGV[i + 1] .. ':', ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
+    i = i + 5
   else
-    return redis.error_reply('BAD_PLAN unknown op ' .. tostring(op) .. ' at ' .. i)
+    flush()                              -- the ops below may read or change the sets
+    if op == 'H' then                    -- HSET key count f v ...
+      local c = tonumber(ARGV[i + 2])
+      if c > 0 then batched('HSET', ARGV[i + 1], i + 3, i + 2 + 2 * c) end
+      i = i + 3 + 2 * c
+    elseif op == 'D' then                -- DEL key
+      redis.call('DEL', ARGV[i + 1]); i = i + 2
+    elseif op == 'X' then                -- HDEL key count f ...
+      local c = tonumber(ARGV[i + 2])
+      if c > 0 then batched('HDEL', ARGV[i + 1], i + 3, i + 2 + c) end
+      if ARGV[i + 1] == resync then marks = {} end
+      i = i + 3 + c
+    elseif op == 'A' then                -- SADD set member
+      redis.call('SADD', ARGV[i + 1], ARGV[i + 2]); i = i + 3
+    elseif op == 'R' then                -- SREM set member
+      redis.call('SREM', ARGV[i + 1], ARGV[i + 2]); i = i + 3
+    elseif op == 'DT' then               -- drop a table's rows: index base
+      local members = redis.call('SMEMBERS', ARGV[i + 1])
+      for _, m in ipairs(members) do redis.call('DEL', ARGV[i + 2] .. ':' .. m) end
+      redis.call('DEL', ARGV[i + 1]); i = i + 3
+    elseif op == 'RT' then               -- rename a table's rows: old_index old_base new_index new_base
+      local members = redis.call('SMEMBERS', ARGV[i + 1])
+      for _, m in ipairs(members) do
+        local src = ARGV[i + 2] .. ':' .. m
+        if redis.call('EXISTS', src) == 1 then redis.call('RENAME', src, ARGV[i + 4] .. ':' .. m) end
+        redis.call('SADD', ARGV[i + 3], m)
+      end
+      redis.call('DEL', ARGV[i + 1]); i = i + 5
+    elseif op == 'RS' then               -- begin a resync: table_id reason index stale touched
+      mark(ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5])
+      i = i + 6
+    elseif op == 'RR' then               -- TRUNCATE restarts a resync in flight: table_id index stale touched
+      local v = redis.call('HGET', resync, ARGV[i + 1])
+      if v then
+        mark(ARGV[i + 1], string.match(v, '^%d+ (.*)$') or v, ARGV[i + 2], ARGV[i + 3], ARGV[i + 4])
+      end
+      i = i + 5
+    elseif op == 'RC' then               -- RENAME carries a resync over: old_id new_id index stale touched
+      local v = redis.call('HGET', resync, ARGV[i + 1])
+      if v then
+        mark(ARGV[i + 2], string.match(v, '^%d+ (.*)$') or v, ARGV[i + 3], ARGV[i + 4], ARGV[i + 5])
+      else
+        redis.call('HDEL', resync, ARGV[i + 2])
+        redis.call('DEL', ARGV[i + 4], ARGV[i + 5])
+        marks = {}
+      end
+      i = i + 6
+    else
+      return redis.error_reply('BAD_PLAN unknown op ' .. tostring(op) .. ' at ' .. i)
+    end
   end
 end
+flush()
 if chunk > 0 and not final then
   redis.call('HSET', progress, 'txn', txn, 'rows', done + nseq, 'first', first)
 elseif chunk > 0 then

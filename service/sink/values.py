@@ -29,7 +29,7 @@ import orjson
 from service.binlog.canonical import row_to_json
 from service.binlog.jsonb import JsonNull
 
-__all__ = ["field_value", "json_document", "key_text"]
+__all__ = ["TEXT_FORMS", "field_value", "json_document", "key_text"]
 
 
 def _timedelta(value: dt.timedelta) -> str:
@@ -60,7 +60,7 @@ def _json(value: Any) -> str:
 
 # One dict lookup per value on the apply path; subclasses fall back to isinstance, in this order
 # (bool before int: bool is an int).
-_TEXT_FORMS: dict[type, Callable[[Any], str]] = {
+TEXT_FORMS: dict[type, Callable[[Any], str]] = {
     str: str.__str__,
     bool: lambda v: "1" if v else "0",
     int: int.__repr__,
@@ -80,10 +80,10 @@ _TEXT_FORMS: dict[type, Callable[[Any], str]] = {
 
 def text_value(value: Any) -> str:
     """The string form of a non-NULL, non-binary value."""
-    form = _TEXT_FORMS.get(type(value))
+    form = TEXT_FORMS.get(type(value))
     if form is not None:
         return form(value)
-    for kind, form in _TEXT_FORMS.items():
+    for kind, form in TEXT_FORMS.items():
         if isinstance(value, kind):
             return form(value)
     return str(value)
@@ -91,7 +91,7 @@ def text_value(value: Any) -> str:
 
 def field_value(value: Any) -> str | bytes:
     """A hash field value (value is not None)."""
-    form = _TEXT_FORMS.get(type(value))
+    form = TEXT_FORMS.get(type(value))
     if form is not None:
         return form(value)
     if isinstance(value, bytes | bytearray | memoryview):

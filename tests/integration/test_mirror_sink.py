@@ -360,3 +360,116 @@ async def test_json_mode_documents_are_canonical_and_partial_merges_keep_values_
     assert orjson.loads(entries[0][1][b"after"]) == canonical
     assert orjson.loads(entries[1][1][b"after"]) == row_to_json(patch)
     assert orjson.loads(entries[1][1][b"before"]) == {"id": 1}
+
+
+async def test_the_same_key_written_several_times_in_one_transaction(redis: Redis) -> None:
+    """Row ops of one call share one SADD/SREM per set: the order of adds and removes of the same
+    member still decides, and each write still replaces the whole row."""
+    p = _prefix()
+    m = RedisMirror(redis, KeyLayout(p), keys_of)
+    await m.acquire_lease()
+    await m.load_checkpoint()
+    await m.apply([(txn(ins("a", id=9, v="keep")), [])])
+    t = txn(
+        ins("a", id=1, v="x", n=1),
+        upd("a", {"id": 1, "v": "x", "n": 1}, {"id": 1, "v": "y", "n": None}),  # n: NULL -> gone
+        ins("a", id=2, v="x"),
+        dele("a", id=2, v="x"),  # inserted and deleted: not in __keys
+        dele("a", id=9, v="keep"),
+        ins("a", id=9, v="back"),  # deleted and inserted again: in __keys
+        ins("a", id=3, v="x"),
+        upd("a", {"id": 3, "v": "x"}, {"id": 4, "v": "x"}),  # key changes 3 -> 4 -> 3
+        upd("a", {"id": 4, "v": "x"}, {"id": 3, "v": "z"}),
+    )
+    await m.apply([(t, [])])
+    assert await rows(redis, p, "a") == {
+        "1": {b"id": b"1", b"v": b"y"},
+        "9": {b"id": b"9", b"v": b"back"},
+        "3": {b"id": b"3", b"v": b"z"},
+    }
+    assert await redis.exists(f"{p}:db:a:2", f"{p}:db:a:4") == 0
+    # a replay of the same full images on a fresh chain ends the same (idempotent)
+    m.reset_chain(str(t.end.position))
+    again = replace(t, end=txn().end)
+    await m.apply([(again, [])])
+    assert len(await rows(redis, p, "a")) == 3
+
+
+async def test_rows_written_during_a_resync_are_touched(redis: Redis) -> None:
+    """Every row op records the row in `__touched` while the table's resync is in flight, also when
+    the resync starts or ends in the same call as the rows, and only then."""
+    p = _prefix()
+    m = RedisMirror(redis, KeyLayout(p), keys_of, MirrorOptions(chunk_size=3))
+    await m.acquire_lease()
+    await m.load_checkpoint()
+    touched = f"{p}:db:a:__touched"
+    await m.apply([(txn(ins("a", id=1), ins("a", id=2), ins("b", id=1)), [])])
+    assert await redis.exists(touched) == 0
+    resync = TableAction(ActionKind.RESYNC, "db", "a", reason="ALTER")
+    # the mark and the rows in one call (a transaction of 5 changes in chunks of 3)
+    big = txn(ins("a", id=3), ins("b", id=2), dele("a", id=1), upd("a", {"id": 2}, {"id": 5}), ins("a", id=6))
+    await m.apply([(big, [resync])])
+    assert await redis.smembers(touched) == {b"3", b"1", b"2", b"5", b"6"}
+    assert await redis.exists(f"{p}:db:b:__touched") == 0  # b is not in resync
+    # a resync chunk read before those writes cannot overwrite them
+    generation = await m.resync_generation("db", "a")
+    assert generation is not None
+    stale_rows = [{"id": 3, "v": "old"}, {"id": 5, "v": "old"}, {"id": 7, "v": "new"}]
+    assert await m.resync_rows("db", "a", stale_rows, generation) == 1
+    assert await m.resync_finish("db", "a", generation) == 0
+    assert await rows(redis, p, "a") == {
+        "3": {b"id": b"3"},
+        "5": {b"id": b"5"},
+        "6": {b"id": b"6"},
+        "7": {b"id": b"7", b"v": b"new"},
+    }
+    # a DROP ends the resync; rows of a table re-created in the same transaction are not touched
+    await m.apply([(txn(), [resync])])
+    drop = TableAction(ActionKind.DROP, "db", "a")
+    await m.apply([(txn(ins("a", id=8)), [drop])])
+    assert await redis.exists(touched) == 0
+    assert await rows(redis, p, "a") == {"8": {b"id": b"8"}}
+
+
+async def test_partial_images_with_batched_row_ops(redis: Redis) -> None:
+    """MINIMAL images: merge (NULL -> field removed), move on a key change (other fields kept),
+    and the index and touched sets follow, in hash and json mode."""
+    for json_mode in (False, True):
+        p = _prefix()
+        m = RedisMirror(redis, KeyLayout(p), keys_of, MirrorOptions(json_mode=json_mode))
+        await m.acquire_lease()
+        await m.load_checkpoint()
+        await m.apply([(txn(ins("a", id=1, v="x", n=1, w="keep")), [])])
+        await m.apply([(txn(), [TableAction(ActionKind.RESYNC, "db", "a", reason="ALTER")])])
+        changes = (upd("a", {"id": 1}, {"n": None}), upd("a", {"id": 1}, {"id": 2, "v": "y"}))
+        partial = Transaction(
+            changes=changes, ddl=(), gtid=None, ts=7, end=txn().end, partial=frozenset({0, 1})
+        )
+        await m.apply([(partial, [])])
+        assert await redis.smembers(f"{p}:db:a:__keys") == {b"2"}
+        assert await redis.smembers(f"{p}:db:a:__touched") == {b"1", b"2"}
+        assert await redis.exists(f"{p}:db:a:1") == 0
+        if json_mode:
+            assert orjson.loads(await redis.get(f"{p}:db:a:2")) == {"id": 2, "v": "y", "n": None, "w": "keep"}
+        else:
+            assert await redis.hgetall(f"{p}:db:a:2") == {b"id": b"2", b"v": b"y", b"w": b"keep"}
+
+
+async def test_a_transaction_of_exactly_chunk_size_changes_is_one_call(redis: Redis) -> None:
+    p = _prefix()
+    m = RedisMirror(redis, KeyLayout(p), keys_of, MirrorOptions(chunk_size=3))
+    await m.acquire_lease()
+    await m.load_checkpoint()
+    calls = 0
+    real = m._apply
+
+    async def counting(**kwargs: object) -> object:
+        nonlocal calls
+        calls += 1
+        return await real(**kwargs)
+
+    m._apply = counting  # type: ignore[assignment]
+    await m.apply([(txn(ins("a", id=1), ins("a", id=2), ins("a", id=3)), [])])
+    assert calls == 1
+    assert set(await rows(redis, p, "a")) == {"1", "2", "3"}
+    assert await redis.exists(f"{p}:__progress") == 0

@@ -78,24 +78,54 @@ def _change(op: Op, before: dict[str, object] | None, after: dict[str, object] |
 def test_plan_pk_change_full_images() -> None:
     p = Planner(KeyLayout("m"), lambda s, t: ("id",))
     ops = p.change(_change(Op.UPDATE, {"id": 1, "v": "a"}, {"id": 2, "v": None}))
-    assert ops is not None
-    assert ops[:2] == ["D", "m:db:t:1"]
-    assert ["D", "m:db:t:2", "H", "m:db:t:2", 1, "id", "2"] == ops[9:16]
+    assert ops == ["E", "1", "W", "2", 1, "id", "2"]  # row ops name rows by suffix (op C: table)
+    assert p.context("db", "t") == ["C", "m:db:t", "m:db:t:__keys", "db:t", "m:db:t:__touched"]
 
 
 def test_plan_minimal_image_merges_and_moves() -> None:
     p = Planner(KeyLayout("m"), lambda s, t: ("id",), full_images=False)
     ops = p.change(_change(Op.UPDATE, {"id": 1}, {"id": 2, "v": None}))
-    assert ops is not None and ops[:3] == ["M", "m:db:t:1", "m:db:t:2"]
-    assert "X" in ops  # NULL in a partial image deletes the field
+    assert ops == ["MV", "1", "2", "P", "2", 1, "id", "2", 1, "v"]  # NULL in a partial image: HDEL
     ops = p.change(_change(Op.UPDATE, {"id": 1}, {"v": "x"}))  # key columns absent: same key
-    assert ops is not None and ops[:5] == ["H", "m:db:t:1", 1, "v", "x"]
+    assert ops == ["P", "1", 1, "v", "x", 0]
+
+
+def test_plan_keys_escape_and_composite_keys() -> None:
+    p = Planner(KeyLayout("m"), lambda s, t: ("a", "b"))
+    ops = p.change(_change(Op.INSERT, None, {"a": "x:y", "b": -3, "c": b"\x00"}))
+    assert ops == ["W", "x\\:y:-3", 3, "a", "x:y", "b", "-3", "c", b"\x00"]
+    p1 = Planner(KeyLayout("m"), lambda s, t: ("id",))
+    assert p1.change(_change(Op.DELETE, {"id": "__keys"}, None)) == ["E", "\\__keys"]
+    assert p1.change(_change(Op.DELETE, {"id": b"\x01"}, None)) == ["E", "0x01"]
+    assert p1.change(_change(Op.DELETE, {"id": None}, None)) is None  # no usable key: skipped
+
+
+def test_plan_json_mode() -> None:
+    p = Planner(KeyLayout("m"), lambda s, t: ("id",), json_mode=True, full_images=False)
+    assert p.change(_change(Op.INSERT, None, {"id": 1, "v": None})) == ["WJ", "1", b'{"id":1,"v":null}']
+    assert p.change(_change(Op.UPDATE, {"id": 1}, {"v": 2})) == ["PJ", "1", b'{"v":2}']
+
+
+def test_plan_chunk_ops_set_the_table_once_per_call() -> None:
+    p = Planner(KeyLayout("m"), lambda s, t: ("id",))
+
+    def ins(table: str, i: int) -> RowChange:
+        return RowChange(Op.INSERT, "db", table, None, {"id": i}, EventSpan("f.000001", 4, 9), 1, 1)
+
+    chunks = list(p.chunks(_txn(ins("a", 0), ins("a", 1), ins("b", 0), ins("a", 2)), [], 3))
+    assert [n for _, n in chunks] == [3, 1]
+    ops = [op for op in chunks[0][0] if op in ("A", "C", "W")]
+    assert ops == ["A", "C", "W", "W", "A", "C", "W"]
+    assert chunks[1][0][:2] == ["C", "m:db:a"]  # each call starts without a table
+    assert "S" not in chunks[0][0]  # without a change log the sequence needs no op per change
 
 
 def test_plan_skips_tables_without_key_and_keeps_sequence() -> None:
     p = Planner(KeyLayout("m"), lambda s, t: None)
     chunks = list(p.chunks(_txn(_change(Op.INSERT, None, {"v": 1})), [], 10))
-    assert chunks == [(["S"], 1)]
+    assert chunks == [([], 1)]
+    logged = Planner(KeyLayout("m"), lambda s, t: None, changelog_maxlen=10)
+    assert list(logged.chunks(_txn(_change(Op.INSERT, None, {"v": 1})), [], 10)) == [(["S"], 1)]
     assert p.skipped.rows == {("db", "t"): 1}
 
 
@@ -104,6 +134,8 @@ def test_plan_chunks_and_actions() -> None:
     changes = [_change(Op.INSERT, None, {"id": i}) for i in range(5)]
     chunks = list(p.chunks(_txn(*changes), [TableAction(ActionKind.TRUNCATE, "db", "t")], 2))
     assert [n for _, n in chunks] == [2, 2, 1]
+    exact = list(p.chunks(_txn(*changes[:4]), [], 2))
+    assert [n for _, n in exact] == [2, 2]  # no empty last call
     assert chunks[0][0][:3] == ["DT", "m:db:t:__keys", "m:db:t"]
 
 
@@ -124,5 +156,11 @@ def test_resume_skips_per_table_counts_whatever_the_chunk_size() -> None:
     assert todo == [1, 3, 4]
     chunks = list(p.chunks(after, [], 2, todo))
     assert [n for _, n in chunks] == [2, 1]
-    keys = [str(op) for ops, _ in chunks for op in ops if str(op).startswith("m:db:") and "__" not in str(op)]
-    assert sorted(set(keys)) == ["m:db:a:2", "m:db:c:0", "m:db:c:1"]
+    rows = []
+    for ops, _ in chunks:
+        for j, op in enumerate(ops):
+            if op == "C":
+                base = ops[j + 1]
+            elif op == "W":
+                rows.append(f"{base}:{ops[j + 1]}")
+    assert sorted(rows) == ["m:db:a:2", "m:db:c:0", "m:db:c:1"]
