@@ -17,9 +17,11 @@ import typer
 
 from service.binlog import (
     BinlogDecoder,
+    DecodeOptions,
     Event,
     RowsEvent,
     TableMapEvent,
+    TableSchema,
     TransactionPayloadEvent,
     scan_binlog_file,
 )
@@ -79,6 +81,17 @@ def _wanted(patterns: list[str], schema: str, table: str) -> bool:
     return not patterns or any(fnmatch.fnmatchcase(name, p) for p in patterns)
 
 
+def _decoder(path: Path, start: int | None, patterns: list[str]) -> BinlogDecoder:
+    def skip_rows(table: TableSchema) -> bool:
+        # Rows before the start or of tables not asked for are not decoded at all: only their
+        # TABLE_MAPs matter, and a row the decoder cannot read there must not stop the others.
+        before = start is not None and decoder.next_offset <= start
+        return before or not _wanted(patterns, table.schema, table.table)
+
+    decoder = BinlogDecoder(DecodeOptions(skip_rows=skip_rows), file=path.name)
+    return decoder
+
+
 def _events(path: Path, decoder: BinlogDecoder) -> Iterator[Event]:
     for offset, data in scan_binlog_file(path):
         event = decoder.feed(data, offset)
@@ -121,9 +134,10 @@ def decode(
     last = len(files) - 1
     try:
         for index, path in enumerate(files):
-            decoder = BinlogDecoder(file=path.name)
             start = start_position if index == 0 else None
             stop = stop_position if index == last else None
+
+            decoder = _decoder(path, start, patterns)
             for event in _events(path, decoder):
                 offset = event.header.offset
                 if stop is not None and offset >= stop:

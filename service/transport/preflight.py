@@ -14,6 +14,8 @@ import time
 import aiomysql
 
 from service.errors import PreflightError, SourceError
+from service.transactions import TableFilter
+from service.transport.columns import SYSTEM_SCHEMAS
 from service.transport.connection import ServerInfo, fetch
 from service.transport.stream import REPLICA_HOST
 
@@ -105,10 +107,45 @@ async def _same_server_id(
         await asyncio.sleep(0.2)
 
 
+_OLD_HIRES = (
+    "SELECT TABLE_SCHEMA, TABLE_NAME, COLUMN_NAME, COLUMN_TYPE FROM information_schema.COLUMNS "
+    f"WHERE TABLE_SCHEMA NOT IN ({','.join(['%s'] * len(SYSTEM_SCHEMAS))}) "
+    "AND COLUMN_TYPE LIKE '%%mariadb-5.3%%' AND DATETIME_PRECISION > 0 "
+    "ORDER BY TABLE_SCHEMA, TABLE_NAME, ORDINAL_POSITION"
+)
+
+
+async def old_hires_columns(
+    conn: aiomysql.Connection, info: ServerInfo, tables: TableFilter | None
+) -> list[str]:
+    """MariaDB 5.3-format TIME/DATETIME/TIMESTAMP columns with fractional seconds in the selected
+    tables: MariaDB logs their rows under the old type codes without saying how long the values
+    are, so no binlog reader (mariadb-binlog included) can decode them."""
+    if not info.mariadb:
+        return []
+    problems = []
+    for schema, table, column, ctype in await fetch(conn, _OLD_HIRES, SYSTEM_SCHEMAS):
+        if tables is None or tables.wants(str(schema), str(table)):
+            problems.append(
+                f"{schema}.{table}.{column} is a MariaDB 5.3-format {ctype}: its rows cannot be "
+                f"decoded from the binlog; rewrite the table with ALTER TABLE `{schema}`.`{table}` "
+                f"FORCE (with mysql56_temporal_format=ON, the default) or leave it out "
+                f"(--exclude-tables {schema}.{table})"
+            )
+    return problems
+
+
 async def check_source(
-    conn: aiomysql.Connection, info: ServerInfo, *, server_id: int, settle: float = 0.0
+    conn: aiomysql.Connection,
+    info: ServerInfo,
+    *,
+    server_id: int,
+    settle: float = 0.0,
+    tables: TableFilter | None = None,
 ) -> tuple[list[str], list[str]]:
+    """`tables`: the selection (None: every table), for the per-table checks."""
     problems, warnings = check_config(info)
+    problems += await old_hires_columns(conn, info, tables)
     grants = [str(r[0]) for r in await fetch(conn, "SHOW GRANTS FOR CURRENT_USER()")]
     problems += [p.replace("<user>", _user_of(grants)) for p in check_grants(grants, info)]
     if server_id == info.server_id:
@@ -137,11 +174,16 @@ def _user_of(grants: list[str]) -> str:
 
 
 async def preflight(
-    conn: aiomysql.Connection, info: ServerInfo, *, server_id: int, settle: float = 0.0
+    conn: aiomysql.Connection,
+    info: ServerInfo,
+    *,
+    server_id: int,
+    settle: float = 0.0,
+    tables: TableFilter | None = None,
 ) -> None:
     """`settle`: how long a registration of our server_id by a binlog-mirror may take to go away
     (the caller passes its read timeout, 2.5 heartbeats) before it counts as a live twin."""
-    problems, warnings = await check_source(conn, info, server_id=server_id, settle=settle)
+    problems, warnings = await check_source(conn, info, server_id=server_id, settle=settle, tables=tables)
     for warning in warnings:
         log.warning("preflight: %s", warning)
     if problems:

@@ -174,7 +174,13 @@ class BinlogSource:
         ctl = await self._control()
         self.info = info = await server_info(ctl)
         if self.check_source:
-            await preflight(ctl, info, server_id=self.server_id, settle=self.heartbeat * READ_TIMEOUT_FACTOR)
+            await preflight(
+                ctl,
+                info,
+                server_id=self.server_id,
+                settle=self.heartbeat * READ_TIMEOUT_FACTOR,
+                tables=self.table_filter,
+            )
         self._names_from_schema = info.var("binlog_row_metadata").upper() != "FULL"
         self.stats.column_names = "information_schema" if self._names_from_schema else "binlog"
         if self._names_from_schema:

@@ -106,20 +106,20 @@ def render(col: Column, value: Any) -> bytes:  # noqa: C901 - one branch per typ
     if t in (ColumnType.DATE, ColumnType.NEWDATE):
         text = value.isoformat() if isinstance(value, date) else value
         return b"'" + text.replace("-", ":").encode() + b"'"
-    if t == ColumnType.TIME2:
+    if t in (ColumnType.TIME2, ColumnType.TIME):  # TIME: the pre-5.6.4 format, meta 0
         assert isinstance(value, timedelta)
         us = value // timedelta(microseconds=1)
         sign, us = ("-" if us < 0 else ""), abs(us)
         secs, frac = divmod(us, 1_000_000)
         text = f"{sign}{secs // 3600:02d}:{secs // 60 % 60:02d}:{secs % 60:02d}{_fraction(frac, col.meta)}"
         return f"'{text}'".encode()
-    if t == ColumnType.DATETIME2:
+    if t in (ColumnType.DATETIME2, ColumnType.DATETIME):
         if isinstance(value, datetime):
             text = value.strftime("%Y-%m-%d %H:%M:%S") + _fraction(value.microsecond, col.meta)
         else:
             text = value if "." in value or not col.meta else value + _fraction(0, col.meta)
         return f"'{text}'".encode()
-    if t == ColumnType.TIMESTAMP2:
+    if t in (ColumnType.TIMESTAMP2, ColumnType.TIMESTAMP):
         if isinstance(value, str):
             return b"0" + _fraction(0, col.meta).encode()
         return f"{int(value.timestamp())}{_fraction(value.microsecond, col.meta)}".encode()

@@ -165,3 +165,36 @@ def test_charset_metadata_present() -> None:
     assert cols["latin"].charset == 8 and cols["bl"].charset == 63 and cols["vc"].charset == 45
     assert cols["e"].type == ColumnType.ENUM and cols["e"].enum_values == ("a", "b", "c")
     assert cols["tu"].unsigned and not cols["t"].unsigned and table.primary_key == (0,)
+
+
+def test_pre_5_6_4_temporal_formats() -> None:
+    """mysql56_temporal_format=OFF: DATETIME (12), TIME (11) and TIMESTAMP (7) as MySQL 5.5 logs
+    them, with the values make_mariadb_binlogs.py inserted (zero and partial dates kept as text)."""
+    evs = events("08")
+    table = next(ev.table for ev in evs if isinstance(ev, RowsEvent))
+    assert [c.type for c in table.columns][1:4] == [
+        ColumnType.DATETIME,
+        ColumnType.TIME,
+        ColumnType.TIMESTAMP,
+    ]
+    rows = {c.after["id"]: c.after for c in changes("08") if c.op is Op.INSERT and c.after}
+    assert rows[1] == {
+        "id": 1,
+        "d": datetime(2024, 2, 29, 23, 59, 58),
+        "t": -timedelta(hours=838, minutes=59, seconds=59),
+        "ts": datetime(2024, 1, 1, 0, 0, 1, tzinfo=UTC),
+        "dt": date(2024, 2, 29),
+    }
+    assert (rows[2]["d"], rows[2]["t"], rows[2]["dt"]) == (
+        "0000-00-00 00:00:00",
+        timedelta(hours=838, minutes=59, seconds=59),
+        "0000-00-00",
+    )
+    assert rows[2]["ts"] == datetime(2038, 1, 19, 3, 14, 7, tzinfo=UTC)
+    assert (rows[5]["d"], rows[5]["t"], rows[5]["dt"]) == (
+        "2024-00-00 00:00:00",
+        -timedelta(seconds=1),
+        "2024-05-00",
+    )
+    assert rows[6]["t"] == -timedelta(hours=1, minutes=2, seconds=3) and rows[4]["ts"] is None
+    assert canonical.value_to_json(rows[1]["t"]) == "-838:59:59"
