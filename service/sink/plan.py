@@ -61,6 +61,8 @@ class Planner:
     skipped: SkipCounter = field(default_factory=SkipCounter)
     # (schema, table) -> (row key base, index key, table id, touched key): built once per table
     _table_keys: dict[tuple[str, str], tuple[str, str, str, str]] = field(default_factory=dict, repr=False)
+    # non-NULL column names -> shape id (op K), valid within one script call: reset by `chunks`
+    _shapes: dict[tuple[str, ...], str] = field(default_factory=dict, repr=False)
 
     # -- row changes -----------------------------------------------------------------------------
     def _keys(self, schema: str, table: str) -> tuple[str, str, str, str]:
@@ -93,10 +95,26 @@ class Planner:
         if self.json_mode:
             out += ("WJ" if replace else "PJ", suffix, json_document(after))
             return
-        append = out.append
-        out += ("W" if replace else "P", suffix, 0)
-        at = len(out) - 1
         forms = TEXT_FORMS
+        if replace:  # values only; the non-NULL column names go once per call (op K)
+            names: list[str] = []
+            values: list[Arg] = []
+            for k, v in after.items():
+                if v is not None:
+                    names.append(k)
+                    form = forms.get(type(v))
+                    values.append(form(v) if form is not None else field_value(v))
+            shape = tuple(names)
+            sid = self._shapes.get(shape)
+            if sid is None:
+                sid = self._shapes[shape] = str(len(self._shapes) + 1)
+                out += ("K", sid, len(shape), *shape)
+            out += ("W", suffix, sid)
+            out += values
+            return
+        append = out.append
+        out += ("P", suffix, 0)
+        at = len(out) - 1
         nulls: list[str] = []
         for k, v in after.items():
             if v is None:
@@ -106,9 +124,8 @@ class Planner:
             form = forms.get(type(v))
             append(form(v) if form is not None else field_value(v))
         out[at] = (len(out) - at - 1) // 2
-        if not replace:
-            out.append(len(nulls))
-            out += nulls
+        out.append(len(nulls))
+        out += nulls
 
     def context(self, schema: str, table: str) -> list[Arg]:
         """The op that makes `schema.table` the table of the row ops after it (in one call)."""
@@ -200,11 +217,13 @@ class Planner:
             cur += self.action(a)
         seen: set[tuple[str, str]] = set()
         table: tuple[str, str] | None = None  # of the last C op in `cur`
+        self._shapes.clear()
         seq_only: list[Arg] = ["S"] if self.changelog_maxlen is not None else []
         for i in range(len(txn.changes)) if only is None else only:
             if count >= chunk_size:  # a transaction of exactly chunk_size changes is one call
                 yield cur, count
                 cur, count, table = [], 0, None
+                self._shapes.clear()
             ch = txn.changes[i]
             ops = self.change(ch, i in txn.partial)
             count += 1

@@ -83,13 +83,14 @@ local function generation(resync, tid)
   if not v then return nil end
   return tonumber(string.match(v, '^(%d+) ')) or 0
 end
-local function batched(cmd, key, first, last)
-  -- cmd key ARGV[first..last], in slices small enough for unpack()
+local function batched(cmd, key, first, last, src)
+  -- cmd key src[first..last] (default ARGV), in slices small enough for unpack()
+  src = src or ARGV
   local step = 1000
   local i = first
   while i <= last do
     local j = math.min(i + step - 1, last)
-    redis.call(cmd, key, unpack(ARGV, i, j))
+    redis.call(cmd, key, unpack(src, i, j))
     i = j + 1
   end
 end
@@ -99,7 +100,8 @@ end
 #       resync_key done, then instructions from ARGV[13]. `done`: the row changes of a chunked
 #       transaction already applied, as the caller read `__progress` (0 for its first chunk).
 #
-# Row ops (W WJ P PJ E MV) name a row by its suffix in the table set by the last C op; their
+# Row ops (W WJ P PJ E MV) name a row by its suffix in the table set by the last C op; W rows
+# carry only values, their column names come once per call with the shape (op K). Row ops'
 # `__keys` and `__touched` members are collected and written by one SADD (or SREM) per run of
 # adds (or removes) of a set, before the next other op and at the end (same call: still atomic).
 # Whether a table is in resync (its rows go to `__touched`) is read once per table per call; the
@@ -168,15 +170,26 @@ local function hset(key, first_arg, c)
   if c > 500 then batched('HSET', key, first_arg, first_arg - 1 + 2 * c)
   elseif c > 0 then redis.call('HSET', key, unpack(ARGV, first_arg, first_arg - 1 + 2 * c)) end
 end
+local shapes, pairs_ = {}, {}           -- shape id -> column names (op K); HSET arguments of a W row
 local i, n = 13, #ARGV
 while i <= n do
   local op = ARGV[i]
-  if op == 'W' then                      -- replace a row: suffix count f v ...
-    local key, c = base .. ARGV[i + 1], tonumber(ARGV[i + 2])
+  if op == 'W' then                      -- replace a row: suffix shape v ... (the shape's columns)
+    local key, names = base .. ARGV[i + 1], shapes[ARGV[i + 2]]
+    local c = #names
+    for k = 1, c do
+      pairs_[2 * k - 1] = names[k]; pairs_[2 * k] = ARGV[i + 2 + k]
+    end
     redis.call('DEL', key)
-    hset(key, i + 3, c)
+    if c > 500 then batched('HSET', key, 1, 2 * c, pairs_)
+    elseif c > 0 then redis.call('HSET', key, unpack(pairs_, 1, 2 * c)) end
     row_written(ARGV[i + 1], true)
-    i = i + 3 + 2 * c
+    i = i + 3 + c
+  elseif op == 'K' then                  -- a shape: the non-NULL columns of W rows: id count f ...
+    local c, names = tonumber(ARGV[i + 2]), {}
+    for k = 1, c do names[k] = ARGV[i + 2 + k] end
+    shapes[ARGV[i + 1]] = names
+    i = i + 3 + c
   elseif op == 'S' then                  -- advance the sequence without a stream entry
     seq = seq + 1; i = i + 1
   elseif op == 'XA' then                 -- XADD stream maxlen count f v ... (+ seq)

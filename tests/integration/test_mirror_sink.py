@@ -473,3 +473,20 @@ async def test_a_transaction_of_exactly_chunk_size_changes_is_one_call(redis: Re
     assert calls == 1
     assert set(await rows(redis, p, "a")) == {"1", "2", "3"}
     assert await redis.exists(f"{p}:__progress") == 0
+
+
+async def test_wide_rows_and_many_shapes(redis: Redis) -> None:
+    """Rows wider than one unpack() slice, and rows of one call with different NULL columns."""
+    p = _prefix()
+    m = RedisMirror(redis, KeyLayout(p), keys_of, MirrorOptions(chunk_size=2))
+    await m.acquire_lease()
+    await m.load_checkpoint()
+    wide = {"id": 1, **{f"c{i}": str(i) for i in range(1200)}}
+    shapes = [ins("a", id=2 + i, x=None if i % 2 else "x", y=None if i % 3 else "y") for i in range(5)]
+    await m.apply([(txn(ins("a", **wide), *shapes), [])])
+    got = await rows(redis, p, "a")
+    assert got["1"] == {k.encode(): str(v).encode() for k, v in wide.items()}
+    assert got["2"] == {b"id": b"2", b"x": b"x", b"y": b"y"}
+    assert got["3"] == {b"id": b"3"}
+    assert got["4"] == {b"id": b"4", b"x": b"x"}
+    assert got["5"] == {b"id": b"5", b"y": b"y"}

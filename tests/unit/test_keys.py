@@ -50,6 +50,8 @@ def test_row_key_never_equals_meta_keys() -> None:
         (0.1, "0.1"),
         (Decimal("12.50"), "12.50"),
         (dt.datetime(2024, 1, 2, 3, 4, 5, 600), "2024-01-02 03:04:05.000600"),
+        (dt.datetime(2024, 1, 2, 3, 4, 5, 600, tzinfo=dt.UTC), "2024-01-02 03:04:05.000600"),  # TIMESTAMP
+        (dt.datetime(2024, 1, 2, 3, 4, 5, tzinfo=dt.timezone(dt.timedelta(hours=2))), "2024-01-02 01:04:05"),
         (dt.date(2024, 1, 2), "2024-01-02"),
         (dt.timedelta(hours=-838, minutes=-59, seconds=-59), "-838:59:59"),
         (dt.timedelta(seconds=1, microseconds=5), "00:00:01.000005"),
@@ -78,7 +80,8 @@ def _change(op: Op, before: dict[str, object] | None, after: dict[str, object] |
 def test_plan_pk_change_full_images() -> None:
     p = Planner(KeyLayout("m"), lambda s, t: ("id",))
     ops = p.change(_change(Op.UPDATE, {"id": 1, "v": "a"}, {"id": 2, "v": None}))
-    assert ops == ["E", "1", "W", "2", 1, "id", "2"]  # row ops name rows by suffix (op C: table)
+    # row ops name rows by suffix (op C: the table); W carries values of a shape (op K: names)
+    assert ops == ["E", "1", "K", "1", 1, "id", "W", "2", "1", "2"]
     assert p.context("db", "t") == ["C", "m:db:t", "m:db:t:__keys", "db:t", "m:db:t:__touched"]
 
 
@@ -93,7 +96,10 @@ def test_plan_minimal_image_merges_and_moves() -> None:
 def test_plan_keys_escape_and_composite_keys() -> None:
     p = Planner(KeyLayout("m"), lambda s, t: ("a", "b"))
     ops = p.change(_change(Op.INSERT, None, {"a": "x:y", "b": -3, "c": b"\x00"}))
-    assert ops == ["W", "x\\:y:-3", 3, "a", "x:y", "b", "-3", "c", b"\x00"]
+    assert ops == ["K", "1", 3, "a", "b", "c", "W", "x\\:y:-3", "1", "x:y", "-3", b"\x00"]
+    again = p.change(_change(Op.INSERT, None, {"a": "z", "b": 1, "c": None}))
+    assert again == ["K", "2", 2, "a", "b", "W", "z:1", "2", "z", "1"]  # NULL: another shape
+    assert p.change(_change(Op.INSERT, None, {"a": "z", "b": 2, "c": None})) == ["W", "z:2", "2", "z", "2"]
     p1 = Planner(KeyLayout("m"), lambda s, t: ("id",))
     assert p1.change(_change(Op.DELETE, {"id": "__keys"}, None)) == ["E", "\\__keys"]
     assert p1.change(_change(Op.DELETE, {"id": b"\x01"}, None)) == ["E", "0x01"]
@@ -114,9 +120,10 @@ def test_plan_chunk_ops_set_the_table_once_per_call() -> None:
 
     chunks = list(p.chunks(_txn(ins("a", 0), ins("a", 1), ins("b", 0), ins("a", 2)), [], 3))
     assert [n for _, n in chunks] == [3, 1]
-    ops = [op for op in chunks[0][0] if op in ("A", "C", "W")]
-    assert ops == ["A", "C", "W", "W", "A", "C", "W"]
-    assert chunks[1][0][:2] == ["C", "m:db:a"]  # each call starts without a table
+    ops = [op for op in chunks[0][0] if op in ("A", "C", "W", "K")]
+    assert ops == ["A", "C", "K", "W", "W", "A", "C", "W"]
+    assert chunks[1][0][:2] == ["C", "m:db:a"]  # each call starts without a table and shapes
+    assert chunks[1][0][5:7] == ["K", "1"]
     assert "S" not in chunks[0][0]  # without a change log the sequence needs no op per change
 
 
