@@ -308,11 +308,30 @@ def decode_rows(
     try:
         return _rows(buf, kind, plan, present_bi, present_ai, span, ts, server_id, gtid)
     except (IndexError, struct.error) as exc:
-        raise TruncatedEvent(f"row data of {schema.qualified_name} ends early ({exc})") from None
+        raise TruncatedEvent(
+            f"row data of {schema.qualified_name} ends early ({exc}){_old_format_hint(schema)}"
+        ) from None
     except (ValueError, OverflowError) as exc:
         if isinstance(exc, DecodeError):
-            raise
-        raise InvalidValue(f"bad value in {schema.qualified_name}: {exc}") from None
+            raise type(exc)(f"{exc}{_old_format_hint(schema)}") from None
+        raise InvalidValue(f"bad value in {schema.qualified_name}: {exc}{_old_format_hint(schema)}") from None
+
+
+_OLD_TEMPORALS = frozenset({T.TIME, T.DATETIME, T.TIMESTAMP})
+
+
+def _old_format_hint(schema: TableSchema) -> str:
+    """The usual cause of an unreadable row in a table with pre-5.6.4 temporal columns: MariaDB
+    logs its 5.3-format TIME/DATETIME/TIMESTAMP columns *with fractional seconds* under the same
+    type codes and metadata as the old format, in a longer layout the binlog does not describe
+    (mariadb-binlog cannot read those rows either)."""
+    if not any(c.type in _OLD_TEMPORALS for c in schema.columns):
+        return ""
+    return (
+        f"; {schema.qualified_name} has pre-5.6.4 temporal columns: if one is a MariaDB 5.3-format"
+        " column with fractional seconds (COLUMN_TYPE '... /* mariadb-5.3 */'), its rows cannot be"
+        " decoded: ALTER TABLE ... FORCE rewrites the table in the current format"
+    )
 
 
 def _rows(

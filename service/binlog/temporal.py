@@ -215,33 +215,20 @@ def decode_time2(raw: bytes, fsp: int) -> timedelta:
     return time_from_packed((intpart << 24) + frac * 100)
 
 
-# The usual cause of an impossible value in the pre-5.6.4 formats: MariaDB logs its 5.3-format
-# TIME/DATETIME/TIMESTAMP columns with fractional seconds under the same type codes and metadata
-# as these, in a longer layout the binlog does not describe (mariadb-binlog cannot read them either).
-OLD_FORMAT_HINT = (
-    " (a MariaDB 5.3-format temporal column with fractional seconds, COLUMN_TYPE '... /* mariadb-5.3 */'"
-    " in information_schema? Its binlog rows cannot be decoded: ALTER TABLE ... FORCE rewrites the"
-    " table in the current format)"
-)
-
-
 def decode_time_old(raw: bytes) -> timedelta:
     v = int.from_bytes(raw, "little", signed=True)
     neg = v < 0
     v = abs(v)
     h, mi, s = v // 10000, (v // 100) % 100, v % 100
     if mi > 59 or s > 59:
-        raise InvalidValue(f"invalid TIME {v}{OLD_FORMAT_HINT}")
+        raise InvalidValue(f"invalid TIME {v}")
     td = timedelta(hours=h, minutes=mi, seconds=s)
     return -td if neg else td
 
 
 def decode_datetime_old(v: int) -> datetime | str:
     d, t = divmod(v, 1000000)
-    try:
-        return make_datetime(d // 10000, (d // 100) % 100, d % 100, t // 10000, (t // 100) % 100, t % 100, 0)
-    except InvalidValue as exc:
-        raise InvalidValue(f"old-format DATETIME: {exc}{OLD_FORMAT_HINT}") from None
+    return make_datetime(d // 10000, (d // 100) % 100, d % 100, t // 10000, (t // 100) % 100, t % 100, 0)
 
 
 def decode_timestamp_old(v: int) -> datetime | str:

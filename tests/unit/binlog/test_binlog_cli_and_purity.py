@@ -98,3 +98,23 @@ def test_decode_corrupt_file_exits_nonzero_with_one_line(tmp_path: Path) -> None
     truncated.write_bytes(src[:1000])
     result = subprocess.run([*RUN, str(truncated)], capture_output=True, text=True)
     assert result.returncode == 1 and "offset 944" in result.stderr
+
+
+def test_an_undecodable_mariadb_5_3_row_names_the_cause_and_other_tables_still_decode() -> None:
+    """MariaDB 5.3-format DATETIME(3): logged as a plain DATETIME, its row is longer than the
+    binlog says (real bytes: make_mariadb_binlogs.py, phase undecodable-old-hires). The error names
+    the table and the likely cause; `--tables` without that table decodes past it; so does a
+    `--start-position` after it (rows before the start are not decoded)."""
+    path = FIXTURES / "mariadb-10.11" / "undecodable-old-hires.000009"
+    failed = subprocess.run([*RUN, str(path)], capture_output=True, text=True)
+    assert failed.returncode == 1
+    assert "mt.old_hires" in failed.stderr and "mariadb-5.3" in failed.stderr
+    assert "ALTER TABLE ... FORCE" in failed.stderr
+    ok = subprocess.run([*RUN, str(path), "--tables", "mt.after_hires"], capture_output=True, text=True)
+    assert [json.loads(line)["after"] for line in ok.stdout.splitlines()] == [{"id": 7}]
+    events = subprocess.run(
+        [*RUN, str(path), "--events", "--tables", "mt.after_hires"], capture_output=True, text=True
+    )
+    later = min(json.loads(e)["header"]["offset"] for e in events.stdout.splitlines() if '"WRITE_ROWS' in e)
+    after = subprocess.run([*RUN, str(path), "--start-position", str(later)], capture_output=True, text=True)
+    assert [json.loads(line)["after"] for line in after.stdout.splitlines()] == [{"id": 7}]
