@@ -12,9 +12,8 @@ and the fallback: without a build, or after --clean, the same code runs interpre
 Rebuild (or clean) after editing any compiled module, or the stale .so keeps running.
 
 Not compiled, on purpose:
-  events.py, rowchange.py  records other packages build, compare and replace(); a native
-                           class is no faster to build here, and its pickling differs
-  record.py                the decorator of those records
+  record.py                the decorator of other packages' records (mypyc only makes
+                           classes decorated with `dataclass` itself native)
   rawevent.py              RawEvent subclasses bytes, which native classes cannot
   files.py                 its generators hold an open file: a compiled generator that is
                            dropped unfinished is not closed, so the file would leak
@@ -35,9 +34,7 @@ __all__ = ["compiled_modules", "is_compiled", "main"]
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "service" / "binlog"
-INTERPRETED = frozenset(
-    {"__init__.py", "events.py", "rowchange.py", "record.py", "rawevent.py", "files.py", "jsonb.py"}
-)
+INTERPRETED = frozenset({"__init__.py", "record.py", "rawevent.py", "files.py", "jsonb.py"})
 GROUP = "service.binlog._mypyc"  # the shared runtime library lands in service/binlog/ too
 
 log = logging.getLogger(__name__)

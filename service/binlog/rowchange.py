@@ -7,10 +7,9 @@ shape; `service.binlog.canonical` turns it into its lossless JSON form
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
-
-from service.binlog.record import record
 
 __all__ = ["EventSpan", "Op", "Row", "RowChange"]
 
@@ -25,7 +24,8 @@ class Op(StrEnum):
     DELETE = "delete"
 
 
-@record()
+# Slotted dataclasses with an explicit __init__, immutable by convention: see events.py.
+@dataclass(slots=True, unsafe_hash=True, init=False)
 class EventSpan:
     """Where the rows event that carried a change sits in the binlog."""
 
@@ -33,8 +33,11 @@ class EventSpan:
     start: int  # offset of the rows event's first header byte
     end: int  # offset just after the event (header.log_pos when the server sets it)
 
+    def __init__(self, file: str, start: int, end: int) -> None:
+        self.file, self.start, self.end = file, start, end
 
-@record()
+
+@dataclass(slots=True, unsafe_hash=True, init=False)
 class RowChange:
     op: Op
     schema: str
@@ -45,3 +48,10 @@ class RowChange:
     ts: int  # event timestamp, seconds since the epoch (source clock)
     server_id: int
     gtid: str | None = None
+
+    def __init__(
+        self, op: Op, schema: str, table: str, before: Row | None, after: Row | None, position: EventSpan,
+        ts: int, server_id: int, gtid: str | None = None,
+    ) -> None:  # fmt: skip
+        self.op, self.schema, self.table, self.before, self.after = op, schema, table, before, after
+        self.position, self.ts, self.server_id, self.gtid = position, ts, server_id, gtid

@@ -311,9 +311,12 @@ def decode_rows(
         raise TruncatedEvent(
             f"row data of {schema.qualified_name} ends early ({exc}){_old_format_hint(schema)}"
         ) from None
+    except DecodeError as exc:  # e.g. InvalidValue from a converter: add the hint, if any
+        hint = _old_format_hint(schema)
+        if not hint:
+            raise
+        raise type(exc)(f"{exc}{hint}") from None
     except (ValueError, OverflowError) as exc:
-        if isinstance(exc, DecodeError):
-            raise type(exc)(f"{exc}{_old_format_hint(schema)}") from None
         raise InvalidValue(f"bad value in {schema.qualified_name}: {exc}{_old_format_hint(schema)}") from None
 
 
