@@ -59,6 +59,11 @@ class TableFilter:
     def from_lists(cls, include: list[str] | None = None, exclude: list[str] | None = None) -> TableFilter:
         return cls(tuple(include or ()), tuple(exclude or ()))
 
+    def __reduce__(self) -> tuple[type[TableFilter], tuple[tuple[str, ...], tuple[str, ...]]]:
+        # Pickled into Spark tasks: the patterns only. (Compiled with mypyc, the default
+        # pickling of this frozen class fails on unpickling.)
+        return (TableFilter, (self.include, self.exclude))
+
     def wants(self, schema: str, table: str) -> bool:
         key = (schema, table)
         wanted = self._wanted.get(key)

@@ -65,13 +65,23 @@ def create_schema(stack: LocalStack, db: str) -> None:
 
 
 def master_position(stack: LocalStack) -> BinlogPosition:
+    """The source's position, less a trailing BINLOG_CHECKPOINT: MariaDB writes one when the
+    previous file's transactions are durable, which may come after the last commit; the mirror's
+    checkpoint moves with transactions, so it stays before that event until the next one."""
     conn = root(stack)
     with conn.cursor() as cur:
         cur.execute("SHOW MASTER STATUS")
         row = cur.fetchone()
+        assert row is not None
+        file, pos = str(row[0]), int(row[1])
+        cur.execute(f"SHOW BINLOG EVENTS IN '{file}'")
+        events = [(str(e[2]), int(e[1]), int(e[4])) for e in cur.fetchall()]  # type, start, end
     conn.close()
-    assert row is not None
-    return BinlogPosition(str(row[0]), int(row[1]))
+    while len(events) > 1 and events[-1][0] == "Binlog_checkpoint" and events[-1][2] == pos:
+        if events[-2][0] in ("Gtid_list", "Format_desc", "Binlog_checkpoint"):
+            break  # the head of a new file: the mirror's checkpoint moves past it on rotation
+        pos = events.pop()[1]
+    return BinlogPosition(file, pos)
 
 
 class Workload:

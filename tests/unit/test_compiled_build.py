@@ -1,10 +1,11 @@
-"""The decoder's unit tests (tests/unit/binlog) pass in the mypyc-compiled build too.
+"""The unit tests (tests/unit) pass in the mypyc-compiled build too.
 
-Why this exists: `python -m service.build_decoder` compiles service/binlog with mypyc, but the
+Why this exists: `python -m service.build_decoder` compiles service/binlog and the stream's
+position tracker, assembler and packet splitter with mypyc, but the
 rest of the suite runs whatever build the working tree holds (normally pure Python), so a bug
 only the compiled build had (a hint missing from an error message) went unnoticed. This test
 copies the sources into tmp_path, compiles them there (never in the shared working tree, whose
-.so files others use) and runs tests/unit/binlog against the copy. It takes a few minutes.
+.so files others use) and runs tests/unit against the copy. It takes a minute or two.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 THIS = Path(__file__).relative_to(ROOT).as_posix()
 NO_BUILD = shutil.ignore_patterns("*.so", "build", "__pycache__", ".mypy_cache")
 
@@ -33,11 +34,11 @@ def _missing_toolchain() -> str | None:
 
 @pytest.mark.skipif(_missing_toolchain() is not None, reason=str(_missing_toolchain()))
 @pytest.mark.timeout(1800)
-def test_unit_binlog_tests_pass_in_the_compiled_build(tmp_path: Path) -> None:
+def test_unit_tests_pass_in_the_compiled_build(tmp_path: Path) -> None:
     copy = tmp_path / "repo"
     shutil.copytree(ROOT / "service", copy / "service", ignore=NO_BUILD)
     shutil.copytree(ROOT / "docs", copy / "docs")  # test_binlog_docs reads docs/decoder.md
-    shutil.copytree(ROOT / "tests/unit/binlog", copy / "tests/unit/binlog", ignore=NO_BUILD)
+    shutil.copytree(ROOT / "tests/unit", copy / "tests/unit", ignore=NO_BUILD)
     shutil.copytree(ROOT / "tests/fixtures", copy / "tests/fixtures", ignore=NO_BUILD)
     shutil.copy2(ROOT / "tests/conftest.py", copy / "tests/conftest.py")
     shutil.copy2(ROOT / "pyproject.toml", copy / "pyproject.toml")
@@ -55,7 +56,5 @@ def test_unit_binlog_tests_pass_in_the_compiled_build(tmp_path: Path) -> None:
     run("-m", "service.build_decoder", timeout=900)
     check = "import service, service.build_decoder as b; print(service.__file__, b.is_compiled())"
     assert run("-c", check, timeout=60).split() == [str(copy / "service" / "__init__.py"), "True"]
-    out = run(
-        "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/unit/binlog", f"--ignore={THIS}", timeout=1500
-    )
+    out = run("-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/unit", f"--ignore={THIS}", timeout=1500)
     assert " passed" in out and " failed" not in out, out[-3000:]
