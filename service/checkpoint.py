@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator
-from functools import lru_cache, total_ordering
+from functools import lru_cache
 from typing import Literal
 
 from service.binlog.constants import LOG_EVENT_ARTIFICIAL_F
@@ -53,7 +53,6 @@ __all__ = [
 ]
 
 
-@total_ordering
 @record()  # built per event/commit: see service/binlog/record.py
 class BinlogPosition:
     file: str  # "mysql-bin.000042"
@@ -65,10 +64,27 @@ class BinlogPosition:
         base, _, suffix = self.file.rpartition(".")
         return base, int(suffix) if suffix.isdigit() else -1, self.pos
 
+    # All four, not functools.total_ordering: its derived methods are interpreted wrappers,
+    # and the stream compares positions once per transaction.
     def __lt__(self, other: object) -> bool:
         if not isinstance(other, BinlogPosition):
             return NotImplemented
         return self.key < other.key
+
+    def __le__(self, other: object) -> bool:
+        if not isinstance(other, BinlogPosition):
+            return NotImplemented
+        return self.key <= other.key
+
+    def __gt__(self, other: object) -> bool:
+        if not isinstance(other, BinlogPosition):
+            return NotImplemented
+        return self.key > other.key
+
+    def __ge__(self, other: object) -> bool:
+        if not isinstance(other, BinlogPosition):
+            return NotImplemented
+        return self.key >= other.key
 
     def __str__(self) -> str:
         return f"{self.file}:{self.pos}"

@@ -20,13 +20,15 @@ import contextlib
 import logging
 import time
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from itertools import chain
 
 import aiomysql
 
 from service.binlog import BinlogDecoder, DecodeOptions
 from service.binlog.constants import EventType
-from service.binlog.events import TableMapEvent
+from service.binlog.events import Event, TableMapEvent, TransactionPayloadEvent
 from service.binlog.schema import TableSchema
 from service.binlog.stats import DecoderStats
 from service.checkpoint import (
@@ -415,7 +417,7 @@ class BinlogSource:
         Runs once per event: the counters other tasks read (events, last_event_ts,
         read_position) are published before each await, not after each event."""
         stats, assembler, tracker = self.stats, session.assembler, session.assembler.tracker
-        decoder, table_maps = session.decoder, self.stats.table_maps
+        feed, table_maps = session.decoder.feed, self.stats.table_maps
         clock = time.perf_counter
         slice_end = clock() + SLICE_SECONDS
         while True:
@@ -427,29 +429,37 @@ class BinlogSource:
             events = [raw for raw in raws if raw[4:5] not in HEARTBEATS]
             stats.heartbeats += len(raws) - len(events)
             seen, last_ts = 0, 0
-            # feed_many flattens TRANSACTION_PAYLOAD (binlog_transaction_compression=ON):
-            # the payload event, then the events inside it, in order.
-            for event in decoder.feed_many(events):
-                seen += 1
-                last_ts = event.header.timestamp or last_ts
-                if type(event) is TableMapEvent:
-                    table = event.table
-                    table_maps[table.schema, table.table] = table
-                txn = assembler.feed(event)
-                if txn is not None or clock() > slice_end:
-                    stats.events += seen
-                    stats.last_event_ts = last_ts or stats.last_event_ts
-                    stats.read_position = tracker.position
-                    seen = 0
-                    if txn is not None:
-                        await self._deliver(session, txn)
-                    if clock() > slice_end:
-                        # A whole read is decoded without a pause otherwise (and the next read
-                        # does not pause when bytes are buffered): give the consumer, the API and
-                        # the websockets their turn every SLICE_SECONDS. Time, not bytes: an event
-                        # costs from ~2 µs (small transactions) to milliseconds (many rows).
-                        await asyncio.sleep(0)
-                        slice_end = clock() + SLICE_SECONDS
+            for raw in events:
+                decoded = feed(raw)
+                if decoded is None:
+                    continue
+                # TRANSACTION_PAYLOAD (binlog_transaction_compression=ON): the payload event,
+                # then the events inside it, in order. (No generator per event otherwise.)
+                flat: Iterable[Event] = (decoded,)
+                if type(decoded) is TransactionPayloadEvent:
+                    flat = chain(flat, decoded.events)
+                for event in flat:
+                    seen += 1
+                    last_ts = event.header.timestamp or last_ts
+                    if type(event) is TableMapEvent:
+                        table = event.table
+                        table_maps[table.schema, table.table] = table
+                    txn = assembler.feed(event)
+                    if txn is not None or clock() > slice_end:
+                        stats.events += seen
+                        stats.last_event_ts = last_ts or stats.last_event_ts
+                        stats.read_position = tracker.position
+                        seen = 0
+                        if txn is not None:
+                            await self._deliver(session, txn)
+                        if clock() > slice_end:
+                            # A whole read is decoded without a pause otherwise (and the next
+                            # read does not pause when bytes are buffered): give the consumer,
+                            # the API and the websockets their turn every SLICE_SECONDS. Time,
+                            # not bytes: an event costs from ~2 µs (small transactions) to
+                            # milliseconds (many rows).
+                            await asyncio.sleep(0)
+                            slice_end = clock() + SLICE_SECONDS
             stats.events += seen
             stats.last_event_ts = last_ts or stats.last_event_ts
             stats.read_position = tracker.position
