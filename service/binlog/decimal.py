@@ -12,7 +12,7 @@ with precomputed shifts and masks: no per-byte work, no string joins.
 from __future__ import annotations
 
 from collections.abc import Callable
-from decimal import Decimal
+from decimal import Context, Decimal
 
 from service.errors import InvalidValue, TruncatedEvent
 
@@ -20,6 +20,7 @@ __all__ = ["decimal_size", "decode_decimal", "make_decimal_converter"]
 
 _DIG2BYTES = (0, 1, 1, 2, 2, 3, 3, 4, 4, 4)
 _MAX = (0, 9, 99, 999, 9999, 99999, 999999, 9999999, 99999999, 999999999)
+_EXACT = Context(prec=65)  # DECIMAL's 65 digits at most: scaleb() never rounds
 
 
 def decimal_size(precision: int, scale: int) -> int:
@@ -75,7 +76,13 @@ def make_decimal_converter(precision: int, scale: int) -> Callable[[bytes], Deci
             if group > limit:
                 raise InvalidValue(f"DECIMAL({precision},{scale}) group {group} exceeds {ndig} digits")
             unscaled += group * weight
-        return Decimal(f"-{unscaled}{exponent}" if negative else f"{unscaled}{exponent}")
+        if negative:
+            if not unscaled:  # keep the sign of a negative zero, as the text form would
+                return Decimal(f"-0{exponent}")
+            unscaled = -unscaled
+        # From the int and scaled: exact (65 digits fit the context), a third cheaper than
+        # parsing "123E-2"; the exponent is kept (Decimal("1.20"), not Decimal("1.2")).
+        return Decimal(unscaled).scaleb(-scale, _EXACT)
 
     return convert
 

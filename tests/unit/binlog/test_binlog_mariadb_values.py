@@ -198,3 +198,13 @@ def test_pre_5_6_4_temporal_formats() -> None:
     )
     assert rows[6]["t"] == -timedelta(hours=1, minutes=2, seconds=3) and rows[4]["ts"] is None
     assert canonical.value_to_json(rows[1]["t"]) == "-838:59:59"
+
+
+def test_utc_datetime_equals_fromtimestamp_over_the_timestamp_range() -> None:
+    """TIMESTAMP's integer-only conversion agrees with datetime.fromtimestamp(sec, UTC) on
+    every day from 1970 to 2106 (the 4-byte range), leap days and the last second included."""
+    from service.binlog.temporal import utc_datetime
+
+    seconds = [*range(0, 2**32, 86_400 - 1), 951_782_399, 951_782_400, 951_868_800, 2**31 - 1, 2**32 - 1]
+    for sec in seconds:
+        assert utc_datetime(sec, 7) == datetime.fromtimestamp(sec, UTC).replace(microsecond=7), sec
