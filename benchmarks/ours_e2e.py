@@ -106,17 +106,19 @@ async def live(args: argparse.Namespace) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, replicator.stop)
-    applied_at = array.array("d", bytes(8 * (args.expect + 1)))  # preallocated: RSS stays honest
+    # Preallocated (RSS stays honest), and only when recorded: 8 bytes per expected row.
+    applied_at = array.array("d", bytes(8 * (args.expect + 1) if args.record else 0))
     count = 0
 
     def on_applied(txn: Transaction, first_seq: int) -> None:
         nonlocal count
         now = clock()
-        for change in txn.changes:
-            row = change.after or change.before or {}
-            i = row.get("id")
-            if isinstance(i, int) and 0 < i <= args.expect:
-                applied_at[i] = now
+        if args.record:
+            for change in txn.changes:
+                row = change.after or change.before or {}
+                i = row.get("id")
+                if isinstance(i, int) and 0 < i <= args.expect:
+                    applied_at[i] = now
         count += len(txn.changes)
         if args.expect and count >= args.expect:
             replicator.stop()
