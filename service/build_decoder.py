@@ -1,5 +1,5 @@
-"""Optional speed-up: compile service.binlog, and the stream's per-event layers around it
-(STREAM_MODULES), with mypyc, in place.
+"""Optional speed-up: compile service.binlog, and the stream's and the sink's per-event layers
+around it (STREAM_MODULES), with mypyc, in place.
 
     python -m service.build_decoder            # build (about 60 s on 2 cores)
     python -m service.build_decoder --clean    # remove the compiled modules
@@ -37,9 +37,16 @@ __all__ = ["compiled_modules", "is_compiled", "main"]
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "service" / "binlog"
 INTERPRETED = frozenset({"__init__.py", "record.py", "rawevent.py", "files.py", "jsonb.py"})
-# The per-event layers around the decoder in the replication stream: packet splitting, the
-# position tracker and the transaction assembler (pure code, no I/O).
-STREAM_MODULES = ("service/checkpoint.py", "service/transactions.py", "service/transport/packets.py")
+# The per-event and per-row layers around the decoder (pure code, no I/O): packet splitting, the
+# position tracker and the transaction assembler of the stream; the Redis sink's planner.
+STREAM_MODULES = (
+    "service/checkpoint.py",
+    "service/transactions.py",
+    "service/transport/packets.py",
+    "service/sink/keys.py",
+    "service/sink/plan.py",
+    "service/sink/values.py",
+)
 GROUP = "service.binlog._mypyc"  # the shared runtime library lands in service/binlog/ too
 
 log = logging.getLogger(__name__)
