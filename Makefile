@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 APT_PACKAGES := mariadb-server mariadb-client redis-server python3-venv default-jre-headless
 
-.PHONY: demo test lint typecheck pytest bench bench-stream bench-e2e bench-fanout fast pure system-packages clean
+.PHONY: demo test lint typecheck pytest bench bench-stream bench-e2e bench-fanout bench-memory fast pure system-packages clean
 
 $(BIN)/binlog-mirror: pyproject.toml
 	@$(PYTHON) -c 'import venv, ensurepip' 2>/dev/null || $(MAKE) system-packages
@@ -54,5 +54,5 @@ fast: $(BIN)/binlog-mirror
 pure: $(BIN)/binlog-mirror
 	$(BIN)/python -m service.build_decoder --clean
 
-bench-stream bench-e2e bench-fanout: system-packages $(BIN)/binlog-mirror
+bench-stream bench-e2e bench-fanout bench-memory: system-packages $(BIN)/binlog-mirror
 	$(BIN)/python -m benchmarks.$(@:bench-%=%)
