@@ -2,7 +2,7 @@
 
     .venv/bin/python -m benchmarks.memory [--rows 10000000] [--table-rows 100000] [--keep-stack]
 
-The source writes `rows` row changes into bench.t_memory (the workload table's columns) as fast as
+The source writes `rows` row changes into bench_mem.t_memory (the workload table's columns) as fast as
 it can, in 1,000-row transactions: `table-rows` inserts, then rounds of updates of every row, so
 Redis holds `table-rows` keys however long the run. binlog-mirror's Replicator (its own process,
 `benchmarks.ours_e2e live`, started at the source's position before the first write) mirrors the
@@ -27,7 +27,7 @@ from benchmarks.harness import WORK, Child, RssSampler, bench_stack, clock, mach
 from benchmarks.workload import INSERT_CHUNK, TABLE_DDL
 from benchmarks.writer import connect
 
-TABLE = "t_memory"
+SCHEMA, TABLE = "bench_mem", "t_memory"  # not `bench`: the other benchmarks mirror bench.*
 CHUNK = 1000
 
 
@@ -35,11 +35,11 @@ def write(admin_url: str, rows: int, table_rows: int, done: list[float]) -> None
     """`rows` row changes: inserts of `table_rows` rows, then updates of all of them, round after round."""
     conn = connect(admin_url)
     cur = conn.cursor()
-    cur.execute("USE bench")  # the SEQUENCE engine tables (seq_1_to_N) need a current database
+    cur.execute(f"USE {SCHEMA}")  # the SEQUENCE engine tables (seq_1_to_N) need a current database
     written = 0
     for lo in range(1, table_rows + 1, CHUNK):
         cur.execute("BEGIN")
-        cur.execute(INSERT_CHUNK.format(name=TABLE, lo=lo, hi=min(lo + CHUNK - 1, table_rows)))
+        cur.execute(INSERT_CHUNK.format(schema=SCHEMA, name=TABLE, lo=lo, hi=min(lo + CHUNK - 1, table_rows)))
         cur.execute("COMMIT")
         written += min(CHUNK, table_rows - lo + 1)
     while written < rows:
@@ -49,7 +49,7 @@ def write(admin_url: str, rows: int, table_rows: int, done: list[float]) -> None
                 break
             cur.execute("BEGIN")
             cur.execute(
-                f"UPDATE bench.{TABLE} SET big = big + 1, amount = amount + 0.01,"
+                f"UPDATE {SCHEMA}.{TABLE} SET big = big + 1, amount = amount + 0.01,"
                 f" flag = IF(flag IS NULL, 1, NULL) WHERE id BETWEEN {lo} AND {lo + n - 1}"
             )
             cur.execute("COMMIT")
@@ -70,13 +70,13 @@ def main() -> None:
     try:
         admin = connect(info.admin_url)
         with admin.cursor() as cur:
-            cur.execute("CREATE DATABASE IF NOT EXISTS bench")
-            cur.execute(f"DROP TABLE IF EXISTS bench.{TABLE}")
-            cur.execute(TABLE_DDL.format(name=TABLE))
+            cur.execute(f"CREATE DATABASE IF NOT EXISTS {SCHEMA}")
+            cur.execute(f"DROP TABLE IF EXISTS {SCHEMA}.{TABLE}")
+            cur.execute(TABLE_DDL.format(schema=SCHEMA, name=TABLE))
         admin.close()
         redis.Redis.from_url(info.redis_url, socket_timeout=300).flushdb()
         cmd = [sys.executable, "-m", "benchmarks.ours_e2e", "live", info.mysql_url, info.redis_url]
-        cmd += [f"mem-{uuid.uuid4().hex[:8]}", f"bench.{TABLE}", "--expect", str(args.rows)]
+        cmd += [f"mem-{uuid.uuid4().hex[:8]}", f"{SCHEMA}.{TABLE}", "--expect", str(args.rows)]
         replicator = Child(cmd, WORK / "memory-replicator.log")
         try:
             replicator.read_json(timeout=60)

@@ -24,7 +24,7 @@ from service.stack import LocalStack
 WORK = Path(__file__).resolve().parent / ".work"
 SCHEMA = "bench"
 TABLE_DDL = """
-CREATE TABLE bench.{name} (
+CREATE TABLE {schema}.{name} (
   id INT PRIMARY KEY,
   big BIGINT NOT NULL,
   name VARCHAR(64) NOT NULL,
@@ -39,7 +39,7 @@ CREATE TABLE bench.{name} (
 """
 # One 1,000-row INSERT ... SELECT from MariaDB's SEQUENCE engine: fast to generate, mixed values.
 INSERT_CHUNK = """
-INSERT INTO bench.{name}
+INSERT INTO {schema}.{name}
 SELECT seq, seq * 7919, CONCAT('name-', seq, '-', MD5(seq)), (seq % 100000) / 100,
        '2024-01-01 00:00:00' + INTERVAL seq SECOND + INTERVAL (seq % 1000000) MICROSECOND,
        '2024-06-01 00:00:00' + INTERVAL (seq % 86400) SECOND, seq / 3,
@@ -85,13 +85,15 @@ def generate(stack: LocalStack, rows: int) -> list[Workload]:
     cur.execute(f"CREATE DATABASE {SCHEMA}")
     cur.execute(f"USE {SCHEMA}")  # the SEQUENCE engine tables (seq_1_to_N) need a current database
     for name in ("t_insert", "t_small"):
-        cur.execute(TABLE_DDL.format(name=name))
+        cur.execute(TABLE_DDL.format(schema=SCHEMA, name=name))
     chunk = 1000
 
     def inserts() -> None:
         for lo in range(1, rows + 1, chunk):
             cur.execute("BEGIN")
-            cur.execute(INSERT_CHUNK.format(name="t_insert", lo=lo, hi=min(lo + chunk - 1, rows)))
+            cur.execute(
+                INSERT_CHUNK.format(schema=SCHEMA, name="t_insert", lo=lo, hi=min(lo + chunk - 1, rows))
+            )
             cur.execute("COMMIT")
 
     def updates() -> None:
@@ -108,7 +110,7 @@ def generate(stack: LocalStack, rows: int) -> list[Workload]:
 
     def small() -> None:
         for lo in range(1, small_rows + 1):  # autocommit: one transaction per row
-            cur.execute(INSERT_CHUNK.format(name="t_small", lo=lo, hi=lo))
+            cur.execute(INSERT_CHUNK.format(schema=SCHEMA, name="t_small", lo=lo, hi=lo))
 
     started = time.monotonic()
     out = [
