@@ -23,7 +23,7 @@ import uuid
 
 import redis
 
-from benchmarks.harness import WORK, Child, RssSampler, bench_stack, clock, machine, markdown_table
+from benchmarks.harness import WORK, Child, RssSampler, bench_stack, clock, last_json, machine, markdown_table
 from benchmarks.workload import INSERT_CHUNK, TABLE_DDL
 from benchmarks.writer import connect
 
@@ -95,7 +95,7 @@ def main() -> None:
     finally:
         if not args.keep_stack:
             stack.down()
-    applied = json.loads(done.out.strip().splitlines()[-1])["applied"]
+    applied = last_json(done.out)["applied"]
     cut = [t0 + (t1 - t0) * k / 10 for k in range(1, 11)]
     tenths = [max((mb for t, mb in samples if t <= c), default=0.0) for c in cut]
     result = {
