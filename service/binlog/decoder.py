@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import struct
 import zlib
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from service.binlog.constants import HEADER_LEN, LOG_EVENT_ARTIFICIAL_F, LOG_EVENT_IGNORABLE_F, STMT_END_F
@@ -137,10 +137,6 @@ class BinlogDecoder:
         yield event
         if isinstance(event, TransactionPayloadEvent):
             yield from event.events
-
-    def feed_many(self, raws: Iterable[bytes | memoryview]) -> Iterator[Event]:
-        for raw in raws:
-            yield from self.decode_events(raw)
 
     @property
     def tables(self) -> dict[int, TableSchema]:
