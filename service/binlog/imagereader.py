@@ -28,14 +28,13 @@ NULL: Final = 0  # SQL NULL: no bytes
 INT: Final = 1  # little-endian integer of `size` bytes, then `convert`
 FLOAT: Final = 2  # FLOAT/DOUBLE through `unpack`, then `convert`
 BYTES: Final = 3  # `size` raw bytes, then `convert`
-VAR: Final = 4  # 1- or 2-byte length prefix, then text `codec` / `convert` / raw bytes
-READ: Final = 5  # any other variable-length value: `read(buf, pos)`
+VAR: Final = 4  # 1- to 4-byte length prefix, then text `codec` / `convert` / raw bytes
 
 
 class ColumnStep:
     """How to read one column of one row-image pattern."""
 
-    __slots__ = ("name", "kind", "size", "signed", "convert", "unpack", "codec", "read")
+    __slots__ = ("name", "kind", "size", "signed", "convert", "unpack", "codec", "keyed")
 
     def __init__(self, name: str, spec: FixedSpec | VarSpec | None) -> None:
         self.name = name
@@ -45,7 +44,8 @@ class ColumnStep:
         self.convert: Callable[[Any], Any] | None = None
         self.unpack: Callable[[bytes, int], tuple[Any, ...]] | None = None
         self.codec = ""
-        self.read: Callable[[bytes, int], tuple[Any, int]] | None = None
+        # an UPDATE compares this column's raw form between its images (StepReader.read)
+        self.keyed = False
         if isinstance(spec, FixedSpec):
             self.size, self.convert = spec.size, spec.convert
             if spec.code.endswith("s"):
@@ -54,45 +54,71 @@ class ColumnStep:
                 self.kind, self.unpack = FLOAT, struct.Struct("<" + spec.code).unpack_from
             else:
                 self.kind, self.signed = INT, spec.code.islower()
-        elif isinstance(spec, VarSpec):
-            if spec.prefix in (1, 2):
-                self.kind, self.size, self.convert, self.codec = (
-                    VAR,
-                    spec.prefix,
-                    spec.convert,
-                    spec.codec or "",
-                )
-            else:
-                self.kind, self.read = READ, spec.read
+            self.keyed = spec.convert is not None  # fixed-width values are all immutable
+        elif isinstance(spec, VarSpec):  # every VarSpec has a length prefix of 1 to 4 bytes
+            self.kind, self.size, self.convert, self.codec = VAR, spec.prefix, spec.convert, spec.codec or ""
+            self.keyed = spec.immutable and (spec.convert is not None or spec.codec is not None)
 
 
 class StepReader:
     """Callable (buf, pos) -> (row dict, position after the row)."""
 
-    __slots__ = ("steps",)
+    __slots__ = ("steps", "template")
 
     def __init__(self, steps: list[ColumnStep]) -> None:
         self.steps = steps
+        # Rows start as a copy of this: one allocation of the final size, no resize as the
+        # values go in (a dict grown from empty resizes at its sixth key).
+        self.template: dict[str, Any] = dict.fromkeys(step.name for step in steps)
 
     def __call__(self, buf: bytes, pos: int) -> tuple[dict[str, Any], int]:
-        row: dict[str, Any] = {}
+        return self.read(buf, pos, None, None, None)
+
+    def read(
+        self,
+        buf: bytes,
+        pos: int,
+        keys: list[object] | None,
+        before_keys: list[object] | None,
+        before: dict[str, Any] | None,
+    ) -> tuple[dict[str, Any], int]:
+        """Read one image. For an UPDATE whose two images have the same columns: `keys`
+        collects each column's raw form (bytes or int; None when not worth comparing) while
+        the before image is read; given as `before_keys` when the after image is read, a
+        converted value whose raw form is unchanged is taken from `before` instead of being
+        converted again (only immutable values: str, int, Decimal, datetime...). Most UPDATEs
+        change few columns, and the converters (DECIMAL, DATETIME, text) are the row's cost."""
+        row = self.template.copy()
+        k = -1
         for step in self.steps:
+            k += 1
             kind = step.kind
             value: Any = None
+            key: object = None
             if kind == INT:
                 value = _uint(buf, pos, step.size)
                 pos += step.size
                 if step.signed and value >> (step.size * 8 - 1):
                     value -= 1 << (step.size * 8)
+                if step.keyed:
+                    key = value
             elif kind == VAR:
                 if step.size == 1:
                     start = pos + 1
                     pos = start + buf[pos]
-                else:
+                elif step.size == 2:
                     start = pos + 2
                     pos = start + (buf[pos] | buf[pos + 1] << 8)
+                else:
+                    start = pos + step.size
+                    pos = start + _uint(buf, pos, step.size)
                 raw = buf[start:pos]
                 if step.codec:
+                    if keys is not None:
+                        keys.append(raw)
+                    elif before_keys is not None and before is not None and before_keys[k] == raw:
+                        row[step.name] = before[step.name]
+                        continue
                     try:
                         value = raw.decode(step.codec)
                     except UnicodeDecodeError:
@@ -100,23 +126,25 @@ class StepReader:
                     row[step.name] = value
                     continue
                 value = raw
+                if step.keyed:
+                    key = raw
             elif kind == BYTES:
                 end = pos + step.size
                 if end > len(buf):
                     raise IndexError("fixed-width value runs past the row data")
                 value = buf[pos:end]
                 pos = end
+                if step.keyed:
+                    key = value
             elif kind == FLOAT:
                 assert step.unpack is not None
                 value = step.unpack(buf, pos)[0]
                 pos += step.size
-            elif kind == READ:
-                assert step.read is not None
-                value, pos = step.read(buf, pos)
-                row[step.name] = value
-                continue
-            else:  # NULL
-                row[step.name] = None
+            # else NULL: no bytes, value None
+            if keys is not None:
+                keys.append(key)
+            elif key is not None and before_keys is not None and before is not None and before_keys[k] == key:
+                row[step.name] = before[step.name]
                 continue
             convert = step.convert
             row[step.name] = value if convert is None else convert(value)

@@ -377,6 +377,23 @@ def _rows(
         return out
     readers_bi = plan.readers_by_nulls(present_bi)
     readers_ai = plan.readers_by_nulls(present_ai)
+    if USE_STEP_READERS and present_bi == present_ai and not kind.partial:
+        # Same columns in both images: unchanged values are converted once (StepReader.read)
+        while pos < end:
+            row_start = pos
+            nulls = int.from_bytes(buf[pos : pos + nb_bi], "little")
+            keys: list[object] = []
+            reader = readers_bi.get(nulls) or image(present_bi, nulls)
+            assert isinstance(reader, StepReader)
+            before, pos = reader.read(buf, pos + nb_bi, keys, None, None)
+            nulls = int.from_bytes(buf[pos : pos + nb_ai], "little")
+            reader = readers_ai.get(nulls) or image(present_ai, nulls)
+            assert isinstance(reader, StepReader)
+            after, pos = reader.read(buf, pos + nb_ai, None, keys, before)
+            if pos > end or pos == row_start:
+                _bad_row(pos, end, db, tbl)
+            append(RowChange(op, db, tbl, before, after, span, ts, server_id, gtid))
+        return out
     while pos < end:
         row_start = pos
         nulls = int.from_bytes(buf[pos : pos + nb_bi], "little")

@@ -57,11 +57,14 @@ class VarSpec:
     prefix: int = 0  # length-prefix bytes (1..4) of a length-prefixed value
     convert: Callable[[bytes], Any] | None = None  # raw bytes -> value; None keeps the bytes
     codec: str | None = None  # text codec for inline decoding; `convert` handles invalid bytes
+    immutable: bool = True  # values may be shared (an UPDATE's unchanged value); not JSON's
 
 
-def _var(nbytes: int, convert: Callable[[bytes], Any], codec: str | None = None) -> VarSpec:
+def _var(
+    nbytes: int, convert: Callable[[bytes], Any], codec: str | None = None, immutable: bool = True
+) -> VarSpec:
     keep = convert is bytes
-    return VarSpec(_prefixed(nbytes, convert), nbytes, None if keep else convert, codec)
+    return VarSpec(_prefixed(nbytes, convert), nbytes, None if keep else convert, codec, immutable)
 
 
 def text_codec(collation: int | None) -> str | None:
@@ -250,7 +253,7 @@ def column_spec(col: Column, stats: DecoderStats, partial_json: bool = False) ->
     if t in (T.BLOB, T.TINY_BLOB, T.MEDIUM_BLOB, T.LONG_BLOB):
         return _var(meta, text_decoder(col.charset, stats), text_codec(col.charset))
     if t == T.JSON:
-        return _var(meta, decode_json_diffs if partial_json else decode_json)
+        return _var(meta, decode_json_diffs if partial_json else decode_json, immutable=False)
     if t == T.GEOMETRY:
         return _var(meta, _geometry)
     if t == T.VECTOR:

@@ -3,6 +3,8 @@ binlog vector to the same row changes."""
 
 from __future__ import annotations
 
+from datetime import datetime
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -36,3 +38,22 @@ def test_step_readers_match_generated_readers(path: Path, monkeypatch: pytest.Mo
     assert stepped == generated
     assert StepReader not in generated_kinds
     assert stepped_kinds <= {StepReader}
+
+
+def test_update_reuses_unchanged_values_of_the_before_image(monkeypatch: pytest.MonkeyPatch) -> None:
+    """StepReader converts a value once when an UPDATE leaves it unchanged: the after image
+    holds the before image's object (the real vectors' UPDATEs change few columns)."""
+    monkeypatch.setattr(rows, "USE_STEP_READERS", True)
+    shared = 0
+    for path in FILES:
+        if path.suffix == ".md":
+            continue
+        for change in _changes(path)[0]:
+            before, after = change.before, change.after
+            if before is None or after is None or before.keys() != after.keys():
+                continue
+            for name, value in after.items():
+                if isinstance(value, str | Decimal | datetime) and before[name] == value:
+                    assert before[name] is value, (path.name, change.table, name)
+                    shared += 1
+    assert shared > 100
