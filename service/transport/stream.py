@@ -1,7 +1,8 @@
 """The dump connection: register as a replica, send the dump command, read raw events.
 
 This is the only module that uses aiomysql's private packet layer (`_read_packet`,
-`write_packet`, `_next_seq_id`, and the connection's `_reader` once the dump started);
+`write_packet`, `_next_seq_id`, and, once the dump started, the connection's `_writer.transport`
+and what is left in its `_reader`);
 tests/integration/test_stream_transport.py checks they still exist.
 
 Wire formats (all integers little-endian):
@@ -12,9 +13,11 @@ Wire formats (all integers little-endian):
     COM_BINLOG_DUMP_GTID 0x1e flags:2  server_id:4  file_len:4  file  pos:8  data_len:4  gtid_set_data
     each event packet   0x00 (OK)  event bytes     (0xfe EOF ends a non-blocking dump, 0xff ERR)
 
-After the dump command the socket is read in chunks (`READ_CHUNK`, one await and one timeout
-each) and split by `PacketSplitter`, which also joins the 0xffffff-sized continuations of events
-longer than 16 MB - 1: `read_batch()` returns every whole event of a chunk at once.
+After the dump command the socket is no longer aiomysql's: `_DumpProtocol` (an
+asyncio.BufferedProtocol swapped onto the same transport, plain or TLS) receives into a
+`DumpBuffer`, which cuts the bytes into events (joining the 0xffffff-sized continuations of
+events longer than 16 MB - 1). `read_batch()` returns every event received since the last call:
+one await per batch, not two per packet as aiomysql's `_read_packet`.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ import pymysql
 from service.checkpoint import BinlogPosition, MariadbGtidPos, MysqlGtidSet
 from service.errors import SourceError
 from service.transport.connection import ServerInfo, fetch, map_errors
-from service.transport.packets import PacketSplitter
+from service.transport.packets import DumpBuffer
 
 __all__ = ["REPLICA_HOST", "BinlogStream", "encode_gtid_set"]
 
@@ -42,7 +45,7 @@ COM_REGISTER_SLAVE = 0x15
 COM_BINLOG_DUMP_GTID = 0x1E
 BINLOG_THROUGH_GTID = 0x04
 MARIA_SLAVE_CAPABILITY_GTID = 4
-READ_CHUNK = 1 << 20  # at most this much per socket read (the reader returns what is buffered)
+PAUSE_BYTES = 4 << 20  # stop reading the socket while this much is received and not taken
 REPLICA_HOST = "binlog-mirror"  # the host this mirror registers with (SHOW SLAVE HOSTS / SHOW REPLICAS)
 
 
@@ -68,6 +71,69 @@ def _lenstr1(text: str) -> bytes:
     return bytes([len(data)]) + data
 
 
+class _DumpProtocol(asyncio.BufferedProtocol):
+    """Receives the dump into a DumpBuffer and keeps the events until `take()`. Reading pauses
+    while PAUSE_BYTES of events wait (TCP then pushes back on the server)."""
+
+    def __init__(self, transport: asyncio.BaseTransport, buffer: DumpBuffer) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        self._previous = transport.get_protocol()
+        self.buffer = buffer
+        self._events: list[bytes] = []
+        self._waiting = 0  # bytes of those events
+        self._paused = False
+        self._wakeup: asyncio.Future[None] | None = None
+        self.lost: str | None = None  # why the connection ended, once it did
+        self.failure: SourceError | None = None  # a corrupt stream, raised once its events are out
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.buffer.get_buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
+        try:
+            events = self.buffer.buffer_updated(nbytes)
+        except SourceError as exc:
+            self.failure = exc
+            self._transport.close()
+            return
+        if events:
+            self._events += events
+            self._waiting += sum(map(len, events))
+            if self._waiting >= PAUSE_BYTES and not self._paused:
+                self._paused = True
+                self._transport.pause_reading()
+        self._wake()  # partial events too: any byte proves the connection alive
+
+    def eof_received(self) -> bool:
+        self.lost = self.lost or "the source closed the connection"
+        self._wake()
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = self.lost or (repr(exc) if exc else "the source closed the connection")
+        self._wake()
+        self._previous.connection_lost(exc)  # aiomysql's: its writer's wait_closed() returns
+
+    def _wake(self) -> None:
+        if self._wakeup is not None and not self._wakeup.done():
+            self._wakeup.set_result(None)
+
+    def take(self) -> list[bytes]:
+        events, self._events, self._waiting = self._events, [], 0
+        if self._paused:
+            self._paused = False
+            self._transport.resume_reading()
+        return events
+
+    async def wait(self) -> None:
+        self._wakeup = asyncio.get_running_loop().create_future()
+        try:
+            await self._wakeup
+        finally:
+            self._wakeup = None
+
+
 class BinlogStream:
     """One dump connection. `await read_batch()` returns the raw events (header + body +
     checksum) that arrived together, or None when a non-blocking dump reached the end.
@@ -78,9 +144,7 @@ class BinlogStream:
         self._conn = conn
         self._info = info
         self.read_timeout = read_timeout
-        self._splitter: PacketSplitter | None = None  # set by the dump command
-        self._ended = False  # a non-blocking dump sent its EOF
-        self._error: bytes | None = None  # an ERR packet, raised once the events before it are out
+        self._protocol: _DumpProtocol | None = None  # set by the dump command
 
     @property
     def thread_id(self) -> int:
@@ -144,7 +208,19 @@ class BinlogStream:
     async def _dump(self, payload: bytes, what: str) -> None:
         """Send a dump command; from here on the socket is ours (`read_batch`), not aiomysql's."""
         await self._command(payload, what)
-        self._splitter = PacketSplitter(next_seq=self._conn._next_seq_id)
+        reader, transport = self._conn._reader, self._conn._writer.transport
+        buffer = DumpBuffer(next_seq=self._conn._next_seq_id)
+        protocol = _DumpProtocol(transport, buffer)
+        transport.set_protocol(protocol)
+        if not transport.is_reading():  # aiomysql's reader pauses when its buffer fills up
+            transport.resume_reading()
+        early = bytes(reader._buffer)  # what arrived before the swap, in aiomysql's reader
+        reader._buffer.clear()
+        if early:
+            protocol._events += buffer.feed(early)
+        if reader.at_eof():
+            protocol.lost = "the source closed the connection"
+        self._protocol = protocol
 
     async def _command(self, payload: bytes, what: str) -> None:
         with map_errors(what):
@@ -159,52 +235,35 @@ class BinlogStream:
                 return await self._conn._read_packet()
 
     async def read_batch(self) -> list[bytes] | None:
-        """The events completed by the next socket read (at least one; heartbeats included),
-        or None once a non-blocking dump reached the end."""
-        splitter = self._splitter
-        assert splitter is not None, "read_batch() before a dump command"
-        while not self._ended:
-            if self._error is not None:
-                self._raise_error(self._error)
-            events = self._events(splitter.feed(await self._read_chunk()))
+        """The events received since the last call (at least one; heartbeats included), or None
+        once a non-blocking dump reached the end. An ERR packet or a broken stream is raised
+        after the events before it were returned."""
+        protocol = self._protocol
+        assert protocol is not None, "read_batch() before a dump command"
+        buffer = protocol.buffer
+        while True:
+            events = protocol.take()
             if events:
                 return events
-        return None
-
-    async def _read_chunk(self) -> bytes:
-        reader = self._conn._reader
-        try:
-            async with asyncio.timeout(self.read_timeout):
-                with map_errors("reading the binlog stream"):
-                    chunk: bytes = await reader.read(READ_CHUNK)
-        except TimeoutError:
-            self.close()
-            raise SourceError(
-                f"no event or heartbeat from the source for {self.read_timeout:.1f}s: "
-                "connection presumed dead"
-            ) from None
-        if not chunk:
-            self.close()
-            raise SourceError("reading the binlog stream: the source closed the connection")
-        return chunk
-
-    def _events(self, payloads: list[bytes]) -> list[bytes]:
-        """Event bytes of OK packets; EOF ends the dump; an ERR is kept for the next read."""
-        events = []
-        for payload in payloads:
-            kind = payload[0] if payload else -1
-            if kind == 0x00:
-                events.append(payload[1:])
-            elif kind == 0xFE and len(payload) < 9:
-                self._ended = True  # EOF: a non-blocking dump reached the end of the binlog
-                break
-            elif kind == 0xFF:
-                self._error = payload
-                break
-            else:
+            if buffer.error is not None:
+                self._raise_error(buffer.error)
+            if buffer.ended:
+                return None
+            if protocol.failure is not None:
                 self.close()
-                raise SourceError(f"unexpected packet 0x{payload[:1].hex()} in the binlog stream")
-        return events
+                raise protocol.failure
+            if protocol.lost is not None:
+                self.close()
+                raise SourceError(f"reading the binlog stream: {protocol.lost}")
+            try:
+                async with asyncio.timeout(self.read_timeout):
+                    await protocol.wait()
+            except TimeoutError:
+                self.close()
+                raise SourceError(
+                    f"no event or heartbeat from the source for {self.read_timeout:.1f}s: "
+                    "connection presumed dead"
+                ) from None
 
     def _raise_error(self, payload: bytes) -> None:
         self.close()

@@ -1,9 +1,12 @@
-"""`PacketSplitter` on the bytes of real dumps from the local mariadbd: every chunking gives the
-same payloads as aiomysql's own packet reader, including events of 16 MB - 1 and more."""
+"""`DumpBuffer` on the bytes of real dumps from the local mariadbd: every chunking gives the
+same events as aiomysql's own packet reader, including events of 16 MB - 1 and more; and the
+dump connection stops reading while its events are not taken."""
 
 from __future__ import annotations
 
+import asyncio
 import random
+import struct
 import time
 from collections.abc import Iterable, Iterator
 
@@ -17,9 +20,9 @@ from service.errors import SourceError
 from service.stack import LocalStack
 from service.transactions import TableFilter
 from service.transport.connection import connect, server_info
-from service.transport.packets import MAX_PAYLOAD, PacketSplitter
+from service.transport.packets import BUFFER_SIZE, MAX_PAYLOAD, DumpBuffer
 from service.transport.source import BinlogSource
-from service.transport.stream import BinlogStream
+from service.transport.stream import COM_BINLOG_DUMP, PAUSE_BYTES, BinlogStream
 
 pytestmark = pytest.mark.integration
 _WRITE_ROWS = {bytes([EventType.WRITE_ROWS_V1]), bytes([EventType.WRITE_ROWS])}
@@ -42,12 +45,14 @@ def _position(stack: LocalStack) -> BinlogPosition:
 
 
 async def _dump(stack: LocalStack, start: BinlogPosition) -> aiomysql.Connection:
-    """A connection that sent a non-blocking COM_BINLOG_DUMP from `start` (new server_id each)."""
+    """A connection that sent a non-blocking COM_BINLOG_DUMP from `start` (new server_id each),
+    still read by aiomysql (BinlogStream.dump_position would hand the socket to DumpBuffer)."""
     settings = settings_for(stack)
     conn = await connect(settings)
     stream = BinlogStream(conn, await server_info(conn), read_timeout=10)
     await stream.prepare(heartbeat=1, server_id=settings.server_id)
-    await stream.dump_position(start, server_id=settings.server_id, non_block=True)
+    dump = struct.pack("<BIHI", COM_BINLOG_DUMP, start.pos, 1, settings.server_id) + start.file.encode()
+    await stream._command(dump, "COM_BINLOG_DUMP")
     return conn
 
 
@@ -65,6 +70,13 @@ async def _payloads_by_aiomysql(stack: LocalStack, start: BinlogPosition) -> lis
     finally:
         conn.close()
     return out
+
+
+def _events(payloads: list[bytes]) -> list[bytes]:
+    """The event bytes of the OK packets (the dump's EOF ends the list)."""
+    assert _is_eof(payloads[-1])
+    assert all(p[0] == 0 for p in payloads[:-1])
+    return [p[1:] for p in payloads[:-1]]
 
 
 def _wire_size(payloads: Iterable[bytes]) -> int:
@@ -90,14 +102,17 @@ async def _wire_bytes(stack: LocalStack, start: BinlogPosition, size: int) -> by
 
 
 def _split(wire: bytes, sizes: Iterator[int]) -> list[bytes]:
-    splitter = PacketSplitter()
+    """Events of `wire` received in reads of `sizes` bytes (as a transport calls get_buffer and
+    buffer_updated, through `feed`)."""
+    buffer = DumpBuffer()
     out: list[bytes] = []
     at = 0
     while at < len(wire):
         n = next(sizes)
-        out += splitter.feed(wire[at : at + n])
+        out += buffer.feed(wire[at : at + n])
         at += n
-    assert splitter.buffered == 0
+    assert buffer.ended and buffer.buffered == 0
+    assert len(buffer.get_buffer()) == BUFFER_SIZE  # back to the default size
     return out
 
 
@@ -120,10 +135,11 @@ async def test_splitter_matches_aiomysql_on_a_real_dump(stack: LocalStack) -> No
     wire = await _wire_bytes(stack, start, _wire_size(reference))
     assert len(reference) > 40 and _is_eof(reference[-1])
 
-    assert PacketSplitter().feed(wire) == reference  # one read
-    assert _split(wire, _every(1)) == reference  # every packet spans reads
+    events = _events(reference)
+    assert _split(wire, _every(len(wire))) == events  # one read
+    assert _split(wire, _every(1)) == events  # every packet spans reads
     for seed in range(5):  # reads ending anywhere: inside headers, payloads, at boundaries
-        assert _split(wire, _random_sizes(seed, 1, 300)) == reference
+        assert _split(wire, _random_sizes(seed, 1, 300)) == events
 
 
 async def test_splitter_refuses_a_stream_out_of_step(stack: LocalStack) -> None:
@@ -131,10 +147,10 @@ async def test_splitter_refuses_a_stream_out_of_step(stack: LocalStack) -> None:
     reference = await _payloads_by_aiomysql(stack, start)
     wire = await _wire_bytes(stack, start, _wire_size(reference))
     with pytest.raises(SourceError, match="sequence id 1, expected 2"):
-        PacketSplitter(next_seq=2).feed(wire)
+        DumpBuffer(next_seq=2).feed(wire)
     first = 4 + len(reference[0])  # drop the first packet: the next one is numbered 2, not 1
     with pytest.raises(SourceError, match="sequence id 2, expected 1"):
-        PacketSplitter().feed(wire[first:])
+        DumpBuffer().feed(wire[first:])
 
 
 async def test_events_of_16mb_and_more_span_packets(stack: LocalStack) -> None:
@@ -156,8 +172,9 @@ async def test_events_of_16mb_and_more_span_packets(stack: LocalStack) -> None:
     reference = await _payloads_by_aiomysql(stack, start)
     assert sorted(len(p) for p in reference)[-2:] == [MAX_PAYLOAD, MAX_PAYLOAD + big - exact]
     wire = await _wire_bytes(stack, start, _wire_size(reference))
-    assert _split(wire, _every(65536)) == reference
-    assert _split(wire, _random_sizes(1, 1, 3 << 20)) == reference
+    events = _events(reference)
+    assert _split(wire, _every(65536)) == events
+    assert _split(wire, _random_sizes(1, 1, 3 << 20)) == events
 
     source = BinlogSource(settings_for(stack), start, table_filter=TableFilter((f"{db}.*",)))
     async with source:
@@ -176,3 +193,30 @@ async def test_non_blocking_source_ends_at_the_end_of_the_binlog(stack: LocalSta
         txns = [t async for t in source]
     assert sum(len(t.changes) for t in txns) == 12
     assert txns[-1].end.position == _position(stack)
+
+
+async def test_reading_pauses_while_events_wait(stack: LocalStack) -> None:
+    """12 MB of binlog that nobody takes: the dump connection holds at most PAUSE_BYTES + one
+    read of it (TCP pushes back on the server), and then delivers all of it."""
+    db = unique_db("st_pause")
+    run_sql(stack, [f"CREATE DATABASE {db}", f"CREATE TABLE {db}.blobs (id INT PRIMARY KEY, b LONGBLOB)"])
+    start = _position(stack)
+    run_sql(stack, [f"INSERT INTO {db}.blobs VALUES ({i}, REPEAT('p', 60000))" for i in range(200)])
+    reference = _events(await _payloads_by_aiomysql(stack, start))
+
+    settings = settings_for(stack)
+    conn = await connect(settings)
+    stream = BinlogStream(conn, await server_info(conn), read_timeout=10)
+    try:
+        await stream.prepare(heartbeat=1, server_id=settings.server_id)
+        await stream.dump_position(start, server_id=settings.server_id, non_block=True)
+        await asyncio.sleep(1)
+        protocol = stream._protocol
+        assert protocol is not None and protocol._paused
+        assert PAUSE_BYTES <= protocol._waiting <= PAUSE_BYTES + BUFFER_SIZE
+        got: list[bytes] = []
+        while (batch := await stream.read_batch()) is not None:
+            got += batch
+    finally:
+        stream.close()
+    assert got == reference
