@@ -38,11 +38,13 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "service" / "binlog"
 INTERPRETED = frozenset({"__init__.py", "record.py", "rawevent.py", "files.py", "jsonb.py"})
 # The per-event and per-row layers around the decoder (pure code, no I/O): packet splitting, the
-# position tracker and the transaction assembler of the stream; the Redis sink's planner.
+# event pump, the position tracker and the transaction assembler of the stream; the Redis sink's
+# planner.
 STREAM_MODULES = (
     "service/checkpoint.py",
     "service/transactions.py",
     "service/transport/packets.py",
+    "service/transport/pump.py",
     "service/sink/keys.py",
     "service/sink/plan.py",
     "service/sink/values.py",

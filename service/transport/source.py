@@ -20,15 +20,12 @@ import contextlib
 import logging
 import time
 from collections import Counter
-from collections.abc import Iterable
 from dataclasses import dataclass, field
-from itertools import chain
 
 import aiomysql
 
 from service.binlog import BinlogDecoder, DecodeOptions
 from service.binlog.constants import EventType
-from service.binlog.events import Event, TableMapEvent, TransactionPayloadEvent
 from service.binlog.schema import TableSchema
 from service.binlog.stats import DecoderStats
 from service.checkpoint import (
@@ -57,6 +54,7 @@ from service.transport.connection import (
     server_info,
 )
 from service.transport.preflight import preflight
+from service.transport.pump import EventPump
 from service.transport.stream import BinlogStream
 
 __all__ = ["BinlogSource", "SourceStats"]
@@ -64,7 +62,6 @@ __all__ = ["BinlogSource", "SourceStats"]
 log = logging.getLogger(__name__)
 
 # the type byte (offset 4 of the header) of heartbeats, as raw_event[4:5] gives it
-HEARTBEATS = frozenset(bytes([t]) for t in (EventType.HEARTBEAT, EventType.HEARTBEAT_V2))
 READ_TIMEOUT_FACTOR = 2.5
 SLICE_SECONDS = 0.001  # the longest the reader decodes before letting the other tasks run
 
@@ -414,10 +411,10 @@ class BinlogSource:
     async def _pump(self, session: _Session) -> bool:
         """Read until an error (raised) or a non-blocking dump's EOF (returns True).
 
-        Runs once per event: the counters other tasks read (events, last_event_ts,
-        read_position) are published before each await, not after each event."""
-        stats, assembler, tracker = self.stats, session.assembler, session.assembler.tracker
-        feed, table_maps = session.decoder.feed, self.stats.table_maps
+        The counters other tasks read (events, last_event_ts, read_position) are published
+        before each await, not after each event."""
+        stats, tracker = self.stats, session.assembler.tracker
+        pump = EventPump(session.decoder, session.assembler, stats.table_maps)
         clock = time.perf_counter
         slice_end = clock() + SLICE_SECONDS
         while True:
@@ -425,44 +422,23 @@ class BinlogSource:
             if raws is None:
                 return True
             stats.last_event_at = time.time()
-            stats.bytes += sum(map(len, raws))
-            events = [raw for raw in raws if raw[4:5] not in HEARTBEATS]
-            stats.heartbeats += len(raws) - len(events)
-            seen, last_ts = 0, 0
-            for raw in events:
-                decoded = feed(raw)
-                if decoded is None:
-                    continue
-                # TRANSACTION_PAYLOAD (binlog_transaction_compression=ON): the payload event,
-                # then the events inside it, in order. (No generator per event otherwise.)
-                flat: Iterable[Event] = (decoded,)
-                if type(decoded) is TransactionPayloadEvent:
-                    flat = chain(flat, decoded.events)
-                for event in flat:
-                    seen += 1
-                    last_ts = event.header.timestamp or last_ts
-                    if type(event) is TableMapEvent:
-                        table = event.table
-                        table_maps[table.schema, table.table] = table
-                    txn = assembler.feed(event)
-                    if txn is not None or clock() > slice_end:
-                        stats.events += seen
-                        stats.last_event_ts = last_ts or stats.last_event_ts
-                        stats.read_position = tracker.position
-                        seen = 0
-                        if txn is not None:
-                            await self._deliver(session, txn)
-                        if clock() > slice_end:
-                            # A whole read is decoded without a pause otherwise (and the next
-                            # read does not pause when bytes are buffered): give the consumer,
-                            # the API and the websockets their turn every SLICE_SECONDS. Time,
-                            # not bytes: an event costs from ~2 µs (small transactions) to
-                            # milliseconds (many rows).
-                            await asyncio.sleep(0)
-                            slice_end = clock() + SLICE_SECONDS
-            stats.events += seen
-            stats.last_event_ts = last_ts or stats.last_event_ts
-            stats.read_position = tracker.position
+            size, heartbeats = pump.load(raws)
+            stats.bytes += size
+            stats.heartbeats += heartbeats
+            while pump.pending:
+                txn = pump.run(slice_end)
+                stats.events += pump.seen
+                stats.last_event_ts = pump.last_ts or stats.last_event_ts
+                stats.read_position = tracker.position
+                if txn is not None:
+                    await self._deliver(session, txn)
+                if clock() > slice_end:
+                    # A whole read is decoded without a pause otherwise (and the next read does
+                    # not pause when bytes are buffered): give the consumer, the API and the
+                    # websockets their turn every SLICE_SECONDS. Time, not bytes: an event costs
+                    # from ~2 µs (small transactions) to milliseconds (many rows).
+                    await asyncio.sleep(0)
+                    slice_end = clock() + SLICE_SECONDS
 
     async def _deliver(self, session: _Session, txn: Transaction) -> None:
         assert self._resume is not None
