@@ -90,13 +90,18 @@ class _DumpProtocol(asyncio.BufferedProtocol):
     def get_buffer(self, sizehint: int) -> memoryview:
         return self.buffer.get_buffer()
 
+    def feed(self, data: bytes) -> None:
+        """Bytes that arrived before this protocol took the socket over."""
+        self._add(self.buffer.feed(data))
+
     def buffer_updated(self, nbytes: int) -> None:
         try:
-            events = self.buffer.buffer_updated(nbytes)
+            self._add(self.buffer.buffer_updated(nbytes))
         except SourceError as exc:
             self.failure = exc
             self._transport.close()
-            return
+
+    def _add(self, events: list[bytes]) -> None:
         if events:
             self._events += events
             self._waiting += sum(map(len, events))
@@ -216,10 +221,9 @@ class BinlogStream:
             transport.resume_reading()
         early = bytes(reader._buffer)  # what arrived before the swap, in aiomysql's reader
         reader._buffer.clear()
-        if early:
-            protocol._events += buffer.feed(early)
-        if reader.at_eof():
-            protocol.lost = "the source closed the connection"
+        protocol.feed(early)
+        if reader.at_eof() or reader.exception() is not None:
+            protocol.lost = f"the source closed the connection ({reader.exception() or 'EOF'})"
         self._protocol = protocol
 
     async def _command(self, payload: bytes, what: str) -> None:
