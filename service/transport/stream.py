@@ -45,7 +45,7 @@ COM_REGISTER_SLAVE = 0x15
 COM_BINLOG_DUMP_GTID = 0x1E
 BINLOG_THROUGH_GTID = 0x04
 MARIA_SLAVE_CAPABILITY_GTID = 4
-PAUSE_BYTES = 4 << 20  # stop reading the socket while this much is received and not taken
+PAUSE_BYTES = 1 << 20  # stop reading the socket while this much is received and not taken
 REPLICA_HOST = "binlog-mirror"  # the host this mirror registers with (SHOW SLAVE HOSTS / SHOW REPLICAS)
 
 
