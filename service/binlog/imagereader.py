@@ -112,22 +112,9 @@ class StepReader:
                 else:
                     start = pos + step.size
                     pos = start + _uint(buf, pos, step.size)
-                raw = buf[start:pos]
-                if step.codec:
-                    if keys is not None:
-                        keys.append(raw)
-                    elif before_keys is not None and before is not None and before_keys[k] == raw:
-                        row[step.name] = before[step.name]
-                        continue
-                    try:
-                        value = raw.decode(step.codec)
-                    except UnicodeDecodeError:
-                        value = step.convert(raw) if step.convert is not None else raw
-                    row[step.name] = value
-                    continue
-                value = raw
+                value = buf[start:pos]
                 if step.keyed:
-                    key = raw
+                    key = value
             elif kind == BYTES:
                 end = pos + step.size
                 if end > len(buf):
@@ -146,6 +133,12 @@ class StepReader:
             elif key is not None and before_keys is not None and before is not None and before_keys[k] == key:
                 row[step.name] = before[step.name]
                 continue
+            if step.codec:  # text decoded inline; `convert` replaces invalid bytes and counts them
+                try:
+                    row[step.name] = value.decode(step.codec)
+                    continue
+                except UnicodeDecodeError:
+                    pass
             convert = step.convert
             row[step.name] = value if convert is None else convert(value)
         return row, pos

@@ -25,9 +25,10 @@ _TYPE_AT = 4  # the type code's offset in the common header
 
 
 class EventPump:
-    """`load(raws)` a batch, then `run(deadline)` until `pending` is False. Counters since the
-    last `run` call (`seen`, heartbeats) and for the whole life (`last_ts`) are for the caller to
-    publish."""
+    """`load(raws)` a batch (returns its bytes and heartbeats), then `run(deadline)` until
+    `pending` is False. `seen` (events of the last run) and `last_ts` are for the caller to
+    publish. TRANSACTION_PAYLOAD is flattened here as `BinlogDecoder.decode_events` does, without
+    its generator per event."""
 
     def __init__(
         self,

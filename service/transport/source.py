@@ -61,7 +61,6 @@ __all__ = ["BinlogSource", "SourceStats"]
 
 log = logging.getLogger(__name__)
 
-# the type byte (offset 4 of the header) of heartbeats, as raw_event[4:5] gives it
 READ_TIMEOUT_FACTOR = 2.5
 SLICE_SECONDS = 0.001  # the longest the reader decodes before letting the other tasks run
 
