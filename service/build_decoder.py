@@ -38,10 +38,11 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "service" / "binlog"
 INTERPRETED = frozenset({"__init__.py", "record.py", "rawevent.py", "files.py", "jsonb.py"})
 # The per-event and per-row layers around the decoder (pure code, no I/O): packet splitting, the
-# event pump, the position tracker and the transaction assembler of the stream; the Redis sink's
-# planner.
+# event pump, the position tracker, the transaction assembler and the queue of the stream; the
+# Redis sink's planner.
 STREAM_MODULES = (
     "service/checkpoint.py",
+    "service/queues.py",
     "service/transactions.py",
     "service/transport/packets.py",
     "service/transport/pump.py",

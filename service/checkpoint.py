@@ -65,25 +65,34 @@ class BinlogPosition:
         return base, int(suffix) if suffix.isdigit() else -1, self.pos
 
     # All four, not functools.total_ordering: its derived methods are interpreted wrappers,
-    # and the stream compares positions once per transaction.
+    # and the stream compares positions once per transaction (mostly within one file: the
+    # numeric suffix is only parsed when the files differ).
     def __lt__(self, other: object) -> bool:
         if not isinstance(other, BinlogPosition):
             return NotImplemented
+        if self.file == other.file:
+            return self.pos < other.pos
         return self.key < other.key
 
     def __le__(self, other: object) -> bool:
         if not isinstance(other, BinlogPosition):
             return NotImplemented
+        if self.file == other.file:
+            return self.pos <= other.pos
         return self.key <= other.key
 
     def __gt__(self, other: object) -> bool:
         if not isinstance(other, BinlogPosition):
             return NotImplemented
+        if self.file == other.file:
+            return self.pos > other.pos
         return self.key > other.key
 
     def __ge__(self, other: object) -> bool:
         if not isinstance(other, BinlogPosition):
             return NotImplemented
+        if self.file == other.file:
+            return self.pos >= other.pos
         return self.key >= other.key
 
     def __str__(self) -> str:

@@ -15,6 +15,7 @@ from fnmatch import fnmatchcase
 from service.binlog.events import Event, GtidEvent, QueryEvent, RowsEvent
 from service.binlog.record import record
 from service.binlog.rowchange import RowChange
+from service.binlog.schema import TableSchema
 from service.checkpoint import Checkpoint, CheckpointTracker, statement_kind
 
 __all__ = ["Ddl", "TableFilter", "Transaction", "TransactionAssembler", "is_rename_only", "parse_ddl"]
@@ -70,6 +71,11 @@ class TableFilter:
         if wanted is None:
             wanted = self._wanted[key] = self._match(f"{schema}.{table}")
         return wanted
+
+    def skips(self, table: TableSchema) -> bool:
+        """Not wanted: `DecodeOptions.skip_rows` (a method, so a compiled build calls no
+        interpreted closure per rows event)."""
+        return not self.wants(table.schema, table.table)
 
     def _match(self, name: str) -> bool:
         if any(fnmatchcase(name, p) for p in self.exclude):

@@ -1,9 +1,11 @@
-"""The reader loop's synchronous half: a batch of raw events in, committed transactions out.
+"""The reader loop's synchronous half: a batch of raw events in, committed transactions out
+into the consumer's queue.
 
-`BinlogSource._pump` awaits the socket and the queue; everything between (heartbeat filter,
-decode, the events inside TRANSACTION_PAYLOAD, table-map registry, transaction assembly, the
-time slice) runs here, compiled with the decoder (`make fast`): on one-row transactions this
-per-event loop cost as much as decoding the events did, interpreted.
+`BinlogSource._pump` awaits the socket and, when the queue is full, the consumer; everything
+between (heartbeat filter, decode, the events inside TRANSACTION_PAYLOAD, table-map registry,
+transaction assembly, the hand-off to the queue, the time slice) runs here, compiled with the
+decoder (`make fast`): on one-row transactions this per-event and per-transaction work cost as
+much as decoding the events did, interpreted.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from service.binlog import BinlogDecoder
 from service.binlog.constants import EventType
 from service.binlog.events import Event, TableMapEvent, TransactionPayloadEvent
 from service.binlog.schema import TableSchema
+from service.checkpoint import BinlogPosition, Checkpoint
+from service.queues import RowQueue
 from service.transactions import Transaction, TransactionAssembler
 
 __all__ = ["EventPump"]
@@ -26,20 +30,33 @@ _TYPE_AT = 4  # the type code's offset in the common header
 
 class EventPump:
     """`load(raws)` a batch (returns its bytes and heartbeats), then `run(deadline)` until
-    `pending` is False. `seen` (events of the last run) and `last_ts` are for the caller to
-    publish. TRANSACTION_PAYLOAD is flattened here as `BinlogDecoder.decode_events` does, without
-    its generator per event."""
+    `pending` is False. Committed transactions go straight into `queue` while it has room; a run
+    returns the one the caller must deliver itself (awaiting room, or after its own work for a
+    DDL when `hold_ddl`). Transactions ending at or before `skip_until` (already delivered
+    before a reconnect) are dropped; it clears at the first one past it.
+    `seen` (events of the last run), `delivered` (transactions it queued), `last_end` (the end
+    of the last of them) and `last_ts` are for the caller to publish. TRANSACTION_PAYLOAD is
+    flattened here as `BinlogDecoder.decode_events` does, without its generator per event."""
 
     def __init__(
         self,
         decoder: BinlogDecoder,
         assembler: TransactionAssembler,
         table_maps: dict[tuple[str, str], TableSchema],
+        queue: RowQueue[object],
+        *,
+        skip_until: BinlogPosition | None = None,
+        hold_ddl: bool = False,
     ) -> None:
         self.decoder = decoder
         self.assembler = assembler
         self.table_maps = table_maps  # (schema, table) -> its latest TABLE_MAP, for the API
+        self.queue = queue
+        self.skip_until = skip_until
+        self.hold_ddl = hold_ddl
         self.seen = 0  # events decoded by the last run() (payloads' inner events included)
+        self.delivered = 0  # transactions the last run() put in the queue
+        self.last_end: Checkpoint | None = None  # end of the last transaction put in the queue
         self.last_ts = 0  # timestamp of the latest event that had one
         self._raws: list[bytes] = []
         self._next = 0
@@ -57,9 +74,9 @@ class EventPump:
         return sum(map(len, raws)), len(raws) - len(self._raws)
 
     def run(self, deadline: float) -> Transaction | None:
-        """Decode until a transaction commits (returned), `time.perf_counter()` passes
-        `deadline`, or the batch is through (both None)."""
-        self.seen = 0
+        """Decode and queue until a transaction must be delivered by the caller (returned),
+        `time.perf_counter()` passes `deadline`, or the batch is through (both None)."""
+        self.seen = self.delivered = 0
         clock = time.perf_counter
         raws, feed = self._raws, self.decoder.feed
         while True:
@@ -80,8 +97,10 @@ class EventPump:
             else:
                 return None
             txn = self._event(event)
-            if txn is not None or clock() > deadline:
+            if txn is not None and not self._queued(txn):
                 return txn
+            if clock() > deadline:
+                return None
 
     def _event(self, event: Event) -> Transaction | None:
         self.seen += 1
@@ -92,6 +111,22 @@ class EventPump:
             table = event.table
             self.table_maps[table.schema, table.table] = table
         return self.assembler.feed(event)
+
+    def _queued(self, txn: Transaction) -> bool:
+        """Put `txn` in the queue unless the caller must deliver it; True when it is done with."""
+        skip = self.skip_until
+        if skip is not None:
+            if txn.end.position <= skip:
+                return True
+            self.skip_until = None
+        rows = len(txn.changes)
+        queue = self.queue
+        if (self.hold_ddl and txn.ddl) or queue.full(rows):
+            return False
+        queue.put_nowait(txn, rows)
+        self.delivered += 1
+        self.last_end = txn.end
+        return True
 
 
 def _is_heartbeat(raw: bytes) -> bool:

@@ -309,11 +309,7 @@ class BinlogSource:
         return str(rows[0][0] or "") if rows else ""
 
     def _decode_options(self) -> DecodeOptions:
-        flt = self.table_filter
-
-        def skip_rows(table: TableSchema) -> bool:
-            return not flt.wants(table.schema, table.table)
-
+        skip_rows = self.table_filter.skips
         if self._names_from_schema:
             return DecodeOptions(skip_rows=skip_rows, column_names=self._columns)
         return DecodeOptions(skip_rows=skip_rows)
@@ -410,10 +406,18 @@ class BinlogSource:
     async def _pump(self, session: _Session) -> bool:
         """Read until an error (raised) or a non-blocking dump's EOF (returns True).
 
-        The counters other tasks read (events, last_event_ts, read_position) are published
-        before each await, not after each event."""
-        stats, tracker = self.stats, session.assembler.tracker
-        pump = EventPump(session.decoder, session.assembler, stats.table_maps)
+        The counters other tasks read (events, last_event_ts, read_position, delivered) are
+        published before each await, not after each event."""
+        stats, tracker, resume = self.stats, session.assembler.tracker, self._resume
+        assert resume is not None
+        pump = EventPump(
+            session.decoder,
+            session.assembler,
+            stats.table_maps,
+            self._queue,
+            skip_until=resume.skip_until,
+            hold_ddl=self._names_from_schema,  # refresh the column names before the next rows
+        )
         clock = time.perf_counter
         slice_end = clock() + SLICE_SECONDS
         while True:
@@ -429,6 +433,10 @@ class BinlogSource:
                 stats.events += pump.seen
                 stats.last_event_ts = pump.last_ts or stats.last_event_ts
                 stats.read_position = tracker.position
+                resume.skip_until = pump.skip_until
+                if pump.delivered:
+                    assert pump.last_end is not None
+                    self._delivered(session, pump.delivered, pump.last_end)
                 if txn is not None:
                     await self._deliver(session, txn)
                 if clock() > slice_end:
@@ -440,26 +448,23 @@ class BinlogSource:
                     slice_end = clock() + SLICE_SECONDS
 
     async def _deliver(self, session: _Session, txn: Transaction) -> None:
-        assert self._resume is not None
-        resume = self._resume
-        if resume.skip_until is not None:
-            if txn.end.position <= resume.skip_until:
-                return
-            resume.skip_until = None
+        """The hand-off the pump leaves to us: a DDL whose column names must be refreshed first,
+        or a transaction that waits for room in the queue."""
         if txn.ddl and self._names_from_schema:
             schemas = sorted({s for d in txn.ddl for s, _ in d.tables} | {d.schema for d in txn.ddl})
             async with self._ctl_lock:
                 await self._columns.refresh(await self._control(), [s for s in schemas if s] or None)
-        queue, rows = self._queue, len(txn.changes)
-        if queue.full(rows):
-            await queue.put(txn, rows)  # the consumer is behind: stop reading (TCP pushes back)
-        else:
-            queue.put_nowait(txn, rows)
-        # Only now is it safe to resume after this transaction: it is in the consumer's hands.
-        resume.checkpoint = txn.end
+        # The consumer may be behind: waiting here stops reading (TCP pushes back).
+        await self._queue.put(txn, len(txn.changes))
+        self._delivered(session, 1, txn.end)
+
+    def _delivered(self, session: _Session, count: int, end: Checkpoint) -> None:
+        # Only now is it safe to resume after `end`: the transaction is in the consumer's hands.
+        assert self._resume is not None
+        self._resume.checkpoint = end
         session.delivered_any = True
-        self.stats.transactions += 1
-        self.stats.delivered = txn.end
+        self.stats.transactions += count
+        self.stats.delivered = end
 
 
 def _type_names(dstats: DecoderStats) -> Counter[str]:

@@ -24,6 +24,9 @@ def test_positions_order_by_numeric_suffix() -> None:
     assert BinlogPosition("mysql-bin.000010", 4) > BinlogPosition("mysql-bin.000009", 999_999)
     assert BinlogPosition("mysql-bin.1000", 4) > BinlogPosition("mysql-bin.999", 4)
     assert BinlogPosition("b.000001", 120) < BinlogPosition("b.000001", 121)
+    same = BinlogPosition("b.000001", 121)
+    assert same <= BinlogPosition("b.000001", 121) <= same and not same < BinlogPosition("b.000001", 121)
+    assert same >= BinlogPosition("b.000001", 120) and not same > BinlogPosition("b.000001", 122)
     assert sorted([BinlogPosition("m.10", 1), BinlogPosition("m.9", 5)])[0].file == "m.9"
 
 

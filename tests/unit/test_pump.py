@@ -1,6 +1,7 @@
 """`EventPump`, the reader loop's synchronous half, on real binlogs: the same transactions as the
-decoder + assembler fed event by event, whether a run ends at every event (a deadline already
-passed) or at transaction ends only, with TRANSACTION_PAYLOAD's inner events in between."""
+decoder + assembler fed event by event, in the queue or handed back in order, whether a run ends
+at every event (a deadline already passed) or at the batch's end, with TRANSACTION_PAYLOAD's inner
+events in between; with a full queue, a skip position and held DDL."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from service.binlog import BinlogDecoder, read_binlog_file
 from service.binlog.events import TableMapEvent
 from service.binlog.schema import TableSchema
 from service.checkpoint import BinlogPosition, CheckpointTracker
+from service.queues import RowQueue
 from service.transactions import Transaction, TransactionAssembler
 from service.transport.pump import EventPump
 
@@ -52,29 +54,94 @@ def _reference(path: Path) -> tuple[list[Transaction], int, dict[tuple[str, str]
     return txns, n, maps
 
 
-@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
-@pytest.mark.parametrize("deadline", [-math.inf, math.inf], ids=["every-event", "whole-batch"])
-def test_pump_gives_the_assemblers_transactions(path: Path, deadline: float) -> None:
-    expected, n_events, expected_maps = _reference(path)
+def _pump(
+    path: Path, queue: RowQueue[object], **kw: object
+) -> tuple[EventPump, dict[tuple[str, str], TableSchema]]:
     maps: dict[tuple[str, str], TableSchema] = {}
     pump = EventPump(
         BinlogDecoder(file=path.name),
         TransactionAssembler(CheckpointTracker(BinlogPosition(path.name, 4))),
         maps,
+        queue,
+        **kw,  # type: ignore[arg-type]
     )
     raws = [bytes(raw) for raw in read_binlog_file(path)]
     assert pump.load(raws) == (sum(map(len, raws)), 0)  # (bytes, heartbeats)
-    txns, seen, runs = [], 0, 0
+    return pump, maps
+
+
+def _drain(queue: RowQueue[object]) -> list[Transaction]:
+    out = []
+    while not queue.empty():
+        txn = queue.get_nowait()
+        assert isinstance(txn, Transaction)
+        out.append(txn)
+    return out
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+@pytest.mark.parametrize("deadline", [-math.inf, math.inf], ids=["every-event", "whole-batch"])
+def test_pump_queues_the_assemblers_transactions(path: Path, deadline: float) -> None:
+    expected, n_events, expected_maps = _reference(path)
+    queue: RowQueue[object] = RowQueue(10**6, 10**9)
+    pump, maps = _pump(path, queue)
+    seen = runs = delivered = 0
     while pump.pending:
-        txn = pump.run(deadline)
+        assert pump.run(deadline) is None  # the queue always has room
         runs += 1
         seen += pump.seen
-        if txn is not None:
-            txns.append(txn)
+        delivered += pump.delivered
+    txns = _drain(queue)
     assert _summary(txns) == _summary(expected)
+    assert delivered == len(expected)
+    assert pump.last_end == (expected[-1].end if expected else None)
     assert seen == n_events
     assert maps.keys() == expected_maps.keys()
-    if deadline < 0:
-        assert runs == n_events  # one event per run: a payload's inner events too
-    else:
-        assert len(txns) <= runs <= len(txns) + 1  # a run per transaction (+ the batch's tail)
+    assert runs == (n_events if deadline < 0 else 1)  # one event per run: a payload's inner events too
+
+
+@pytest.mark.parametrize("path", FILES[:3] + FILES[-2:], ids=lambda p: p.name)
+def test_a_full_queue_hands_the_transaction_back(path: Path) -> None:
+    """The consumer takes one transaction at a time: each one that finds the queue occupied comes
+    back from run() for the caller to deliver (it awaits room), and none is lost or reordered."""
+    expected, _, _ = _reference(path)
+    queue: RowQueue[object] = RowQueue(1, 10**9)
+    pump, _ = _pump(path, queue)
+    consumed: list[Transaction] = []
+    handed_back = 0
+    while pump.pending:
+        txn = pump.run(math.inf)
+        consumed += _drain(queue)
+        if txn is not None:
+            handed_back += 1
+            queue.put_nowait(txn, len(txn.changes))
+    consumed += _drain(queue)
+    assert _summary(consumed) == _summary(expected)
+    assert handed_back == max(0, len(expected) - 1)  # all but the first found the queue full
+
+
+def test_transactions_up_to_skip_until_are_dropped() -> None:
+    path = FILES[0]
+    expected, _, _ = _reference(path)
+    assert len(expected) > 3
+    queue: RowQueue[object] = RowQueue(10**6, 10**9)
+    pump, _ = _pump(path, queue, skip_until=expected[2].end.position)
+    while pump.pending:
+        assert pump.run(math.inf) is None
+    assert _summary(_drain(queue)) == _summary(expected[3:])
+    assert pump.skip_until is None
+
+
+def test_held_ddl_comes_back_in_order() -> None:
+    path = next(p for p in FILES if any(t.ddl for t in _reference(p)[0]))
+    expected, _, _ = _reference(path)
+    queue: RowQueue[object] = RowQueue(10**6, 10**9)
+    pump, _ = _pump(path, queue, hold_ddl=True)
+    got: list[Transaction] = []
+    while pump.pending:
+        txn = pump.run(math.inf)
+        got += _drain(queue)
+        if txn is not None:
+            assert txn.ddl
+            got.append(txn)
+    assert _summary(got) == _summary(expected)
