@@ -6,6 +6,8 @@ rest of the suite runs whatever build the working tree holds (normally pure Pyth
 only the compiled build had (a hint missing from an error message) went unnoticed. This test
 copies the sources into tmp_path, compiles them there (never in the shared working tree, whose
 .so files others use) and runs tests/unit against the copy. It takes a minute or two.
+It also checks that `pip install .` ships the build (the *.so files are package data; the
+Dockerfile relies on that) and, from a copy without a build, the pure-Python one.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 THIS = Path(__file__).relative_to(ROOT).as_posix()
+PACKAGES = ("binlog", "transport", "sink")  # the subpackages with compiled modules
 NO_BUILD = shutil.ignore_patterns("*.so", "build", "__pycache__", ".mypy_cache")
 
 
@@ -42,6 +45,7 @@ def test_unit_tests_pass_in_the_compiled_build(tmp_path: Path) -> None:
     shutil.copytree(ROOT / "tests/fixtures", copy / "tests/fixtures", ignore=NO_BUILD)
     shutil.copy2(ROOT / "tests/conftest.py", copy / "tests/conftest.py")
     shutil.copy2(ROOT / "pyproject.toml", copy / "pyproject.toml")
+    shutil.copy2(ROOT / "README.md", copy / "README.md")  # pyproject's readme, for `pip install`
     # The copy's `service` must win over the editable install of ROOT (cwd alone does not cover
     # the subprocesses the tests start from other directories).
     env = {**os.environ, "PYTHONPATH": str(copy)}
@@ -53,8 +57,32 @@ def test_unit_tests_pass_in_the_compiled_build(tmp_path: Path) -> None:
         assert done.returncode == 0, f"{args} failed:\n{done.stdout[-6000:]}\n{done.stderr[-6000:]}"
         return done.stdout
 
-    run("-m", "service.build_decoder", timeout=900)
     check = "import service, service.build_decoder as b; print(service.__file__, b.is_compiled())"
+
+    def install(target: Path) -> list[str]:
+        """`pip install` the copy (no dependencies) into target; import it from another directory."""
+        run("-m", "pip", "install", "-q", "--no-deps", "--target", str(target), ".", timeout=300)
+        probe = f"{check}; import service.transport.pump as p; print(p.__file__)"
+        target_env = {**os.environ, "PYTHONPATH": str(target)}
+        done = subprocess.run(
+            [sys.executable, "-P", "-c", probe],
+            cwd=tmp_path,
+            env=target_env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr[-6000:]
+        return done.stdout.split()
+
+    pure = tmp_path / "pure"  # installed before the build: no .so, the pure-Python build
+    assert install(pure) == [f"{pure}/service/__init__.py", "False", f"{pure}/service/transport/pump.py"]
+    run("-m", "service.build_decoder", timeout=900)
     assert run("-c", check, timeout=60).split() == [str(copy / "service" / "__init__.py"), "True"]
+    built = sorted(so.relative_to(copy).as_posix() for so in copy.glob("service/**/*.so"))
+    assert {so.rsplit("/", 1)[0] for so in built} == {"service", *(f"service/{p}" for p in PACKAGES)}
+    installed = tmp_path / "installed"  # the Dockerfile's `pip install .` after the build
+    assert install(installed)[:2] == [f"{installed}/service/__init__.py", "True"]
+    assert sorted(so.relative_to(installed).as_posix() for so in installed.glob("service/**/*.so")) == built
     out = run("-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/unit", f"--ignore={THIS}", timeout=1500)
     assert " passed" in out and " failed" not in out, out[-3000:]
