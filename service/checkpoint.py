@@ -452,13 +452,17 @@ class CheckpointTracker:
     and the GTID set's text is kept with the set instead of formatted again at every commit.
     """
 
-    __slots__ = ("_file", "_pos", "_gtids", "_gtid_text", "in_transaction", "_pending_gtid", "_payload_at")
+    __slots__ = (
+        "_file", "_pos", "_gtids", "_gtid_text", "in_transaction", "_pending_gtid", "_pending_text",
+        "_payload_at",
+    )  # fmt: skip
 
     def __init__(self, position: BinlogPosition, gtids: GtidSet | None = None) -> None:
         self._file, self._pos = position.file, position.pos
         self.gtids = gtids  # executed set so far; None when unknown (no GTID tracking)
         self.in_transaction = False
         self._pending_gtid: MysqlGtid | MariadbGtid | None = None
+        self._pending_text = ""  # the GTID event's own text of _pending_gtid
         self._payload_at: int | None = None  # offset of the last TRANSACTION_PAYLOAD
 
     @property
@@ -494,7 +498,7 @@ class CheckpointTracker:
             return self._commit(event)
         if kind == _GTID:
             assert isinstance(event, GtidEvent)
-            self._pending_gtid = self._gtid_of(event)
+            self._pending_gtid, self._pending_text = self._gtid_of(event), event.gtid or ""
             # MariaDB: a GTID event is the BEGIN of a transaction unless it stands alone (DDL).
             self.in_transaction = event.domain_id is not None and not event.standalone
             return None
@@ -529,7 +533,13 @@ class CheckpointTracker:
         if gtid is not None:
             if isinstance(gtid, MariadbGtid):
                 base = self.gtids if isinstance(self.gtids, MariadbGtidPos) else MariadbGtidPos()
-                self.gtids = base.add(gtid)
+                pos = base.add(gtid)
+                if len(pos.gtids) == 1 and pos.gtids[0] is gtid:
+                    # One domain (most sources): the position's text is the GTID event's own,
+                    # not formatted again at every commit.
+                    self._gtids, self._gtid_text = pos, self._pending_text
+                else:
+                    self.gtids = pos
             else:
                 mysql_base = self.gtids if isinstance(self.gtids, MysqlGtidSet) else MysqlGtidSet()
                 self.gtids = mysql_base.add(gtid)

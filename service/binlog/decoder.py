@@ -171,7 +171,8 @@ class BinlogDecoder:
             artificial = bool(flags & LOG_EVENT_ARTIFICIAL_F) or (log_pos == 0 and type_code in (4, 15))
             if not artificial:
                 self.next_offset = offset + size
-        self.stats.events_by_type[type_code] += 1
+        by_type = self.stats.events_by_type
+        by_type[type_code] = by_type.get(type_code, 0) + 1
         try:
             return self._dispatch(header, data, inner)
         except DecodeError as exc:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass, field
 
 __all__ = ["DecoderStats"]
@@ -10,7 +9,9 @@ __all__ = ["DecoderStats"]
 
 @dataclass(slots=True)
 class DecoderStats:
-    events_by_type: Counter[int] = field(default_factory=Counter)
+    # A plain dict, not a Counter: compiled, `counter[k] += 1` goes through Counter's Python-level
+    # item slots, once per event.
+    events_by_type: dict[int, int] = field(default_factory=dict)
     skipped_ignorable: int = 0  # unknown event types skipped thanks to LOG_EVENT_IGNORABLE_F
     invalid_text_values: int = 0  # text values whose bytes were invalid in their charset
     rows: int = 0
