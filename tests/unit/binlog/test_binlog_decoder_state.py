@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 from binlog_text import FIXTURES, VECTORS
+from hypothesis import given
+from hypothesis import strategies as st
 
 from service.binlog import (
     BinlogDecoder,
@@ -21,7 +23,8 @@ from service.binlog import (
     read_binlog_file,
     scan_binlog_file,
 )
-from service.errors import ChecksumMismatch, DecodeError, MissingTableMap, UnknownEvent
+from service.binlog.reader import ByteReader
+from service.errors import ChecksumMismatch, DecodeError, MissingTableMap, TruncatedEvent, UnknownEvent
 
 CRC57 = VECTORS / "mysql-5.7" / "mysql-bin.checksum-crc32"
 TAGGED = VECTORS / "mysql-8" / "binlog_transaction_with_GTID_TAG.000001"
@@ -165,3 +168,12 @@ def test_truncated_event_is_a_decode_error() -> None:
     d.feed(evs[0])
     with pytest.raises(DecodeError, match="header says"):
         d.feed(evs[1][:-3])
+
+
+@given(st.binary(min_size=8, max_size=8), st.integers(1, 8))
+def test_byte_reader_uint_is_little_endian_at_every_width(data: bytes, n: int) -> None:
+    """ByteReader.uint computes the common widths itself (2, 4, 8): same as int.from_bytes."""
+    r = ByteReader(data, pos=8 - n)
+    assert r.uint(n) == int.from_bytes(data[8 - n :], "little") and r.at_end()
+    with pytest.raises(TruncatedEvent):
+        ByteReader(data[: n - 1]).uint(n)
