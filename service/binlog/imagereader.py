@@ -133,9 +133,13 @@ class StepReader:
             elif key is not None and before_keys is not None and before is not None and before_keys[k] == key:
                 row[step.name] = before[step.name]
                 continue
-            if step.codec:  # text decoded inline; `convert` replaces invalid bytes and counts them
+            codec = step.codec
+            if codec:  # text decoded inline; `convert` replaces invalid bytes and counts them
+                raw: bytes = value
                 try:
-                    row[step.name] = value.decode(step.codec)
+                    # A literal "utf-8" compiles to a direct UTF-8 decode (no codec lookup, no
+                    # method call): utf8mb4 and utf8mb3 are most text columns.
+                    row[step.name] = raw.decode("utf-8") if codec == "utf-8" else raw.decode(codec)
                     continue
                 except UnicodeDecodeError:
                     pass
@@ -151,6 +155,9 @@ def _uint(buf: bytes, pos: int, size: int) -> int:
         return buf[pos]
     if size == 2:
         return buf[pos] | buf[pos + 1] << 8
+    if size == 8:  # BIGINT: two 4-byte halves (int.from_bytes costs a slice and a method call)
+        low = buf[pos] | buf[pos + 1] << 8 | buf[pos + 2] << 16 | buf[pos + 3] << 24
+        return low | (buf[pos + 4] | buf[pos + 5] << 8 | buf[pos + 6] << 16 | buf[pos + 7] << 24) << 32
     if pos + size > len(buf):
         raise IndexError("integer runs past the row data")
     return int.from_bytes(buf[pos : pos + size], "little")

@@ -365,7 +365,7 @@ def _rows(
         readers = plan.readers_by_nulls(present)
         while pos < end:
             start = pos + nb
-            nulls = int.from_bytes(buf[pos:start], "little")
+            nulls = _bitmap(buf, pos, nb)
             read = readers.get(nulls) or image(present, nulls)
             row, pos = read(buf, start)
             if pos > end or pos == start - nb:
@@ -381,12 +381,12 @@ def _rows(
         # Same columns in both images: unchanged values are converted once (StepReader.read)
         while pos < end:
             row_start = pos
-            nulls = int.from_bytes(buf[pos : pos + nb_bi], "little")
+            nulls = _bitmap(buf, pos, nb_bi)
             keys: list[object] = []
             reader = readers_bi.get(nulls) or image(present_bi, nulls)
             assert isinstance(reader, StepReader)
             before, pos = reader.read(buf, pos + nb_bi, keys, None, None)
-            nulls = int.from_bytes(buf[pos : pos + nb_ai], "little")
+            nulls = _bitmap(buf, pos, nb_ai)
             reader = readers_ai.get(nulls) or image(present_ai, nulls)
             assert isinstance(reader, StepReader)
             after, pos = reader.read(buf, pos + nb_ai, None, keys, before)
@@ -396,7 +396,7 @@ def _rows(
         return out
     while pos < end:
         row_start = pos
-        nulls = int.from_bytes(buf[pos : pos + nb_bi], "little")
+        nulls = _bitmap(buf, pos, nb_bi)
         before, pos = (readers_bi.get(nulls) or image(present_bi, nulls))(buf, pos + nb_bi)
         partial = 0
         if kind.partial:
@@ -409,13 +409,24 @@ def _rows(
             if options & 1:
                 partial = int.from_bytes(buf[pos : pos + json_bytes], "little")
                 pos += json_bytes
-        nulls = int.from_bytes(buf[pos : pos + nb_ai], "little")
+        nulls = _bitmap(buf, pos, nb_ai)
         read = (partial == 0 and readers_ai.get(nulls)) or image(present_ai, nulls, partial)
         after, pos = read(buf, pos + nb_ai)
         if pos > end or pos == row_start:
             _bad_row(pos, end, db, tbl)
         append(RowChange(op, db, tbl, before, after, span, ts, server_id, gtid))
     return out
+
+
+def _bitmap(buf: bytes, pos: int, n: int) -> int:
+    """The little-endian bitmap of `n` bytes at `pos` (a row's NULL bitmap: one or two bytes for
+    most tables, read without int.from_bytes' slice and method call). Past the end of `buf` it
+    reads what is there, as int.from_bytes on the slice would: the row reader reports it."""
+    if n == 1 and pos < len(buf):
+        return buf[pos]
+    if n == 2 and pos + 1 < len(buf):
+        return buf[pos] | buf[pos + 1] << 8
+    return int.from_bytes(buf[pos : pos + n], "little")
 
 
 def _bad_row(pos: int, end: int, db: str, tbl: str) -> None:
