@@ -123,6 +123,10 @@ class ColumnType(IntEnum):
     DATETIME2 = 18
     TIME2 = 19
     TYPED_ARRAY = 20
+    # MariaDB's `COMPRESSED` columns (10.3+, include/mysql_com.h): row values carry a compression
+    # header; TABLE_MAP metadata as BLOB (pack length, 1 byte) and VARCHAR (max length, 2 bytes)
+    BLOB_COMPRESSED = 140
+    VARCHAR_COMPRESSED = 141
     VECTOR = 242
     INVALID = 243
     BOOL = 244

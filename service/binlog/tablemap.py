@@ -33,11 +33,15 @@ VECTOR_DIMENSIONALITY = 13
 
 _ONE_BYTE_META = {
     T.FLOAT, T.DOUBLE, T.BLOB, T.TINY_BLOB, T.MEDIUM_BLOB, T.LONG_BLOB, T.GEOMETRY, T.JSON,
-    T.TIMESTAMP2, T.DATETIME2, T.TIME2, T.VECTOR,
+    T.TIMESTAMP2, T.DATETIME2, T.TIME2, T.VECTOR, T.BLOB_COMPRESSED,
 }  # fmt: skip
 _NUMERIC = {T.TINY, T.SHORT, T.INT24, T.LONG, T.LONGLONG, T.NEWDECIMAL, T.FLOAT, T.DOUBLE}
-# VECTOR counts as a (binary) character column in MySQL 9's charset metadata.
-_CHARACTER = {T.STRING, T.VAR_STRING, T.VARCHAR, T.BLOB, T.TINY_BLOB, T.MEDIUM_BLOB, T.LONG_BLOB, T.VECTOR}
+# VECTOR counts as a (binary) character column in MySQL 9's charset metadata, MariaDB's COMPRESSED
+# columns in MariaDB's.
+_CHARACTER = {
+    T.STRING, T.VAR_STRING, T.VARCHAR, T.BLOB, T.TINY_BLOB, T.MEDIUM_BLOB, T.LONG_BLOB, T.VECTOR,
+    T.VARCHAR_COMPRESSED, T.BLOB_COMPRESSED,
+}  # fmt: skip
 
 
 @dataclass(slots=True)
@@ -69,7 +73,7 @@ def _type_code(code: int) -> T:
 def _read_meta(r: ByteReader, t: T) -> int:
     if t in _ONE_BYTE_META:
         return r.u8()
-    if t in (T.VARCHAR, T.VAR_STRING):
+    if t in (T.VARCHAR, T.VAR_STRING, T.VARCHAR_COMPRESSED):
         return r.uint(2)
     if t in (T.STRING, T.ENUM, T.SET, T.NEWDECIMAL):
         hi = r.u8()
@@ -212,9 +216,11 @@ def parse_table_map(
         real.append(rt)
         if rt in (T.ENUM, T.SET):
             length = meta & 0xFF
-        elif rt in (T.VARCHAR, T.VAR_STRING):
+        elif rt in (T.VARCHAR, T.VAR_STRING, T.VARCHAR_COMPRESSED):
             length = meta
         elif rt in (T.BLOB, T.TINY_BLOB, T.MEDIUM_BLOB, T.LONG_BLOB, T.JSON, T.GEOMETRY, T.VECTOR):
+            length = meta
+        elif rt == T.BLOB_COMPRESSED:
             length = meta
         lengths.append(length)
 

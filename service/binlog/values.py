@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from service.binlog.charsets import codec_for_collation, decode_latin1
+from service.binlog.compress import mariadb_uncompress_value
 from service.binlog.constants import ColumnType as T
 from service.binlog.decimal import decimal_size, make_decimal_converter
 from service.binlog.jsonb import decode_json, decode_json_diffs
@@ -182,6 +183,24 @@ def _binary_padder(length: int) -> Callable[[bytes], bytes]:
     return pad
 
 
+def _uncompressing(col: Column, limit: int, stats: DecoderStats) -> Callable[[bytes], Any]:
+    """A MariaDB COMPRESSED column's converter: the stored bytes are uncompressed
+    (compress.mariadb_uncompress_value), then decoded as the uncompressed type's are."""
+    decode = text_decoder(col.charset, stats)
+    name = col.name
+    if decode is bytes:
+
+        def binary(raw: bytes) -> Any:
+            return mariadb_uncompress_value(raw, limit, name)
+
+        return binary
+
+    def text(raw: bytes) -> Any:
+        return decode(mariadb_uncompress_value(raw, limit, name))
+
+    return text
+
+
 def column_spec(col: Column, stats: DecoderStats, partial_json: bool = False) -> FixedSpec | VarSpec:
     t, meta, u = col.type, col.meta, col.unsigned
     if t == T.TINY:
@@ -252,6 +271,12 @@ def column_spec(col: Column, stats: DecoderStats, partial_json: bool = False) ->
         return _var(n, decode, text_codec(col.charset))
     if t in (T.BLOB, T.TINY_BLOB, T.MEDIUM_BLOB, T.LONG_BLOB):
         return _var(meta, text_decoder(col.charset, stats), text_codec(col.charset))
+    if t == T.VARCHAR_COMPRESSED:  # meta: the byte capacity, header byte included
+        return _var(1 if meta < 256 else 2, _uncompressing(col, meta, stats))
+    if t == T.BLOB_COMPRESSED:  # meta: the length prefix's size
+        if not 1 <= meta <= 4:
+            raise InvalidValue(f"COMPRESSED BLOB column {col.name} with pack length {meta}")
+        return _var(meta, _uncompressing(col, (1 << 8 * meta) - 1, stats))
     if t == T.JSON:
         return _var(meta, decode_json_diffs if partial_json else decode_json, immutable=False)
     if t == T.GEOMETRY:

@@ -2,7 +2,10 @@
 
 `mariadb_rows(path)` parses the `###` lines into (op, schema, table, before, after) with
 "@N" keys and raw byte values; `render(column, value)` turns one of our decoded values
-into the exact bytes mariadb-binlog prints for it.
+into the exact bytes mariadb-binlog prints for it. mariadb-binlog prints a MariaDB `COMPRESSED`
+column's stored bytes (header and zlib data): `mariadb_rows` uncompresses them here, with this
+file's own reading of the format (`uncompress_stored`), and gives what it would print for the
+value itself; `compressed_stored_values(path)` gives the stored bytes.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import re
 import subprocess
 import tempfile
+import zlib
 from datetime import date, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -24,7 +28,8 @@ MARIADB_BINLOG = "/usr/bin/mariadb-binlog"
 
 Image = dict[str, bytes]
 _STMT = re.compile(rb"^### (INSERT INTO|UPDATE|DELETE FROM) `(.*)`\.`(.*)`$")
-_VALUE = re.compile(rb"^###   @(\d+)=(.*) /\* [^*]* meta=\d+ nullable=\d is_null=\d \*/$")
+_VALUE = re.compile(rb"^###   @(\d+)=(.*) /\* ([^*]*) meta=\d+ nullable=\d is_null=\d \*/$")
+_ESCAPED = re.compile(rb"\\x([01][0-9a-f])")  # my_b_write_quoted: bytes < 0x20 as \xNN, others raw
 
 
 def mariadb_binlog_vv(path: Path) -> bytes:
@@ -58,7 +63,10 @@ def mariadb_rows(path: Path) -> list[tuple[str, str, str, Image | None, Image | 
         v = _VALUE.match(line)
         assert v is not None, line
         assert image is not None
-        image[f"@{int(v.group(1))}"] = v.group(2).rstrip(b" ")
+        value = v.group(2).rstrip(b" ")
+        if v.group(3).endswith(b" COMPRESSED") and value != b"NULL":
+            value = _quote(uncompress_stored(_unquote(value)))
+        image[f"@{int(v.group(1))}"] = value
     if current is not None:
         rows.append(tuple(current))  # type: ignore[arg-type]
     return rows
@@ -66,6 +74,38 @@ def mariadb_rows(path: Path) -> list[tuple[str, str, str, Image | None, Image | 
 
 def _quote(raw: bytes) -> bytes:
     return b"'" + b"".join(b"\\x%02x" % c if c < 0x20 else bytes([c]) for c in raw) + b"'"
+
+
+def _unquote(printed: bytes) -> bytes:
+    assert printed[:1] == b"'" and printed[-1:] == b"'", printed
+    return _ESCAPED.sub(lambda m: bytes([int(m.group(1), 16)]), printed[1:-1])
+
+
+def uncompress_stored(stored: bytes) -> bytes:
+    """A MariaDB COMPRESSED column's stored bytes -> the value (sql/field.cc
+    Field_longstr::uncompress, sql/field_comp.cc uncompress_zlib): no bytes for ''; a header byte,
+    method in the high nibble: 0 = the value follows as is; 8 = zlib: the low 3 bits give the
+    width of the big-endian original length that follows, bit 0x08 = raw deflate (no zlib wrapper)."""
+    if not stored:
+        return b""
+    head = stored[0]
+    if head >> 4 == 0:
+        return stored[1:]
+    assert head >> 4 == 8, f"header 0x{head:02x}"
+    width = head & 0x07
+    value = zlib.decompress(stored[1 + width :], -15 if head & 0x08 else 15)
+    assert len(value) == int.from_bytes(stored[1 : 1 + width], "big")
+    return value
+
+
+def compressed_stored_values(path: Path) -> list[bytes]:
+    """The stored bytes of every non-NULL COMPRESSED column value mariadb-binlog prints for `path`."""
+    out: list[bytes] = []
+    for line in mariadb_binlog_vv(path).split(b"\n"):
+        v = _VALUE.match(line)
+        if v is not None and v.group(3).endswith(b" COMPRESSED") and v.group(2) != b"NULL":
+            out.append(_unquote(v.group(2)))
+    return out
 
 
 def _bits(value: int, width: int) -> bytes:

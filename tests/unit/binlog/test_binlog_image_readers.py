@@ -13,7 +13,7 @@ from binlog_text import FIXTURES, VECTORS
 from service.binlog import BinlogDecoder, RowChange, RowsEvent, read_binlog_file, rows
 from service.binlog.imagereader import StepReader
 
-FILES = sorted(p for p in [*VECTORS.glob("mysql-*/*"), *(FIXTURES / "mariadb-10.11").glob("0*")])
+FILES = sorted(p for p in [*VECTORS.glob("mysql-*/*"), *(FIXTURES / "mariadb-10.11").glob("[0-9]*")])
 
 
 def _changes(path: Path) -> tuple[list[RowChange], set[type]]:

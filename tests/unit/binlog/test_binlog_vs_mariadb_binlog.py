@@ -12,7 +12,7 @@ from service.binlog import BinlogDecoder, Column, RowsEvent, read_binlog_file
 FILES = [
     VECTORS / "mysql-5.7" / "mysql-bin.checksum-crc32",
     VECTORS / "mysql-5.7" / "mysql-bin.checksum-none",
-    *sorted((FIXTURES / "mariadb-10.11").glob("0*")),
+    *sorted((FIXTURES / "mariadb-10.11").glob("[0-9]*")),
 ]
 
 
