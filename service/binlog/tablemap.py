@@ -218,9 +218,9 @@ def parse_table_map(
             length = meta & 0xFF
         elif rt in (T.VARCHAR, T.VAR_STRING, T.VARCHAR_COMPRESSED):
             length = meta
-        elif rt in (T.BLOB, T.TINY_BLOB, T.MEDIUM_BLOB, T.LONG_BLOB, T.JSON, T.GEOMETRY, T.VECTOR):
-            length = meta
-        elif rt == T.BLOB_COMPRESSED:
+        elif rt in (
+            T.BLOB, T.TINY_BLOB, T.MEDIUM_BLOB, T.LONG_BLOB, T.JSON, T.GEOMETRY, T.VECTOR, T.BLOB_COMPRESSED,
+        ):  # fmt: skip
             length = meta
         lengths.append(length)
 
