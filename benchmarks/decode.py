@@ -87,6 +87,12 @@ def main() -> None:
     parser.add_argument("--regenerate", action="store_true")
     parser.add_argument("--keep-stack", action="store_true", help="leave the benchmark stack running")
     parser.add_argument("--only", default="", help="comma-separated substrings of tool names to run")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="rounds per workload, tools alternating; the fastest is reported",
+    )
     args = parser.parse_args()
 
     WORK.mkdir(exist_ok=True)
@@ -101,26 +107,36 @@ def main() -> None:
         }
         results: list[Result] = []
         for w in workloads:
-            for name, make in selected.items():
-                made = make(w)  # type: ignore[operator]
-                cmd, env = made if isinstance(made, tuple) else (made, None)
-                try:
-                    out, _, rss = _run(cmd, env)
-                    data = json.loads(out.strip().splitlines()[-1])
-                    results.append(Result(name, w.name, data["rows"], data["seconds"], rss))
-                except (RuntimeError, ValueError, KeyError) as exc:
-                    results.append(Result(name, w.name, 0, 0.0, 0.0, str(exc)[:80]))
-                r = results[-1]
-                console.print(f"  {w.name:8} {name:28} rows={r.rows:>9,} {r.seconds:8.2f}s {r.error}")
-        report(workloads, results)
+            best: dict[str, Result] = {}
+            for _ in range(args.repeat):  # as benchmarks.stream --repeat: each tool's fastest round
+                for name, make in selected.items():
+                    r = _measure(name, w, make(w))  # type: ignore[operator]
+                    old = best.get(name)
+                    if old is None or (not r.error and (old.error or r.seconds < old.seconds)):
+                        best[name] = r
+            results += best.values()
+        report(workloads, results, args.repeat)
         (WORK / "results.json").write_text(json.dumps([r.__dict__ for r in results], indent=2))
     finally:
         if not args.keep_stack:
             stack.down()
 
 
-def report(workloads: list[Workload], results: list[Result]) -> None:
-    table = Table(title="Decode throughput (one run, same binlog)")
+def _measure(name: str, w: Workload, made: list[str] | tuple[list[str], dict[str, str]]) -> Result:
+    cmd, env = made if isinstance(made, tuple) else (made, None)
+    try:
+        out, _, rss = _run(cmd, env)
+        data = json.loads(out.strip().splitlines()[-1])
+        r = Result(name, w.name, data["rows"], data["seconds"], rss)
+    except (RuntimeError, ValueError, KeyError) as exc:
+        r = Result(name, w.name, 0, 0.0, 0.0, str(exc)[:80])
+    console.print(f"  {w.name:8} {name:28} rows={r.rows:>9,} {r.seconds:8.2f}s {r.error}")
+    return r
+
+
+def report(workloads: list[Workload], results: list[Result], repeat: int = 1) -> None:
+    runs = "one run" if repeat == 1 else f"best of {repeat}"
+    table = Table(title=f"Decode throughput ({runs}, same binlog)")
     for col in ("workload", "tool", "rows", "seconds", "rows/s", "MB/s", "peak RSS MB", "vs pymysqlrepl"):
         table.add_column(col, justify="right" if col not in ("workload", "tool") else "left")
     by_workload = {w.name: w for w in workloads}
