@@ -36,14 +36,7 @@ def mariadb_uncompress(raw: bytes) -> bytes:
     size = int.from_bytes(raw[1 : 1 + lenlen], "big")
     if size > MAX_UNCOMPRESSED:
         raise InvalidValue(f"compressed value declares {size} bytes")
-    d = zlib.decompressobj()
-    try:
-        out = d.decompress(raw[1 + lenlen :], size + 1)
-    except zlib.error as exc:
-        raise InvalidValue(f"corrupt zlib stream: {exc}") from exc
-    if len(out) != size or not d.eof:
-        raise InvalidValue(f"compressed value inflates to {len(out)} bytes, header says {size}")
-    return out
+    return _inflate(raw[1 + lenlen :], size, zlib.MAX_WBITS, "compressed event")
 
 
 def mariadb_uncompress_value(raw: bytes, limit: int, column: str) -> bytes:
@@ -64,11 +57,18 @@ def mariadb_uncompress_value(raw: bytes, limit: int, column: str) -> bytes:
     size = int.from_bytes(raw[1 : 1 + lenlen], "big")
     if size > limit or size > MAX_UNCOMPRESSED:
         raise InvalidValue(f"column {column}: compressed value declares {size} bytes, column holds {limit}")
-    d = zlib.decompressobj(-zlib.MAX_WBITS if head & 0x08 else zlib.MAX_WBITS)
+    wbits = -zlib.MAX_WBITS if head & 0x08 else zlib.MAX_WBITS  # raw deflate, or a zlib stream
+    return _inflate(raw[1 + lenlen :], size, wbits, f"column {column}: compressed value")
+
+
+def _inflate(data: bytes, size: int, wbits: int, what: str) -> bytes:
+    """`data` inflated to exactly `size` bytes (at most size + 1 are ever produced), else
+    InvalidValue; `what` starts the message."""
+    d = zlib.decompressobj(wbits)
     try:
-        out = d.decompress(raw[1 + lenlen :], size + 1)
+        out = d.decompress(data, size + 1)
     except zlib.error as exc:
-        raise InvalidValue(f"column {column}: corrupt compressed value: {exc}") from None
+        raise InvalidValue(f"{what}: corrupt zlib data: {exc}") from None
     if len(out) != size or not d.eof:
-        raise InvalidValue(f"column {column}: value inflates to {len(out)} bytes, header says {size}")
+        raise InvalidValue(f"{what} inflates to {len(out)} bytes, header says {size}")
     return out
