@@ -29,9 +29,7 @@ from typing import Any
 
 import aiomysql
 import pytest
-from pymysqlreplication import BinLogStreamReader
-from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
-from test_stream_util import admin, changes_of, collect, run_sql, settings_for, unique_db
+from test_stream_util import admin, changes_of, collect, peer_changes, run_sql, settings_for, unique_db
 
 from service.binlog.values import Geometry
 from service.checkpoint import BinlogPosition, Checkpoint
@@ -446,37 +444,9 @@ def _typed(value: Any) -> tuple[str, Any, str | None]:
 def _peer_changes(
     stack: LocalStack, start: Checkpoint, db: str, server_id: int
 ) -> list[tuple[str, Any, Any]]:
-    info = stack.load()
-    assert info is not None
-    reader = BinLogStreamReader(
-        connection_settings={
-            "host": "127.0.0.1",
-            "port": info.mysql_port,
-            "user": REPLICATION_USER,
-            "passwd": info.repl_password,
-        },
-        server_id=server_id,
-        log_file=start.position.file,
-        log_pos=start.position.pos,
-        resume_stream=True,
-        blocking=False,
-        only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent],
-        only_schemas=[db],
-        ignore_decode_errors=True,  # else latin1 0x81 stops it (PEER_WRONG["vc_latin"])
-    )
-    out: list[tuple[str, Any, Any]] = []
-    try:
-        for event in reader:
-            for row in event.rows:
-                if isinstance(event, WriteRowsEvent):
-                    out.append(("insert", None, row["values"]))
-                elif isinstance(event, UpdateRowsEvent):
-                    out.append(("update", row["before_values"], row["after_values"]))
-                else:
-                    out.append(("delete", row["values"], None))
-    finally:
-        reader.close()
-    return out
+    # ignore_decode_errors: else latin1 0x81 stops it (PEER_WRONG["vc_latin"])
+    rows = peer_changes(stack, start, db, server_id, ignore_decode_errors=True)
+    return [(op, before, after) for op, _, before, after in rows]
 
 
 async def _select_rows(

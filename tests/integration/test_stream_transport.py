@@ -8,14 +8,13 @@ import inspect
 
 import aiomysql
 import pytest
-from pymysqlreplication import BinLogStreamReader
-from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 from test_stream_util import (
     admin,
     changes_of,
     collect,
     expected_changes,
     make_tables,
+    peer_changes,
     run_sql,
     settings_for,
     unique_db,
@@ -61,41 +60,6 @@ async def test_event_larger_than_16mb(stack: LocalStack) -> None:
     assert source.stats.bytes > big
 
 
-def _peer_changes(
-    stack: LocalStack, start: Checkpoint, db: str, server_id: int
-) -> list[tuple[str, str, object, object]]:
-    info = stack.load()
-    assert info is not None
-    reader = BinLogStreamReader(
-        connection_settings={
-            "host": "127.0.0.1",
-            "port": info.mysql_port,
-            "user": "mirror",
-            "passwd": info.repl_password,
-        },
-        server_id=server_id,
-        log_file=start.position.file,
-        log_pos=start.position.pos,
-        resume_stream=True,
-        blocking=False,
-        only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent],
-        only_schemas=[db],
-    )
-    out: list[tuple[str, str, object, object]] = []
-    try:
-        for event in reader:
-            for row in event.rows:
-                if isinstance(event, WriteRowsEvent):
-                    out.append(("insert", event.table, None, row["values"]))
-                elif isinstance(event, UpdateRowsEvent):
-                    out.append(("update", event.table, row["before_values"], row["after_values"]))
-                else:
-                    out.append(("delete", event.table, row["values"], None))
-    finally:
-        reader.close()
-    return out
-
-
 async def test_same_changes_as_python_mysql_replication(stack: LocalStack) -> None:
     db = unique_db("st_peer")
     run_sql(stack, make_tables(db))
@@ -108,7 +72,7 @@ async def test_same_changes_as_python_mysql_replication(stack: LocalStack) -> No
     run_sql(stack, [f"UPDATE {db}.items SET name = NULL, qty = -qty WHERE id % 2 = 0"])
     run_sql(stack, [f"DELETE FROM {db}.items WHERE id > 10"])
     settings = settings_for(stack)
-    theirs = await asyncio.to_thread(_peer_changes, stack, start, db, settings.server_id + 1)
+    theirs = await asyncio.to_thread(peer_changes, stack, start, db, settings.server_id + 1)
     assert len(theirs) == 30 + 5 + 2  # workload, 5 updates, 2 deletes
     async with BinlogSource(settings, start, table_filter=TableFilter((f"{db}.*",))) as source:
         ours = changes_of(await collect(source, db, len(theirs)), db)

@@ -10,9 +10,12 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 import pymysql
+from pymysqlreplication import BinLogStreamReader
+from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
+from service.checkpoint import Checkpoint
 from service.settings import Settings, load_settings
-from service.stack import LocalStack
+from service.stack import REPLICATION_USER, LocalStack
 from service.transactions import Transaction
 from service.transport.source import BinlogSource
 
@@ -172,3 +175,41 @@ class Proxy:
 
     def url(self, user: str, password: str) -> str:
         return f"mysql://{user}:{password}@127.0.0.1:{self.port}"
+
+
+def peer_changes(
+    stack: LocalStack, start: Checkpoint, db: str, server_id: int, **options: Any
+) -> list[tuple[str, str, Any, Any]]:
+    """python-mysql-replication's (op, table, before, after) for `db` from `start` to the end of
+    the binlog (non-blocking); `options` go to its BinLogStreamReader."""
+    info = stack.load()
+    assert info is not None
+    reader = BinLogStreamReader(
+        connection_settings={
+            "host": "127.0.0.1",
+            "port": info.mysql_port,
+            "user": REPLICATION_USER,
+            "passwd": info.repl_password,
+        },
+        server_id=server_id,
+        log_file=start.position.file,
+        log_pos=start.position.pos,
+        resume_stream=True,
+        blocking=False,
+        only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent],
+        only_schemas=[db],
+        **options,
+    )
+    out: list[tuple[str, str, Any, Any]] = []
+    try:
+        for event in reader:
+            for row in event.rows:
+                if isinstance(event, WriteRowsEvent):
+                    out.append(("insert", event.table, None, row["values"]))
+                elif isinstance(event, UpdateRowsEvent):
+                    out.append(("update", event.table, row["before_values"], row["after_values"]))
+                else:
+                    out.append(("delete", event.table, row["values"], None))
+    finally:
+        reader.close()
+    return out
