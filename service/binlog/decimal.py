@@ -66,9 +66,17 @@ def make_decimal_converter(precision: int, scale: int) -> Callable[[bytes], Deci
     exponent = f"E-{scale}" if scale else ""  # "123E-2" parses to Decimal("1.23"), exponent kept
     unit = Decimal(f"1{exponent}")
     from_bytes = int.from_bytes
+    # Bound once: Context has its own attribute lookup, so a `_EXACT.multiply(...)` call would
+    # build a bound method for every value.
+    multiply = _EXACT.multiply
 
     def convert(raw: bytes) -> Decimal:
-        value = from_bytes(raw, "big")
+        if size <= 7:  # up to DECIMAL(16,x): a machine word, assembled without a call
+            value = 0
+            for i in range(size):
+                value = value << 8 | raw[i]
+        else:
+            value = from_bytes(raw, "big")
         negative = value < sign_bit
         value ^= negative_flip if negative else sign_bit
         unscaled = 0
@@ -84,7 +92,7 @@ def make_decimal_converter(precision: int, scale: int) -> Callable[[bytes], Deci
         # unscaled * 1E-scale: exact (65 digits fit the context) and the exponent is kept
         # (Decimal("1.20"), not Decimal("1.2")); one Decimal built, half the cost of parsing
         # "120E-2" or of Decimal(120).scaleb(-2).
-        return _EXACT.multiply(unscaled, unit)
+        return multiply(unscaled, unit)
 
     return convert
 

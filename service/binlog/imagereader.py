@@ -34,13 +34,14 @@ VAR: Final = 4  # 1- to 4-byte length prefix, then text `codec` / `convert` / ra
 class ColumnStep:
     """How to read one column of one row-image pattern."""
 
-    __slots__ = ("name", "kind", "size", "signed", "convert", "unpack", "codec", "keyed")
+    __slots__ = ("name", "kind", "size", "sign_bit", "wrap", "convert", "unpack", "codec", "keyed")
 
     def __init__(self, name: str, spec: FixedSpec | VarSpec | None) -> None:
         self.name = name
         self.kind = NULL
         self.size = 0
-        self.signed = False
+        # a signed integer at or above sign_bit is negative: value - wrap (0 when unsigned)
+        self.sign_bit = self.wrap = 0
         self.convert: Callable[[Any], Any] | None = None
         self.unpack: Callable[[bytes, int], tuple[Any, ...]] | None = None
         self.codec = ""
@@ -53,7 +54,9 @@ class ColumnStep:
             elif spec.code in ("f", "d"):
                 self.kind, self.unpack = FLOAT, struct.Struct("<" + spec.code).unpack_from
             else:
-                self.kind, self.signed = INT, spec.code.islower()
+                self.kind = INT
+                if spec.code.islower():
+                    self.sign_bit, self.wrap = 1 << (self.size * 8 - 1), 1 << (self.size * 8)
             self.keyed = spec.convert is not None  # fixed-width values are all immutable
         elif isinstance(spec, VarSpec):  # every VarSpec has a length prefix of 1 to 4 bytes
             self.kind, self.size, self.convert, self.codec = VAR, spec.prefix, spec.convert, spec.codec or ""
@@ -96,10 +99,16 @@ class StepReader:
             value: Any = None
             key: object = None
             if kind == INT:
-                value = _uint(buf, pos, step.size)
-                pos += step.size
-                if step.signed and value >> (step.size * 8 - 1):
-                    value -= 1 << (step.size * 8)
+                size = step.size
+                if size == 4:  # INT and ENUM/SET/YEAR/... of one byte are most columns: inline
+                    value = buf[pos] | buf[pos + 1] << 8 | buf[pos + 2] << 16 | buf[pos + 3] << 24
+                elif size == 1:
+                    value = buf[pos]
+                else:
+                    value = _uint(buf, pos, size)
+                pos += size
+                if step.sign_bit and value >= step.sign_bit:
+                    value -= step.wrap
                 if step.keyed:
                     key = value
             elif kind == VAR:

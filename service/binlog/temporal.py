@@ -22,7 +22,6 @@ __all__ = [
     "decode_time2",
     "decode_time_old",
     "decode_timestamp2",
-    "decode_timestamp2_fsp0",
     "decode_timestamp_old",
     "decode_year",
     "make_datetime2_converter",
@@ -132,8 +131,10 @@ def decode_datetime2(raw: bytes, fsp: int) -> datetime | str:
 def utc_datetime(sec: int, us: int = 0) -> datetime:
     """Seconds since the epoch (>= 0) -> aware UTC datetime; as datetime.fromtimestamp(sec, UTC)
     but without the C library's time conversion, which costs about twice as much (days to the
-    civil date by Howard Hinnant's days_from_civil inverse, on integers)."""
-    days, rem = divmod(sec, 86400)
+    civil date by Howard Hinnant's days_from_civil inverse, on integers; // and % rather than
+    divmod, which a compiled build would call as a generic function)."""
+    days = sec // 86400
+    rem = sec - days * 86400
     z = days + 719468  # days since 0000-03-01
     era = z // 146097
     doe = z - era * 146097
@@ -154,20 +155,33 @@ def decode_timestamp2(raw: bytes, fsp: int) -> datetime | str:
     return utc_datetime(sec, us)
 
 
+# The converters below read their bytes one by one: a DATETIME2(6) is 8 bytes, one int of
+# 64 bits, which a compiled build shifts and masks as a heap integer; the 5-byte integer part
+# and the 3-byte fraction each stay a machine word.
+
+
+def _fraction_us(raw: bytes, at: int, nbytes: int, scale: int) -> int:
+    """The big-endian fraction of `nbytes` (0-3) at `at`, in microseconds."""
+    if nbytes == 0:
+        return 0
+    if nbytes == 1:
+        us = raw[at] * scale
+    elif nbytes == 2:
+        us = (raw[at] << 8 | raw[at + 1]) * scale
+    else:
+        us = raw[at] << 16 | raw[at + 1] << 8 | raw[at + 2]
+    if us > 999999:
+        raise InvalidValue(f"fractional seconds {us} out of range")
+    return us
+
+
 def make_datetime2_converter(fsp: int) -> Callable[[bytes], datetime | str]:
-    """DATETIME2(fsp) bytes -> value, like decode_datetime2 but with the fraction's width and
-    scale fixed up front: one int.from_bytes for the whole value."""
-    frac_bits = FRAC_BYTES[fsp] * 8
-    frac_mask = (1 << frac_bits) - 1
-    frac_mul = _FRAC_MUL[fsp]
-    from_bytes = int.from_bytes
+    """DATETIME2(fsp) bytes -> value, like decode_datetime2 with the fraction's width fixed."""
+    frac_len, frac_mul = FRAC_BYTES[fsp], _FRAC_MUL[fsp]
 
     def convert(raw: bytes) -> datetime | str:
-        value = from_bytes(raw, "big")
-        intpart = (value >> frac_bits) - 0x8000000000
-        us = (value & frac_mask) * frac_mul
-        if us > 999999:
-            raise InvalidValue(f"fractional seconds {us} out of range")
+        intpart = (raw[0] << 32 | raw[1] << 24 | raw[2] << 16 | raw[3] << 8 | raw[4]) - 0x8000000000
+        us = _fraction_us(raw, 5, frac_len, frac_mul)
         if intpart > 0:  # fast path for ordinary values; zero/partial dates fall through
             ymd, hms = intpart >> 17, intpart & 0x1FFFF
             ym = ymd >> 5
@@ -182,29 +196,16 @@ def make_datetime2_converter(fsp: int) -> Callable[[bytes], datetime | str]:
 
 def make_timestamp2_converter(fsp: int) -> Callable[[bytes], datetime | str]:
     """TIMESTAMP2(fsp) bytes -> value (see make_datetime2_converter)."""
-    if fsp == 0:
-        return decode_timestamp2_fsp0
-    frac_bits = FRAC_BYTES[fsp] * 8
-    frac_mask = (1 << frac_bits) - 1
-    frac_mul = _FRAC_MUL[fsp]
-    from_bytes = int.from_bytes
+    frac_len, frac_mul = FRAC_BYTES[fsp], _FRAC_MUL[fsp]
 
     def convert(raw: bytes) -> datetime | str:
-        value = from_bytes(raw, "big")
-        sec = value >> frac_bits
-        us = (value & frac_mask) * frac_mul
-        if us > 999999:
-            raise InvalidValue(f"fractional seconds {us} out of range")
+        sec = raw[0] << 24 | raw[1] << 16 | raw[2] << 8 | raw[3]
+        us = _fraction_us(raw, 4, frac_len, frac_mul)
         if sec == 0 and us == 0:
             return ZERO_DATETIME
         return utc_datetime(sec, us)
 
     return convert
-
-
-def decode_timestamp2_fsp0(raw: bytes) -> datetime | str:
-    sec = int.from_bytes(raw, "big")
-    return utc_datetime(sec) if sec else ZERO_DATETIME
 
 
 def decode_time2(raw: bytes, fsp: int) -> timedelta:
