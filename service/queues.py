@@ -7,6 +7,9 @@ transaction passes instead of blocking the stream forever.
 
 Waiting never consumes anything: a `get()` cancelled while it waits (the applier races it against
 its stop event) leaves the queue as it was.
+
+Waiters are plain futures, woken only when one waits: the queue is compiled (mypyc) and an
+asyncio.Event's set() is interpreted code, run twice per transaction for nothing.
 """
 
 from __future__ import annotations
@@ -28,8 +31,8 @@ class RowQueue(Generic[T]):
         self.max_rows = max_rows
         self._items: deque[tuple[T, int]] = deque()
         self._rows = 0
-        self._nonempty = asyncio.Event()
-        self._space = asyncio.Event()
+        self._getters: list[asyncio.Future[None]] = []  # get()s waiting for an item
+        self._putters: list[asyncio.Future[None]] = []  # put()s waiting for room
 
     @property
     def rows(self) -> int:
@@ -51,12 +54,12 @@ class RowQueue(Generic[T]):
         """Append regardless of the bounds (for the caller that checked `full()`, or an end marker)."""
         self._items.append((item, rows))
         self._rows += rows
-        self._nonempty.set()
+        if self._getters:
+            _wake(self._getters)
 
     async def put(self, item: T, rows: int = 0) -> None:
         while self.full(rows):
-            self._space.clear()
-            await self._space.wait()
+            await _wait(self._putters)
         self.put_nowait(item, rows)
 
     def get_nowait(self) -> T:
@@ -64,11 +67,29 @@ class RowQueue(Generic[T]):
             raise asyncio.QueueEmpty
         item, rows = self._items.popleft()
         self._rows -= rows
-        self._space.set()
+        if self._putters:
+            _wake(self._putters)
         return item
 
     async def get(self) -> T:
         while not self._items:
-            self._nonempty.clear()
-            await self._nonempty.wait()
+            await _wait(self._getters)
         return self.get_nowait()
+
+
+def _wake(waiters: list[asyncio.Future[None]]) -> None:
+    """Wake every waiter; each checks the queue again (as with an asyncio.Event)."""
+    for fut in waiters:
+        if not fut.done():
+            fut.set_result(None)
+    waiters.clear()
+
+
+async def _wait(waiters: list[asyncio.Future[None]]) -> None:
+    fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    waiters.append(fut)
+    try:
+        await fut
+    finally:
+        if fut in waiters:  # cancelled before it was woken
+            waiters.remove(fut)

@@ -66,6 +66,17 @@ async def test_a_cancelled_get_consumes_nothing() -> None:
     assert await asyncio.wait_for(q.get(), 1) == "x"
 
 
+async def test_two_waiting_gets_each_take_one_item() -> None:
+    q: RowQueue[str] = RowQueue(10, 100)
+    first, second = asyncio.create_task(q.get()), asyncio.create_task(q.get())
+    await asyncio.sleep(0.01)
+    await q.put("a", 1)
+    await asyncio.sleep(0.01)
+    assert [first.done(), second.done()].count(True) == 1  # both woke; one found the queue empty again
+    await q.put("b", 1)
+    assert sorted(await asyncio.wait_for(asyncio.gather(first, second), 1)) == ["a", "b"]
+
+
 def test_bounds_must_be_positive() -> None:
     with pytest.raises(ValueError):
         RowQueue(0, 10)
