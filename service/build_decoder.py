@@ -14,8 +14,6 @@ Rebuild (or clean) after editing any compiled module, or the stale .so keeps run
 tests/unit/test_compiled_build.py runs the unit tests against a fresh build.
 
 Not compiled, on purpose:
-  record.py                the decorator of other packages' records (mypyc only makes
-                           classes decorated with `dataclass` itself native)
   rawevent.py              RawEvent subclasses bytes, which native classes cannot
   files.py                 its generators hold an open file: a compiled generator that is
                            dropped unfinished is not closed, so the file would leak
@@ -36,7 +34,7 @@ __all__ = ["compiled_modules", "is_compiled", "main"]
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "service" / "binlog"
-INTERPRETED = frozenset({"__init__.py", "record.py", "rawevent.py", "files.py", "jsonb.py"})
+INTERPRETED = frozenset({"__init__.py", "rawevent.py", "files.py", "jsonb.py"})
 # The per-event and per-row layers around the decoder (pure code, no I/O): packet splitting, the
 # event pump, the position tracker, the transaction assembler and the queue of the stream; the
 # Redis sink's planner.

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal
 
@@ -34,7 +35,6 @@ from service.binlog.events import (
     XaPrepareEvent,
     XidEvent,
 )
-from service.binlog.record import record
 
 __all__ = [
     "BinlogPosition",
@@ -53,10 +53,30 @@ __all__ = [
 ]
 
 
-@record()  # built per event/commit: see service/binlog/record.py
+# The value types are built per transaction: slotted dataclasses with an explicit __init__,
+# native classes in the compiled build and immutable by convention, as the decoder's events
+# (service/binlog/events.py). A class that defines an ordering also spells out __eq__ and
+# __hash__: mypyc gives a native class with __lt__ or __le__ identity equality otherwise.
+# __reduce__ keeps them copyable and picklable (a native class's default needs a no-argument
+# constructor).
+@dataclass(slots=True, init=False, eq=False)
 class BinlogPosition:
     file: str  # "mysql-bin.000042"
     pos: int  # offset of the NEXT event
+
+    def __init__(self, file: str, pos: int) -> None:
+        self.file, self.pos = file, pos
+
+    def __reduce__(self) -> tuple[type[BinlogPosition], tuple[str, int]]:
+        return BinlogPosition, (self.file, self.pos)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, BinlogPosition):
+            return NotImplemented
+        return self.pos == other.pos and self.file == other.file
+
+    def __hash__(self) -> int:
+        return hash((self.file, self.pos))
 
     @property
     def key(self) -> tuple[str, int, int]:
@@ -122,13 +142,19 @@ def _norm_uuid(text: str) -> str:
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
-@record()
+@dataclass(slots=True, unsafe_hash=True, init=False)
 class MysqlGtid:
     """One MySQL transaction id: `uuid:gno` or `uuid:tag:gno`."""
 
     uuid: str
     gno: int
     tag: str = ""
+
+    def __init__(self, uuid: str, gno: int, tag: str = "") -> None:
+        self.uuid, self.gno, self.tag = uuid, gno, tag
+
+    def __reduce__(self) -> tuple[type[MysqlGtid], tuple[str, int, str]]:
+        return MysqlGtid, (self.uuid, self.gno, self.tag)
 
     def __str__(self) -> str:
         return f"{self.uuid}:{self.tag}:{self.gno}" if self.tag else f"{self.uuid}:{self.gno}"
@@ -149,11 +175,25 @@ def _fmt_intervals(intervals: tuple[tuple[int, int], ...]) -> str:
     return ":".join(f"{lo}" if lo == hi else f"{lo}-{hi}" for lo, hi in intervals)
 
 
-@record()
+@dataclass(slots=True, init=False, eq=False)
 class MysqlGtidSet:
     """A MySQL GTID set: (uuid, tag) -> merged inclusive gno intervals. Immutable."""
 
     sets: tuple[tuple[tuple[str, str], tuple[tuple[int, int], ...]], ...] = ()
+
+    def __init__(self, sets: tuple[tuple[tuple[str, str], tuple[tuple[int, int], ...]], ...] = ()) -> None:
+        self.sets = sets
+
+    def __reduce__(self) -> tuple[type[MysqlGtidSet], tuple[object]]:
+        return MysqlGtidSet, (self.sets,)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, MysqlGtidSet):
+            return NotImplemented
+        return self.sets == other.sets
+
+    def __hash__(self) -> int:
+        return hash(self.sets)
 
     @classmethod
     def parse(cls, text: str) -> MysqlGtidSet:
@@ -250,13 +290,19 @@ class MysqlGtidSet:
 # --- MariaDB GTIDs ------------------------------------------------------------------------------
 
 
-@record()
+@dataclass(slots=True, unsafe_hash=True, init=False)
 class MariadbGtid:
     """One MariaDB transaction id: `domain-server-seq`."""
 
     domain: int
     server_id: int
     seq: int
+
+    def __init__(self, domain: int, server_id: int, seq: int) -> None:
+        self.domain, self.server_id, self.seq = domain, server_id, seq
+
+    def __reduce__(self) -> tuple[type[MariadbGtid], tuple[int, int, int]]:
+        return MariadbGtid, (self.domain, self.server_id, self.seq)
 
     def __str__(self) -> str:
         return f"{self.domain}-{self.server_id}-{self.seq}"
@@ -269,11 +315,25 @@ class MariadbGtid:
         return cls(int(m.group(1)), int(m.group(2)), int(m.group(3)))
 
 
-@record()
+@dataclass(slots=True, init=False, eq=False)
 class MariadbGtidPos:
     """A MariaDB GTID position (as in @@gtid_binlog_pos): the last GTID of each replication domain."""
 
     gtids: tuple[MariadbGtid, ...] = ()  # sorted by domain, one per domain
+
+    def __init__(self, gtids: tuple[MariadbGtid, ...] = ()) -> None:
+        self.gtids = gtids
+
+    def __reduce__(self) -> tuple[type[MariadbGtidPos], tuple[object]]:
+        return MariadbGtidPos, (self.gtids,)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, MariadbGtidPos):
+            return NotImplemented
+        return self.gtids == other.gtids
+
+    def __hash__(self) -> int:
+        return hash(self.gtids)
 
     @classmethod
     def parse(cls, text: str) -> MariadbGtidPos:
@@ -351,13 +411,19 @@ def parse_gtid(text: str) -> MysqlGtid | MariadbGtid:
 # --- checkpoints and start points ---------------------------------------------------------------
 
 
-@record()  # built per event/commit: see service/binlog/record.py
+@dataclass(slots=True, unsafe_hash=True, init=False)
 class Checkpoint:
     """The resume point after a committed transaction."""
 
     position: BinlogPosition
     gtid_set: str = ""  # executed set after the transaction: "uuid:1-5,..." or MariaDB "0-1-100,..."
     ts: int = 0  # source timestamp of the transaction's commit event
+
+    def __init__(self, position: BinlogPosition, gtid_set: str = "", ts: int = 0) -> None:
+        self.position, self.gtid_set, self.ts = position, gtid_set, ts
+
+    def __reduce__(self) -> tuple[type[Checkpoint], tuple[BinlogPosition, str, int]]:
+        return Checkpoint, (self.position, self.gtid_set, self.ts)
 
 
 StartPoint = Literal["now", "start"] | BinlogPosition | MysqlGtidSet | MariadbGtidPos | Checkpoint

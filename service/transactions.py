@@ -13,7 +13,6 @@ from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
 
 from service.binlog.events import Event, GtidEvent, QueryEvent, RowsEvent
-from service.binlog.record import record
 from service.binlog.rowchange import RowChange
 from service.binlog.schema import TableSchema
 from service.checkpoint import Checkpoint, CheckpointTracker, statement_kind
@@ -34,7 +33,7 @@ class Ddl:
 _NONE_PARTIAL: frozenset[int] = frozenset()
 
 
-@record()  # immutable for mypy; built once per source transaction, so built cheaply
+@dataclass(slots=True, unsafe_hash=True, init=False)  # built per transaction: see checkpoint.py
 class Transaction:
     changes: tuple[RowChange, ...]
     ddl: tuple[Ddl, ...]
@@ -44,6 +43,13 @@ class Transaction:
     # Indexes into `changes` whose before or after image lacks columns of the table: the source
     # logged a partial row image (binlog_row_image=MINIMAL or NOBLOB, global or per session).
     partial: frozenset[int] = frozenset()
+
+    def __init__(
+        self, changes: tuple[RowChange, ...], ddl: tuple[Ddl, ...], gtid: str | None, ts: int,
+        end: Checkpoint, partial: frozenset[int] = _NONE_PARTIAL,
+    ) -> None:  # fmt: skip
+        self.changes, self.ddl, self.gtid, self.ts, self.end = changes, ddl, gtid, ts, end
+        self.partial = partial
 
 
 @dataclass(frozen=True, slots=True)

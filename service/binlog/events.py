@@ -3,9 +3,9 @@
 Compiled with the rest of the core (python -m service.build_decoder), these are native
 classes. The ones the decoder builds for every event or row take an explicit `__init__`
 (`init=False`): mypyc compiles it to a direct C constructor (EventHeader 0.31 -> 0.09 µs),
-while a dataclass-generated one stays interpreted and costs more than before. Not
-`record()`: mypyc only recognises `dataclass` itself, so these records are not frozen for
-mypy either; nothing assigns to them (they are built once and replaced with replace()).
+while a dataclass-generated one stays interpreted and costs more than before. Not frozen:
+mypyc only recognises a plain `dataclass`; nothing assigns to them (they are built once and
+replaced with replace()).
 """
 
 from __future__ import annotations

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import copy
+import pickle
+from dataclasses import replace
+
 import pytest
 
 from service.checkpoint import (
     BinlogPosition,
+    Checkpoint,
     MariadbGtid,
     MariadbGtidPos,
     MysqlGtid,
@@ -174,3 +179,23 @@ def test_parse_start_rejects() -> None:
 )
 def test_statement_kind(sql: str, kind: str) -> None:
     assert statement_kind(sql) == kind
+
+
+def test_value_types_compare_and_hash_by_value() -> None:
+    """Native classes in the compiled build: equality and hashing must still be by value (mypyc
+    gives a class that defines an ordering identity equality unless __eq__ is written out)."""
+    pos = BinlogPosition("mysql-bin.000002", 120)
+    pairs = [
+        (BinlogPosition("mysql-bin.000002", 120), BinlogPosition("mysql-bin.000002", 121)),
+        (MysqlGtid(U1, 5), MysqlGtid(U1, 5, "etl")),
+        (MysqlGtidSet.parse(f"{U1}:1-5"), MysqlGtidSet.parse(f"{U1}:1-6")),
+        (MariadbGtid(0, 1, 100), MariadbGtid(0, 1, 101)),
+        (MariadbGtidPos.parse("0-1-100,1-2-5"), MariadbGtidPos.parse("0-1-100")),
+        (Checkpoint(pos, "0-1-100", 7), Checkpoint(pos, "0-1-100", 8)),
+    ]
+    for value, other in pairs:
+        twin = copy.deepcopy(value)
+        assert twin is not value and twin == value and hash(twin) == hash(value), value
+        assert value != other and {value: 1}.get(twin) == 1, value
+        assert replace(value) == value
+        assert pickle.loads(pickle.dumps(value)) == value
