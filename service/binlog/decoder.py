@@ -17,9 +17,13 @@ Rows of inner events carry the payload event's span as their position.
 from __future__ import annotations
 
 import struct
-import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+
+try:  # ISA-L's CRC-32 (the same polynomial as zlib's): 2-3x faster on event-sized buffers
+    from isal.isal_zlib import crc32
+except ImportError:  # pragma: no cover - a platform without an isal wheel
+    from zlib import crc32
 
 from service.binlog.constants import HEADER_LEN, LOG_EVENT_ARTIFICIAL_F, LOG_EVENT_IGNORABLE_F, STMT_END_F
 from service.binlog.constants import EventType as E
@@ -200,13 +204,13 @@ class BinlogDecoder:
     def _verify_checksum(self, header: EventHeader, data: bytes) -> None:
         if len(data) < HEADER_LEN + 4:
             raise TruncatedEvent("event too short for its CRC32 trailer")
-        if zlib.crc32(data) != _CRC32_RESIDUE:
+        if crc32(data) != _CRC32_RESIDUE:
             want = int.from_bytes(data[-4:], "little")
-            got = zlib.crc32(data[:-4])
+            got = crc32(data[:-4])
             if want != got and header.type_code == E.FORMAT_DESCRIPTION and header.flags & 1:
                 # LOG_EVENT_BINLOG_IN_USE_F is set in the FDE of a file still open (or not
                 # closed cleanly) after its CRC was computed: check with the flag cleared.
-                got = zlib.crc32(data[:17] + bytes([data[17] & 0xFE]) + data[18:-4])
+                got = crc32(data[:17] + bytes([data[17] & 0xFE]) + data[18:-4])
             if want != got:
                 raise ChecksumMismatch(
                     f"{self._where(header.offset)}: CRC32 0x{got:08x} != trailer 0x{want:08x}"
@@ -228,7 +232,7 @@ class BinlogDecoder:
             return self._fde(h, data)
         if h.type_code == E.ROTATE:  # the fake rotate that precedes the FDE in a replication stream
             body = data[HEADER_LEN:]
-            if len(data) >= HEADER_LEN + 12 and zlib.crc32(data[:-4]) == int.from_bytes(data[-4:], "little"):
+            if len(data) >= HEADER_LEN + 12 and crc32(data[:-4]) == int.from_bytes(data[-4:], "little"):
                 body = data[HEADER_LEN:-4]
             return self._rotate(parse_rotate(h, body, None))
         raise DecodeError(f"{h.type_name} event before any FORMAT_DESCRIPTION_EVENT")

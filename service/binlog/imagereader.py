@@ -34,14 +34,14 @@ VAR: Final = 4  # 1- to 4-byte length prefix, then text `codec` / `convert` / ra
 class ColumnStep:
     """How to read one column of one row-image pattern."""
 
-    __slots__ = ("name", "kind", "size", "sign_bit", "wrap", "convert", "unpack", "codec", "keyed")
+    __slots__ = ("name", "kind", "size", "signed", "wrap", "convert", "unpack", "codec", "keyed")
 
     def __init__(self, name: str, spec: FixedSpec | VarSpec | None) -> None:
         self.name = name
         self.kind = NULL
         self.size = 0
-        # a signed integer at or above sign_bit is negative: value - wrap (0 when unsigned)
-        self.sign_bit = self.wrap = 0
+        self.signed = False
+        self.wrap = 0  # a signed integer whose top bit is set is negative: value - wrap
         self.convert: Callable[[Any], Any] | None = None
         self.unpack: Callable[[bytes, int], tuple[Any, ...]] | None = None
         self.codec = ""
@@ -56,7 +56,7 @@ class ColumnStep:
             else:
                 self.kind = INT
                 if spec.code.islower():
-                    self.sign_bit, self.wrap = 1 << (self.size * 8 - 1), 1 << (self.size * 8)
+                    self.signed, self.wrap = True, 1 << (self.size * 8)
             self.keyed = spec.convert is not None  # fixed-width values are all immutable
         elif isinstance(spec, VarSpec):  # every VarSpec has a length prefix of 1 to 4 bytes
             self.kind, self.size, self.convert, self.codec = VAR, spec.prefix, spec.convert, spec.codec or ""
@@ -107,7 +107,7 @@ class StepReader:
                 else:
                     value = _uint(buf, pos, size)
                 pos += size
-                if step.sign_bit and value >= step.sign_bit:
+                if step.signed and buf[pos - 1] & 0x80:  # the top byte's top bit: no wide compare
                     value -= step.wrap
                 if step.keyed:
                     key = value
