@@ -11,9 +11,9 @@ with precomputed shifts and masks: no per-byte work, no string joins.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from decimal import Context, Decimal
 
+from service.binlog.inplace import InPlaceConverter
 from service.errors import InvalidValue, TruncatedEvent
 
 __all__ = ["decimal_size", "decode_decimal", "make_decimal_converter"]
@@ -57,8 +57,9 @@ def _layout(precision: int, scale: int) -> tuple[tuple[int, int, int, int, int],
     return tuple(out)
 
 
-def make_decimal_converter(precision: int, scale: int) -> Callable[[bytes], Decimal]:
-    """bytes (exactly decimal_size(precision, scale) of them) -> Decimal."""
+def make_decimal_converter(precision: int, scale: int) -> InPlaceConverter[Decimal]:
+    """bytes (decimal_size(precision, scale) of them, at offset `at`; the caller checks that
+    they are there) -> Decimal."""
     size = decimal_size(precision, scale)
     layout = _layout(precision, scale)
     sign_bit = 1 << (size * 8 - 1)
@@ -70,13 +71,13 @@ def make_decimal_converter(precision: int, scale: int) -> Callable[[bytes], Deci
     # build a bound method for every value.
     multiply = _EXACT.multiply
 
-    def convert(raw: bytes) -> Decimal:
+    def convert(raw: bytes, at: int = 0) -> Decimal:
         if size <= 7:  # up to DECIMAL(16,x): a machine word, assembled without a call
             value = 0
-            for i in range(size):
+            for i in range(at, at + size):
                 value = value << 8 | raw[i]
         else:
-            value = from_bytes(raw, "big")
+            value = from_bytes(raw[at : at + size], "big")
         negative = value < sign_bit
         value ^= negative_flip if negative else sign_bit
         unscaled = 0

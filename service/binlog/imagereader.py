@@ -17,6 +17,7 @@ import struct
 from collections.abc import Callable
 from typing import Any, Final
 
+from service.binlog.inplace import InPlaceConverter
 from service.binlog.values import FixedSpec, VarSpec
 
 __all__ = ["COMPILED", "ColumnStep", "StepReader"]
@@ -34,7 +35,7 @@ VAR: Final = 4  # 1- to 4-byte length prefix, then text `codec` / `convert` / ra
 class ColumnStep:
     """How to read one column of one row-image pattern."""
 
-    __slots__ = ("name", "kind", "size", "signed", "wrap", "convert", "unpack", "codec", "keyed")
+    __slots__ = ("name", "kind", "size", "signed", "wrap", "convert", "in_place", "unpack", "codec", "keyed")
 
     def __init__(self, name: str, spec: FixedSpec | VarSpec | None) -> None:
         self.name = name
@@ -43,6 +44,7 @@ class ColumnStep:
         self.signed = False
         self.wrap = 0  # a signed integer whose top bit is set is negative: value - wrap
         self.convert: Callable[[Any], Any] | None = None
+        self.in_place: InPlaceConverter[Any] | None = None  # BYTES converted without a slice
         self.unpack: Callable[[bytes, int], tuple[Any, ...]] | None = None
         self.codec = ""
         # an UPDATE compares this column's raw form between its images (StepReader.read)
@@ -50,7 +52,7 @@ class ColumnStep:
         if isinstance(spec, FixedSpec):
             self.size, self.convert = spec.size, spec.convert
             if spec.code.endswith("s"):
-                self.kind = BYTES
+                self.kind, self.in_place = BYTES, spec.in_place
             elif spec.code in ("f", "d"):
                 self.kind, self.unpack = FLOAT, struct.Struct("<" + spec.code).unpack_from
             else:
@@ -128,6 +130,11 @@ class StepReader:
                 end = pos + step.size
                 if end > len(buf):
                     raise IndexError("fixed-width value runs past the row data")
+                in_place = step.in_place
+                if in_place is not None and keys is None and before_keys is None:
+                    row[step.name] = in_place(buf, pos)  # no raw form needed: no slice
+                    pos = end
+                    continue
                 value = buf[pos:end]
                 pos = end
                 if step.keyed:

@@ -7,9 +7,9 @@ Python's date cannot hold them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import UTC, date, datetime, timedelta
 
+from service.binlog.inplace import InPlaceConverter
 from service.errors import InvalidValue
 
 __all__ = [
@@ -157,7 +157,8 @@ def decode_timestamp2(raw: bytes, fsp: int) -> datetime | str:
 
 # The converters below read their bytes one by one: a DATETIME2(6) is 8 bytes, one int of
 # 64 bits, which a compiled build shifts and masks as a heap integer; the 5-byte integer part
-# and the 3-byte fraction each stay a machine word.
+# and the 3-byte fraction each stay a machine word. They read in place (`at`: the value's
+# offset in a row image), so the row reader passes its buffer instead of a slice.
 
 
 def _fraction_us(raw: bytes, at: int, nbytes: int, scale: int) -> int:
@@ -175,13 +176,16 @@ def _fraction_us(raw: bytes, at: int, nbytes: int, scale: int) -> int:
     return us
 
 
-def make_datetime2_converter(fsp: int) -> Callable[[bytes], datetime | str]:
-    """DATETIME2(fsp) bytes -> value, like decode_datetime2 with the fraction's width fixed."""
+def make_datetime2_converter(fsp: int) -> InPlaceConverter[datetime | str]:
+    """DATETIME2(fsp) bytes (at offset `at`) -> value, like decode_datetime2 with the fraction's
+    width fixed."""
     frac_len, frac_mul = FRAC_BYTES[fsp], _FRAC_MUL[fsp]
 
-    def convert(raw: bytes) -> datetime | str:
-        intpart = (raw[0] << 32 | raw[1] << 24 | raw[2] << 16 | raw[3] << 8 | raw[4]) - 0x8000000000
-        us = _fraction_us(raw, 5, frac_len, frac_mul)
+    def convert(raw: bytes, at: int = 0) -> datetime | str:
+        intpart = (
+            raw[at] << 32 | raw[at + 1] << 24 | raw[at + 2] << 16 | raw[at + 3] << 8 | raw[at + 4]
+        ) - 0x8000000000
+        us = _fraction_us(raw, at + 5, frac_len, frac_mul)
         if intpart > 0:  # fast path for ordinary values; zero/partial dates fall through
             ymd, hms = intpart >> 17, intpart & 0x1FFFF
             ym = ymd >> 5
@@ -194,13 +198,13 @@ def make_datetime2_converter(fsp: int) -> Callable[[bytes], datetime | str]:
     return convert
 
 
-def make_timestamp2_converter(fsp: int) -> Callable[[bytes], datetime | str]:
-    """TIMESTAMP2(fsp) bytes -> value (see make_datetime2_converter)."""
+def make_timestamp2_converter(fsp: int) -> InPlaceConverter[datetime | str]:
+    """TIMESTAMP2(fsp) bytes (at offset `at`) -> value (see make_datetime2_converter)."""
     frac_len, frac_mul = FRAC_BYTES[fsp], _FRAC_MUL[fsp]
 
-    def convert(raw: bytes) -> datetime | str:
-        sec = raw[0] << 24 | raw[1] << 16 | raw[2] << 8 | raw[3]
-        us = _fraction_us(raw, 4, frac_len, frac_mul)
+    def convert(raw: bytes, at: int = 0) -> datetime | str:
+        sec = raw[at] << 24 | raw[at + 1] << 16 | raw[at + 2] << 8 | raw[at + 3]
+        us = _fraction_us(raw, at + 4, frac_len, frac_mul)
         if sec == 0 and us == 0:
             return ZERO_DATETIME
         return utc_datetime(sec, us)

@@ -17,6 +17,7 @@ from service.binlog.charsets import codec_for_collation, decode_latin1
 from service.binlog.compress import mariadb_uncompress_value
 from service.binlog.constants import ColumnType as T
 from service.binlog.decimal import decimal_size, make_decimal_converter
+from service.binlog.inplace import InPlaceConverter
 from service.binlog.jsonb import decode_json, decode_json_diffs
 from service.binlog.schema import Column
 from service.binlog.stats import DecoderStats
@@ -50,6 +51,8 @@ class FixedSpec:
     code: str  # struct code without byte order, e.g. "i" or "5s"
     size: int
     convert: Callable[[Any], Any] | None = None
+    # the same converter when it can also read the value inside a row image: convert(buf, pos)
+    in_place: InPlaceConverter[Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,16 +236,19 @@ def column_spec(col: Column, stats: DecoderStats, partial_json: bool = False) ->
             raise InvalidValue(f"fractional-second precision {fsp} > 6 in {col.name}")
         if t == T.TIMESTAMP2:
             n = 4 + FRAC_BYTES[fsp]
-            return FixedSpec(f"{n}s", n, make_timestamp2_converter(fsp))
+            ts = make_timestamp2_converter(fsp)
+            return FixedSpec(f"{n}s", n, ts, ts)
         if t == T.DATETIME2:
             n = 5 + FRAC_BYTES[fsp]
-            return FixedSpec(f"{n}s", n, make_datetime2_converter(fsp))
+            dt = make_datetime2_converter(fsp)
+            return FixedSpec(f"{n}s", n, dt, dt)
         n = 3 + FRAC_BYTES[fsp]
         return FixedSpec(f"{n}s", n, lambda raw: decode_time2(raw, fsp))
     if t == T.NEWDECIMAL:
         precision, scale = meta >> 8, meta & 0xFF
         n = decimal_size(precision, scale)
-        return FixedSpec(f"{n}s", n, make_decimal_converter(precision, scale))
+        dec = make_decimal_converter(precision, scale)
+        return FixedSpec(f"{n}s", n, dec, dec)
     if t == T.BIT:
         n = (meta >> 8) + (1 if meta & 0xFF else 0)
         if n == 0:
