@@ -102,7 +102,7 @@ class StepReader:
             key: object = None
             if kind == INT:
                 size = step.size
-                if size == 4:  # INT and ENUM/SET/YEAR/... of one byte are most columns: inline
+                if size == 4:  # INT, and TINYINT/ENUM/YEAR below: most integer columns, inlined
                     value = buf[pos] | buf[pos + 1] << 8 | buf[pos + 2] << 16 | buf[pos + 3] << 24
                 elif size == 1:
                     value = buf[pos]
