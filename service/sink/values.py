@@ -26,7 +26,7 @@ from typing import Any
 
 import orjson
 
-from service.binlog.canonical import row_to_json
+from service.binlog.canonical import naive_text, row_to_json
 from service.binlog.jsonb import JsonNull
 
 __all__ = ["TEXT_FORMS", "field_value", "json_document", "key_text"]
@@ -44,11 +44,11 @@ def _timedelta(value: dt.timedelta) -> str:
 
 
 def _datetime(value: dt.datetime) -> str:
-    if value.tzinfo is dt.UTC:  # TIMESTAMP as decoded: drop the "+00:00" (cheaper than replace())
-        return value.isoformat(sep=" ")[:-6]
+    if value.tzinfo is dt.UTC:  # TIMESTAMP as decoded: its wall time, without an offset to cut
+        return naive_text(value, " ")
     if value.tzinfo is not None:  # TIMESTAMP: stored as UTC wall time, like DATETIME
         value = value.astimezone(dt.UTC).replace(tzinfo=None)
-    return value.isoformat(sep=" ")
+    return value.isoformat(" ")  # positional: a keyword costs a dict per call
 
 
 def _set(value: set[Any] | frozenset[Any]) -> str:
