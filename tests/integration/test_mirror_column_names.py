@@ -19,7 +19,7 @@ from service.pipeline.replicator import Replicator
 from service.sink.values import field_value
 from service.stack import LocalStack
 from service.transactions import Transaction
-from tests.integration.mirror_helpers import mirror_settings, wait_applied, wait_hooks
+from tests.integration.mirror_helpers import master_position, mirror_settings, wait_applied, wait_hooks
 
 pytestmark = pytest.mark.integration
 
@@ -38,11 +38,6 @@ def _sql(stack: LocalStack, *statements: str) -> list[Any]:
         return out
     finally:
         conn.close()
-
-
-def _master(stack: LocalStack) -> BinlogPosition:
-    row = _sql(stack, "SHOW MASTER STATUS")[0]
-    return BinlogPosition(str(row[0]), int(row[1]))
 
 
 def _mirror(redis_url: str) -> dict[str, dict[bytes, bytes]]:
@@ -81,8 +76,9 @@ def _stored(redis_url: str) -> Checkpoint | None:
 
 
 async def _caught_up(stack: LocalStack, rep: Replicator, redis_url: str) -> None:
-    await asyncio.to_thread(wait_applied, lambda: _stored(redis_url), _master(stack))
-    await wait_hooks(rep, _master(stack))
+    target = master_position(stack)  # less a trailing BINLOG_CHECKPOINT, which no transaction passes
+    await asyncio.to_thread(wait_applied, lambda: _stored(redis_url), target)
+    await wait_hooks(rep, target)
     for _ in range(200):
         if not any(t.resync for t in rep.status().tables):
             return
