@@ -17,11 +17,9 @@ __all__ = [
     "date_from_packed",
     "datetime_from_packed",
     "decode_date",
-    "decode_datetime2",
     "decode_datetime_old",
     "decode_time2",
     "decode_time_old",
-    "decode_timestamp2",
     "decode_timestamp_old",
     "decode_year",
     "make_datetime2_converter",
@@ -76,15 +74,6 @@ def decode_date(raw: bytes) -> date | str:
     return make_date(v >> 9, (v >> 5) & 15, v & 31)
 
 
-def _frac(raw: bytes, fsp: int) -> int:
-    if fsp == 0:
-        return 0
-    us = int.from_bytes(raw, "big") * _FRAC_MUL[fsp]
-    if us > 999999:
-        raise InvalidValue(f"fractional seconds {us} out of range")
-    return us
-
-
 def datetime_from_packed(packed: int) -> datetime | str:
     """my_time.cc TIME_from_longlong_datetime_packed (DATETIME2 and JSON opaque DATETIME)."""
     if packed < 0:
@@ -115,19 +104,6 @@ def time_from_packed(packed: int) -> timedelta:
     return -td if neg else td
 
 
-def decode_datetime2(raw: bytes, fsp: int) -> datetime | str:
-    intpart = int.from_bytes(raw[:5], "big") - 0x8000000000
-    us = _frac(raw[5:], fsp) if fsp else 0
-    if intpart > 0:  # fast path for ordinary values; zero/partial dates fall through
-        ymd, hms = intpart >> 17, intpart & 0x1FFFF
-        ym = ymd >> 5
-        try:
-            return datetime(ym // 13, ym % 13, ymd & 31, hms >> 12, (hms >> 6) & 63, hms & 63, us)
-        except ValueError:
-            pass
-    return datetime_from_packed((intpart << 24) + us)
-
-
 def utc_datetime(sec: int, us: int = 0) -> datetime:
     """Seconds since the epoch (>= 0) -> aware UTC datetime; as datetime.fromtimestamp(sec, UTC)
     but without the C library's time conversion, which costs about twice as much (days to the
@@ -145,14 +121,6 @@ def utc_datetime(sec: int, us: int = 0) -> datetime:
     month = mp + 3 if mp < 10 else mp - 9
     year = yoe + era * 400 + (1 if month <= 2 else 0)
     return datetime(year, month, day, rem // 3600, rem // 60 % 60, rem % 60, us, UTC)
-
-
-def decode_timestamp2(raw: bytes, fsp: int) -> datetime | str:
-    sec = int.from_bytes(raw[:4], "big")
-    us = _frac(raw[4:], fsp) if fsp else 0
-    if sec == 0 and us == 0:
-        return ZERO_DATETIME
-    return utc_datetime(sec, us)
 
 
 # The converters below read their bytes one by one: a DATETIME2(6) is 8 bytes, one int of
@@ -177,8 +145,8 @@ def _fraction_us(raw: bytes, at: int, nbytes: int, scale: int) -> int:
 
 
 def make_datetime2_converter(fsp: int) -> InPlaceConverter[datetime | str]:
-    """DATETIME2(fsp) bytes (at offset `at`) -> value, like decode_datetime2 with the fraction's
-    width fixed."""
+    """DATETIME2(fsp) bytes (at offset `at`) -> value: a 5-byte big-endian integer part offset by
+    0x8000000000, then the fraction (my_datetime_packed_from_binary)."""
     frac_len, frac_mul = FRAC_BYTES[fsp], _FRAC_MUL[fsp]
 
     def convert(raw: bytes, at: int = 0) -> datetime | str:
