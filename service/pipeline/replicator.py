@@ -54,7 +54,7 @@ from service.queues import RowQueue
 from service.settings import Settings
 from service.sink.client import redis_client
 from service.sink.keys import KeyLayout, split_key
-from service.sink.mirror import MirrorOptions, RedisMirror
+from service.sink.mirror import MirrorOptions, RedisMirror, SentBatch
 from service.sink.plan import ActionKind, TableAction
 from service.transactions import TableFilter, Transaction
 from service.transport.backoff import Backoff
@@ -65,9 +65,9 @@ __all__ = ["AppliedHook", "Replicator", "TransactionSource"]
 log = logging.getLogger(__name__)
 
 AppliedHook = Callable[[Transaction, int], None]
-# One apply call takes up to BATCH_MAX transactions (they share a Redis round trip) but stops
-# adding once it holds BATCH_ROWS rows: each planned row's arguments stay in memory until sent.
-BATCH_MAX = 64
+# A batch takes up to BATCH_MAX transactions but stops adding once it holds BATCH_ROWS rows. Its
+# small transactions share script calls of up to `chunk_rows` changes (RedisMirror.send).
+BATCH_MAX = 1000
 BATCH_ROWS = 10_000
 
 
@@ -88,6 +88,19 @@ def _default_source(settings: Settings, start: StartPoint, flt: TableFilter) -> 
     from service.transport.source import BinlogSource
 
     return BinlogSource(settings, start, table_filter=flt)
+
+
+@dataclass(slots=True)
+class _Flight:
+    """A batch written to Redis whose replies are not read yet."""
+
+    units: list[tuple[Transaction, list[TableAction]]]
+    started: float  # perf_counter when its planning began
+    sent: SentBatch
+
+    @property
+    def ddl(self) -> bool:
+        return any(txn.ddl for txn, _ in self.units)
 
 
 @dataclass(slots=True)
@@ -158,7 +171,7 @@ class Replicator:
         # API registers it in its app registry (api/main.py), next to apply_delay_seconds.
         self.apply_seconds = Histogram(
             "binlog_mirror_apply_seconds",
-            "Seconds per apply call to Redis (one batch of up to 64 transactions, one script each)",
+            "Seconds from planning a batch of transactions (up to 1,000) to reading Redis' replies",
             buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
             registry=None,
         )
@@ -208,6 +221,7 @@ class Replicator:
         finally:
             if self._leader and await self.mirror.release_lease():
                 log.info("writer lease released")
+            await self.mirror.close()
             await self.redis.aclose()
 
     def _position_lost(self, exc: PositionLost) -> PositionLost:
@@ -347,33 +361,61 @@ class Replicator:
             await self._queue.put(txn, len(txn.changes))
 
     async def _applier(self, reader: asyncio.Task[None]) -> None:
+        """Batches from the queue to Redis, two in flight: batch N+1 is planned and written while
+        Redis runs batch N (safe: every call checks the checkpoint chain, so after a failure the
+        later calls apply nothing). A batch is finished (replies read, hooks run) as soon as
+        nothing else is queued; a DDL batch before and after it is sent, as the table actions
+        and catalog of the batches after it depend on it."""
+        self._in_flight = (0, 0)
+        flight: _Flight | None = None
+        carry: Transaction | None = None  # taken from the queue, starts the next batch
         while not self._stop.is_set():
-            if reader.done() and self._queue.empty():
-                reader.result()
-                return
-            get = asyncio.ensure_future(self._queue.get())
-            stop = asyncio.ensure_future(self._stop.wait())
-            try:
-                await asyncio.wait({get, stop, reader}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                stop.cancel()
-            if not get.done():
-                get.cancel()
+            if flight is not None and (flight.ddl or carry is None and self._queue.empty()):
+                await self._finish(flight)
+                flight = None
                 continue
-            batch = [get.result()]
-            rows = len(batch[0].changes)
-            while (
-                len(batch) < BATCH_MAX and rows < BATCH_ROWS and not batch[-1].ddl and not self._queue.empty()
-            ):
-                nxt = self._queue.get_nowait()
-                rows += len(nxt.changes)
-                if nxt.ddl and len(batch) > 0:
-                    await self._apply(batch)
-                    batch = []
-                batch.append(nxt)
-            await self._apply(batch)
+            if carry is None:
+                if reader.done() and self._queue.empty():
+                    reader.result()
+                    return
+                get = asyncio.ensure_future(self._queue.get())
+                stop = asyncio.ensure_future(self._stop.wait())
+                try:
+                    await asyncio.wait({get, stop, reader}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    stop.cancel()
+                if not get.done():
+                    get.cancel()
+                    continue
+                carry = get.result()
+            batch, carry = self._next_batch(carry)
+            if batch[0].ddl and flight is not None:
+                await self._finish(flight)
+                flight = None
+            sent = await self._send(batch)
+            if flight is not None:
+                await self._finish(flight)
+            flight = sent
+        if flight is not None:  # stopping: wait for the batch in flight, never abandon it half-read
+            await self._finish(flight)
+
+    def _next_batch(self, first: Transaction) -> tuple[list[Transaction], Transaction | None]:
+        """`first` and what is queued behind it, up to BATCH_MAX transactions or BATCH_ROWS rows;
+        a DDL transaction is a batch of its own (returned second when it ends the batch)."""
+        batch = [first]
+        rows = len(first.changes)
+        while len(batch) < BATCH_MAX and rows < BATCH_ROWS and not first.ddl and not self._queue.empty():
+            nxt = self._queue.get_nowait()
+            if nxt.ddl:
+                return batch, nxt
+            rows += len(nxt.changes)
+            batch.append(nxt)
+        return batch, None
 
     async def _apply(self, batch: list[Transaction]) -> None:
+        await self._finish(await self._send(batch))
+
+    async def _send(self, batch: list[Transaction]) -> _Flight:
         # Empty transactions (all rows filtered out) only move the checkpoint: keep the last one.
         batch = [t for i, t in enumerate(batch) if t.changes or t.ddl or i == len(batch) - 1]
         for schema, table in {(ch.schema, ch.table) for txn in batch for ch in txn.changes}:
@@ -384,10 +426,17 @@ class Replicator:
         for txn in batch:
             actions = [a for d in txn.ddl for a in ddl_actions(d, self.filter, self._mirrored)]
             units.append((txn, actions))
-        self._in_flight = (len(batch), sum(len(t.changes) for t in batch))
-        with self.apply_seconds.time():
-            firsts = await self.mirror.apply(units)
-        self._in_flight = (0, 0)
+        flight = _Flight(units, time.perf_counter(), await self.mirror.send(units))
+        txns, rows = self._in_flight
+        self._in_flight = (txns + len(batch), rows + sum(len(t.changes) for t in batch))
+        return flight
+
+    async def _finish(self, flight: _Flight) -> None:
+        units = flight.units
+        firsts = await flight.sent.replies()
+        self.apply_seconds.observe(time.perf_counter() - flight.started)
+        txns, rows = self._in_flight
+        self._in_flight = (txns - len(units), rows - sum(len(t.changes) for t, _ in units))
         self._redis_ok = True
         for (txn, actions), first in zip(units, firsts, strict=True):
             self._applied, self._applied_ts = txn.end, txn.ts

@@ -18,7 +18,6 @@ Redis errors become SinkError here and only here.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import logging
 import secrets
 from collections import Counter
@@ -31,13 +30,14 @@ from redis.asyncio import Redis
 
 from service.checkpoint import BinlogPosition, Checkpoint
 from service.errors import LeaseLost, SinkError
+from service.sink.channel import ScriptChannel
 from service.sink.keys import KeyLayout
 from service.sink.plan import Arg, KeyColumns, Planner, TableAction, checkpoint_args, checkpoint_fields
 from service.sink.scripts import APPLY, RELEASE, RENEW, RESYNC_FINISH, RESYNC_ROWS
 from service.sink.values import field_value, json_document
 from service.transactions import Transaction
 
-__all__ = ["MirrorOptions", "RedisMirror", "map_redis_errors"]
+__all__ = ["MirrorOptions", "RedisMirror", "SentBatch", "map_redis_errors"]
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,8 @@ def map_redis_errors(what: str) -> Iterator[None]:
             raise LeaseLost(f"{what}: {exc}") from exc
         raise SinkError(f"{what}: {exc}") from exc
     except (rexc.RedisError, OSError, TimeoutError) as exc:
-        raise SinkError(f"{what}: {exc!r}") from exc
+        # str, not repr: redis-py's exceptions repr as just "network:ConnectionError"
+        raise SinkError(f"{what}: {type(exc).__name__}: {exc}") from exc
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +81,28 @@ class _Progress:
         return cls(raw["txn"], int(raw["rows"]), int(raw.get("first", -1)), tables)
 
 
+@dataclass(slots=True)
+class SentBatch:
+    """The script calls written for one batch, in order: `replies()` waits for them."""
+
+    channel: ScriptChannel
+    epoch: int  # the channel's connection they were written on
+    calls: list[tuple[str, Sequence[int]]] = field(default_factory=list)  # what; offsets of its txns
+
+    async def replies(self) -> list[int]:
+        """The first change sequence number of each transaction; raises the first call's error
+        (SinkError, LeaseLost): the later calls of the batch then applied nothing either."""
+        firsts: list[int] = []
+        calls, self.calls = self.calls, []
+        for what, offsets in calls:
+            with map_redis_errors(what):
+                if self.channel.epoch != self.epoch:
+                    raise rexc.ConnectionError("the connection was closed before the reply came")
+                first = int(await self.channel.reply())
+            firsts += [first + o for o in offsets]
+        return firsts
+
+
 class RedisMirror:
     def __init__(
         self,
@@ -100,7 +123,7 @@ class RedisMirror:
             full_images=opts.full_images,
             changelog_maxlen=opts.changelog_maxlen,
         )
-        self._apply = redis.register_script(APPLY)
+        self._channel = ScriptChannel(redis, APPLY)
         self._resync_rows = redis.register_script(RESYNC_ROWS)
         self._resync_finish = redis.register_script(RESYNC_FINISH)
         self._renew = redis.register_script(RENEW)
@@ -110,7 +133,9 @@ class RedisMirror:
 
     # -- checkpoint --------------------------------------------------------------------------------
     async def load_checkpoint(self) -> Checkpoint | None:
-        """The stored checkpoint (and the chain head for the next apply)."""
+        """The stored checkpoint (and the chain head for the next apply). Drops the apply
+        connection: replies of calls sent before are never read as replies to later ones."""
+        await self._channel.close()
         with map_redis_errors("loading the checkpoint"):
             raw = await self.redis.hgetall(self.layout.checkpoint_key)
             progress = await self.redis.hgetall(self.layout.progress_key)
@@ -170,61 +195,88 @@ class RedisMirror:
         ]
 
     async def apply(self, batch: Sequence[tuple[Transaction, Sequence[TableAction]]]) -> list[int]:
-        """Apply transactions in order; returns the first change sequence number of each.
-
-        Small transactions share one pipeline round trip; a large one is sent chunk by chunk.
+        """Apply transactions in order and wait; returns the first change sequence number of each.
         On any error, what was applied is exactly a prefix of `batch` (the stored checkpoint says
-        which); callers resume from the stored checkpoint.
-        """
-        firsts: list[int] = []
-        pending: list[tuple[Transaction, list[Arg]]] = []
-        for txn, actions in batch:
-            cp = checkpoint_args(self.layout, checkpoint_fields(txn))
-            txn_id = str(txn.end.position)
-            resume = self._resume if self._resume is not None and self._resume.txn == txn_id else None
-            todo: Sequence[int] = range(len(txn.changes))
-            # Planned one chunk ahead, never whole: a transaction of millions of rows would
-            # otherwise hold every row's arguments in memory before the first chunk is sent.
-            if resume is not None:  # its table actions went with its first chunk
-                todo = self.planner.remaining(txn, resume.tables)
-                chunks = self.planner.chunks(txn, [], self.options.chunk_size, todo)
-            else:
-                chunks = self.planner.chunks(txn, actions, self.options.chunk_size)
-                head = next(chunks)
-                second = next(chunks, None)
-                if second is None:
-                    ops, n = head
-                    pending.append((txn, self._header(txn_id, 0, True, n) + ops + cp))
-                    self._prev = txn_id
-                    continue
-                chunks = itertools.chain((head, second), chunks)
-            firsts += await self._flush(pending)
-            pending = []
-            firsts.append(await self._apply_chunked(txn, chunks, todo, cp, resume))
-            self._prev = txn_id
-        firsts += await self._flush(pending)
-        return firsts
+        which); callers resume from the stored checkpoint."""
+        return await (await self.send(batch)).replies()
 
-    async def _apply_chunked(
-        self,
-        txn: Transaction,
-        chunks: Iterator[tuple[list[Arg], int]],
-        todo: Sequence[int],
-        cp: list[Arg],
-        resume: _Progress | None,
-    ) -> int:
-        """A big transaction, chunk by chunk (`chunks` plan the changes `todo`, in order); each
-        chunk but the last records in `__progress` how many changes of each table are done."""
+    async def send(self, batch: Sequence[tuple[Transaction, Sequence[TableAction]]]) -> SentBatch:
+        """Plan and write the script calls of `batch` without waiting for Redis to run them;
+        `replies()` of the result waits. Batches sent one after another apply in order.
+
+        Consecutive small transactions share one call (up to `chunk_size` changes), which applies
+        them all or none and stores the last one's checkpoint; a larger one is sent chunk by chunk.
+        Each call is written as soon as it is planned, so Redis runs it while the next is planned.
+        """
+        sent = SentBatch(self._channel, self._channel.epoch)
+        limit = self.options.chunk_size
+        group: list[Arg] = []  # ops of the call being planned
+        offsets: list[int] = []  # of its transactions' first changes
+        size = 0
+        last: Transaction | None = None  # its last transaction
+        try:
+            for txn, actions in batch:
+                n = len(txn.changes)
+                resume = self._resume
+                if resume is not None and resume.txn != str(txn.end.position):
+                    resume = None
+                if resume is None and n <= limit:
+                    if last is not None and size + n > limit:
+                        await self._send_group(sent, group, offsets, size, last)
+                        group, offsets, size, last = [], [], 0, None
+                    if last is None:
+                        self.planner.begin_call()
+                    offsets.append(size)
+                    self.planner.transaction(group, txn, actions)
+                    size += n
+                    last = txn
+                    continue
+                if last is not None:
+                    await self._send_group(sent, group, offsets, size, last)
+                    group, offsets, size, last = [], [], 0, None
+                await self._send_chunked(sent, txn, actions, resume)
+            if last is not None:
+                await self._send_group(sent, group, offsets, size, last)
+        except BaseException:
+            # The calls already written run anyway: wait for them, so that when the caller sees
+            # the error, Redis holds exactly the prefix they applied.
+            with contextlib.suppress(SinkError):
+                await sent.replies()
+            raise
+        return sent
+
+    async def _send_group(
+        self, sent: SentBatch, ops: list[Arg], offsets: list[int], size: int, last: Transaction
+    ) -> None:
+        txn_id = str(last.end.position)
+        args = self._header(txn_id, 0, True, size) + ops
+        args += checkpoint_args(self.layout, checkpoint_fields(last))
+        many = f"{len(offsets)} transactions up to " if len(offsets) > 1 else "transaction "
+        await self._send(sent, args, f"applying {many}{txn_id}", offsets)
+        self._prev = txn_id
+
+    async def _send_chunked(
+        self, sent: SentBatch, txn: Transaction, actions: Sequence[TableAction], resume: _Progress | None
+    ) -> None:
+        """A big (or resumed) transaction, chunk by chunk; each chunk but the last records in
+        `__progress` how many changes of each table are done. Planned one chunk ahead, never
+        whole: a transaction of millions of rows would otherwise hold every row's arguments."""
         txn_id = str(txn.end.position)
-        done = dict(resume.tables) if resume else {}
-        rows, first = (resume.rows, resume.first) if resume else (0, -1)
-        tids = self.planner.table_ids(txn)
-        if resume:
+        cp = checkpoint_args(self.layout, checkpoint_fields(txn))
+        size = self.options.chunk_size
+        todo: Sequence[int] = range(len(txn.changes))
+        if resume is not None:  # its table actions went with its first chunk
+            todo = self.planner.remaining(txn, resume.tables)
+            chunks = self.planner.chunks(txn, [], size, todo)
             skipped = len(txn.changes) - len(todo)
             log.info("resuming transaction %s after a crash: %d row changes were applied", txn_id, skipped)
-        at = 0
+        else:
+            chunks = self.planner.chunks(txn, actions, size)
+        done = dict(resume.tables) if resume else {}
+        rows = resume.rows if resume else 0
+        tids = self.planner.table_ids(txn)
+        at = i = 0
         ahead = next(chunks, None)
-        i = 0
         while ahead is not None:
             ops, n = ahead
             ahead = next(chunks, None)
@@ -238,38 +290,22 @@ class RedisMirror:
                 for tid, k in done.items():
                     tail += [f"t:{tid}", k]
             args = self._header(txn_id, i, final, n, rows) + ops + tail
-            with map_redis_errors(
-                f"applying chunk {i} (to change {at + n} of {len(todo)}) of transaction {txn_id}"
-            ):
-                got = int(await self._apply(args=args))
-            if first < 0:
-                first = got
+            what = f"applying chunk {i} (to change {at + n} of {len(todo)}) of transaction {txn_id}"
+            # every chunk returns the transaction's first sequence number: keep the last's
+            await self._send(sent, args, what, (0,) if final else ())
             rows += n
             at += n
-            if not final:
-                log.debug("chunk %d of %s applied (%d of %d changes)", i, txn_id, at, len(todo))
         self._resume = None
-        return first
+        self._prev = txn_id
 
-    async def _flush(self, pending: list[tuple[Transaction, list[Arg]]]) -> list[int]:
-        if not pending:
-            return []
-        if len(pending) == 1:
-            with map_redis_errors(f"applying transaction {pending[0][0].end.position}"):
-                return [int(await self._apply(args=pending[0][1]))]
-        with map_redis_errors(f"applying {len(pending)} transactions"):
-            async with self.redis.pipeline(transaction=False) as pipe:
-                for _, args in pending:
-                    await self._apply(args=args, client=pipe)
-                results = await pipe.execute(raise_on_error=False)
-        out: list[int] = []
-        for r in results:
-            if isinstance(r, Exception):
-                # A prefix was applied; the rest failed their fence/chain check or never ran.
-                with map_redis_errors(f"applying transaction {len(out) + 1} of {len(pending)}"):
-                    raise r
-            out.append(int(r))
-        return out
+    async def _send(self, sent: SentBatch, args: list[Arg], what: str, offsets: Sequence[int]) -> None:
+        with map_redis_errors(what):
+            await self._channel.send(args)
+        sent.calls.append((what, offsets))
+
+    async def close(self) -> None:
+        """Close the apply connection (replies of calls in flight are dropped)."""
+        await self._channel.close()
 
     def reset_chain(self, checkpoint_id: str) -> None:
         self._prev = checkpoint_id

@@ -201,6 +201,17 @@ class Planner:
         return out + ["X", lay.resync_key, 1, lay.table_id(schema, table)]
 
     # -- whole transactions ----------------------------------------------------------------------
+    def begin_call(self) -> None:
+        """Start planning a new script call: shape ids (op K) are only valid within one call."""
+        self._shapes.clear()
+
+    def transaction(self, out: list[Arg], txn: Transaction, actions: Sequence[TableAction]) -> None:
+        """Append the ops of a whole transaction (its table actions first) to the current call,
+        after other transactions' ops: several small transactions share one atomic call."""
+        for a in actions:
+            out += self.action(a)
+        self._changes(out, txn, range(len(txn.changes)))
+
     def chunks(
         self,
         txn: Transaction,
@@ -208,37 +219,42 @@ class Planner:
         chunk_size: int,
         only: Sequence[int] | None = None,
     ) -> Iterator[tuple[list[Arg], int]]:
-        """Instruction lists of at most ~chunk_size row changes, with their change counts.
+        """Instruction lists (one call each) of at most chunk_size row changes, with their change
+        counts; a transaction of exactly chunk_size changes is one call.
 
         `only`: indexes of the changes to plan (a resumed transaction, see `remaining`)."""
-        cur: list[Arg] = []
-        count = 0
-        for a in actions:
-            cur += self.action(a)
+        todo = range(len(txn.changes)) if only is None else only
+        for at in range(0, max(len(todo), 1), chunk_size):
+            self.begin_call()
+            cur: list[Arg] = []
+            if at == 0:
+                for a in actions:
+                    cur += self.action(a)
+            part = todo[at : at + chunk_size]
+            self._changes(cur, txn, part)
+            yield cur, len(part)
+
+    def _changes(self, out: list[Arg], txn: Transaction, indexes: Sequence[int]) -> None:
+        """Row ops of the changes `indexes` of `txn`; each table is registered (`__tables`) and
+        made current (op C) once per run of its changes."""
         seen: set[tuple[str, str]] = set()
-        table: tuple[str, str] | None = None  # of the last C op in `cur`
-        self._shapes.clear()
+        table: tuple[str, str] | None = None  # of the last C op
         seq_only: list[Arg] = ["S"] if self.changelog_maxlen is not None else []
-        for i in range(len(txn.changes)) if only is None else only:
-            if count >= chunk_size:  # a transaction of exactly chunk_size changes is one call
-                yield cur, count
-                cur, count, table = [], 0, None
-                self._shapes.clear()
-            ch = txn.changes[i]
-            ops = self.change(ch, i in txn.partial)
-            count += 1
+        changes, partial = txn.changes, txn.partial
+        for i in indexes:
+            ch = changes[i]
+            ops = self.change(ch, i in partial)
             if ops is None:
-                cur += seq_only  # not mirrored, but it keeps its sequence number (first_seq + i)
+                out += seq_only  # not mirrored, but it keeps its sequence number (first_seq + i)
                 continue
             key = (ch.schema, ch.table)
             if key not in seen:
                 seen.add(key)
-                cur += ["A", self.layout.tables_key, self.layout.table_id(*key)]
+                out += ["A", self.layout.tables_key, self.layout.table_id(*key)]
             if key != table:
-                cur += self.context(*key)
+                out += self.context(*key)
                 table = key
-            cur += ops
-        yield cur, count
+            out += ops
 
     def table_ids(self, txn: Transaction) -> list[str]:
         """The table id of each change of `txn` (one escape per table, not per change)."""

@@ -108,16 +108,17 @@ async def test_chain_refuses_replays_and_gaps(redis: Redis) -> None:
 
 def crash_after(m: RedisMirror, calls: int) -> None:
     """Script calls of `m` after the first `calls` fail, as if the process died before sending them."""
-    real, count = m._apply, 0
+    channel = m._channel
+    real, count = channel.send, 0
 
-    async def apply(**kwargs: object) -> object:
+    async def send(args: object) -> None:
         nonlocal count
         count += 1
         if count > calls:
             raise rexc.ConnectionError("the process was killed")
-        return await real(**kwargs)
+        await real(args)  # type: ignore[arg-type]
 
-    m._apply = apply  # type: ignore[assignment]
+    channel.send = send  # type: ignore[method-assign]
 
 
 async def changelog(redis: Redis, prefix: str) -> list[tuple[str, str]]:
@@ -461,14 +462,14 @@ async def test_a_transaction_of_exactly_chunk_size_changes_is_one_call(redis: Re
     await m.acquire_lease()
     await m.load_checkpoint()
     calls = 0
-    real = m._apply
+    real = m._channel.send
 
-    async def counting(**kwargs: object) -> object:
+    async def counting(args: object) -> None:
         nonlocal calls
         calls += 1
-        return await real(**kwargs)
+        await real(args)  # type: ignore[arg-type]
 
-    m._apply = counting  # type: ignore[assignment]
+    m._channel.send = counting  # type: ignore[method-assign]
     await m.apply([(txn(ins("a", id=1), ins("a", id=2), ins("a", id=3)), [])])
     assert calls == 1
     assert set(await rows(redis, p, "a")) == {"1", "2", "3"}
@@ -490,3 +491,64 @@ async def test_wide_rows_and_many_shapes(redis: Redis) -> None:
     assert got["3"] == {b"id": b"3"}
     assert got["4"] == {b"id": b"4", b"x": b"x"}
     assert got["5"] == {b"id": b"5", b"y": b"y"}
+
+
+async def test_small_transactions_share_calls_of_up_to_chunk_size_changes(redis: Redis) -> None:
+    """Five 1-change and one 2-change transactions with chunk_size=3: calls of 3, 3 and 1 changes,
+    each all-or-nothing. A crash before the second call leaves exactly the first call's
+    transactions applied, and the checkpoint at the last of them."""
+    p = _prefix()
+    m = RedisMirror(redis, KeyLayout(p), keys_of, MirrorOptions(chunk_size=3, changelog_maxlen=100))
+    await m.acquire_lease()
+    await m.load_checkpoint()
+    txns = [txn(ins("a", id=i)) for i in range(3)] + [
+        txn(ins("a", id=3), ins("a", id=4)),
+        txn(ins("a", id=5)),
+    ]
+    txns.insert(1, txn(ins("a", id=9)))
+    crash_after(m, 1)
+    with pytest.raises(SinkError, match="applying 2 transactions up to"):
+        await m.apply([(t, []) for t in txns])
+    assert set(await rows(redis, p, "a")) == {"0", "9", "1"}
+    assert await m.load_checkpoint() == txns[2].end
+    m2 = RedisMirror(redis, KeyLayout(p), keys_of, MirrorOptions(chunk_size=3, changelog_maxlen=100), m.token)
+    await m2.load_checkpoint()
+    sends = 0
+    real = m2._channel.send
+
+    async def counting(args: object) -> None:
+        nonlocal sends
+        sends += 1
+        await real(args)  # type: ignore[arg-type]
+
+    m2._channel.send = counting  # type: ignore[method-assign]
+    assert await m2.apply([(t, []) for t in txns[3:]]) == [4, 5, 7]
+    assert sends == 2  # 1 + 2 changes, then 1
+    assert set(await rows(redis, p, "a")) == {"0", "9", "1", "2", "3", "4", "5"}
+    assert [e[1][b"seq"] for e in await redis.xrange(f"{p}:__changes")] == [
+        str(i).encode() for i in range(1, 8)
+    ]
+    assert await m2.load_checkpoint() == txns[-1].end
+
+
+async def test_a_failed_batch_applies_nothing_of_the_batches_sent_behind_it(redis: Redis) -> None:
+    """Batches are written before the replies of earlier ones are read: when one fails (here a
+    stale chain), every call sent after it fails its own chain check, so Redis holds a prefix."""
+    p = _prefix()
+    m = RedisMirror(redis, KeyLayout(p), keys_of)
+    await m.acquire_lease()
+    await m.load_checkpoint()
+    await m.apply([(txn(ins("a", id=1)), [])])
+    m.reset_chain("")  # a confused writer: it thinks nothing was applied yet
+    first = await m.send([(txn(ins("a", id=2)), [])])
+    second = await m.send([(txn(ins("a", id=3)), []), (txn(*(ins("b", id=i) for i in range(3))), [])])
+    with pytest.raises(SinkError, match="CHECKPOINT_MOVED"):
+        await first.replies()
+    with pytest.raises(SinkError, match="closed before the reply"):
+        await second.replies()
+    assert set(await rows(redis, p, "a")) == {"1"}
+    assert await rows(redis, p, "b") == {}
+    # the next session resumes from the stored checkpoint on a new connection
+    await m.load_checkpoint()
+    await m.apply([(txn(ins("a", id=4)), [])])
+    assert set(await rows(redis, p, "a")) == {"1", "4"}

@@ -134,8 +134,10 @@ def test_plan_chunk_ops_set_the_table_once_per_call() -> None:
     assert [n for _, n in chunks] == [3, 1]
     ops = [op for op in chunks[0][0] if op in ("A", "C", "W", "K")]
     assert ops == ["A", "C", "K", "W", "W", "A", "C", "W"]
-    assert chunks[1][0][:2] == ["C", "m:db:a"]  # each call starts without a table and shapes
-    assert chunks[1][0][5:7] == ["K", "1"]
+    # each call starts without a table and shapes
+    assert chunks[1][0][:3] == ["A", "m:__tables", "db:a"]
+    assert chunks[1][0][3:5] == ["C", "m:db:a"]
+    assert chunks[1][0][8:10] == ["K", "1"]
     assert "S" not in chunks[0][0]  # without a change log the sequence needs no op per change
 
 

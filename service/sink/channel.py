@@ -1,0 +1,89 @@
+"""ScriptChannel: the mirror's own Redis connection for apply script calls, pipelined.
+
+A call is written to the socket as soon as it is planned, so Redis runs it while the replicator
+plans the next one; replies are read later, in order. redis-py's pipeline cannot do this: it packs
+every command before writing any, and its checkout and timed send suspend before the write, so a
+command queued "in the background" only leaves once the synchronous planning is over.
+
+Pipelining calls is safe because every apply call checks the checkpoint chain (and chunk progress)
+before writing: if one fails, each later one fails its check too, so what Redis applied is always
+a prefix of what was sent. The channel is used by one task at a time (the applier).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+import hiredis
+from redis.asyncio import Redis
+from redis.asyncio.connection import AbstractConnection
+
+__all__ = ["ScriptChannel"]
+
+Arg = str | bytes | int
+
+IO_TIMEOUT = 30.0  # seconds without progress writing a call or waiting for its reply
+
+
+class ScriptChannel:
+    def __init__(self, redis: Redis, script: str) -> None:
+        self._redis = redis
+        self._script = script
+        self._sha = ""
+        self._conn: AbstractConnection | None = None
+        self.unread = 0  # calls sent whose reply was not read yet
+        self.epoch = 0  # connections closed so far: replies of an older one are lost
+        self._timeout: float | None = None  # the pool's socket timeout, restored on release
+
+    async def _open(self) -> AbstractConnection:
+        # A connection of the client's pool, held until `close` (so closing the client closes it
+        # too), without its socket timeout: redis-py would run each write in a task of its own
+        # (asyncio.wait_for); `send` and `reply` bound their waits themselves.
+        conn: AbstractConnection = await self._redis.connection_pool.get_connection()  # type: ignore[no-untyped-call]
+        self._timeout, conn.socket_timeout = conn.socket_timeout, None
+        self._conn = conn
+        self.unread = 0
+        await conn.send_command("SCRIPT", "LOAD", self._script)
+        sha = await self.reply_now()
+        self._sha = sha.decode() if isinstance(sha, bytes) else str(sha)
+        return conn
+
+    async def send(self, args: Sequence[Arg]) -> None:
+        """Write one call of the apply script (EVALSHA, no keys) without waiting for its reply."""
+        conn = self._conn or await self._open()
+        command: Any = ("EVALSHA", self._sha, 0, *args)
+        packed = hiredis.pack_command(command)
+        try:
+            async with asyncio.timeout(IO_TIMEOUT):
+                # writelines + drain: written at once unless the transport is paused (backpressure)
+                await conn.send_packed_command(packed, check_health=False)
+        except BaseException:
+            await self.close()
+            raise
+        self.unread += 1
+
+    async def reply(self) -> Any:
+        """The reply to the oldest unread call (an error reply raises redis' ResponseError)."""
+        assert self._conn is not None and self.unread > 0, "no call in flight"
+        self.unread -= 1
+        return await self.reply_now()
+
+    async def reply_now(self) -> Any:
+        assert self._conn is not None
+        try:
+            return await self._conn.read_response(timeout=IO_TIMEOUT)
+        except BaseException:
+            await self.close()
+            raise
+
+    async def close(self) -> None:
+        """Drop the connection (replies not read yet with it); the next send opens a new one."""
+        conn, self._conn = self._conn, None
+        self.unread = 0
+        self.epoch += 1
+        if conn is not None:
+            await conn.disconnect(nowait=True)
+            conn.socket_timeout = self._timeout
+            await self._redis.connection_pool.release(conn)
