@@ -3,18 +3,21 @@
     .venv/bin/python -m benchmarks.e2e [--rows 1000000] [--quick] [--only ours,peer]
                                        [--latency-rate 2000] [--latency-seconds 20] [--keep-stack]
 
-Throughput: for each workload (benchmarks.workload), each tool mirrors the workload's binlog range
-into the benchmark stack's Redis, in its own process, from an empty Redis (FLUSHDB before each run:
-the benchmark stack's Redis belongs to the benchmarks):
+Throughput: each tool mirrors the workloads' binlog ranges (benchmarks.workload: inserts, then
+updates of those rows, then small transactions) in order, each in a process of its own, into the
+benchmark stack's Redis under one key prefix, starting from an empty Redis (FLUSHDB before each
+tool: the benchmark stack's Redis belongs to the benchmarks); the updates change stored rows:
 
-  binlog-mirror   service.pipeline.replicator.Replicator, tables bench.*, fresh key prefix,
-                  start = "FILE:START"; timed until the on_applied hook sees the transaction that
-                  ends at END (its checkpoint is stored with it) (benchmarks.ours_e2e replay)
+  binlog-mirror   service.pipeline.replicator.Replicator, tables bench.*, start = "FILE:START"
+                  (later workloads resume from the stored checkpoint: the previous workload's
+                  end, an empty binlog file before); timed until the on_applied hook sees the
+                  transaction that ends at END (its checkpoint is stored with it) (benchmarks.ours_e2e replay)
   peer            python-mysql-replication + redis-py, one MULTI/EXEC pipeline (rows + checkpoint)
                   per source transaction (benchmarks/peers/pymysqlrepl_redis.py)
 
 rows/s, the process's CPU (wait4), the Redis server's CPU during the run (/proc), peak RSS, and
-the Redis key count afterwards (a cross-check that both wrote every row).
+the Redis key count afterwards (a cross-check that both wrote every row; it adds up over the
+workloads of a tool).
 
 Latency: a writer process commits single-row INSERT transactions at a steady rate (default 2,000
 txn/s for 20 s) into bench_live.t_latency while the Replicator (its own process) mirrors that table;
@@ -90,11 +93,15 @@ def _commands(info: StackInfo, w: Workload, prefix: str) -> dict[str, list[str]]
 def throughput(info: StackInfo, workloads: list[Workload], only: str) -> list[Result]:
     r = redis.Redis.from_url(info.redis_url, socket_timeout=300)
     results: list[Result] = []
-    for w in workloads:
-        for name, cmd in _commands(info, w, f"bench-{uuid.uuid4().hex[:8]}").items():
-            if only and not any(s.strip() in name for s in only.split(",")):
-                continue
-            r.flushdb()
+    for name in (OURS, PEER):
+        if only and not any(s.strip() in name for s in only.split(",")):
+            continue
+        # Each tool mirrors the workloads in order into one empty Redis, under one prefix: the
+        # updates then change the rows the inserts wrote, as in a mirror that keeps up.
+        r.flushdb()
+        prefix = f"bench-{uuid.uuid4().hex[:8]}"
+        for w in workloads:
+            cmd = _commands(info, w, prefix)[name]
             res = Result(name, w.name)
             redis_cpu = cpu_seconds(info.redis_pid or 0)
             try:
@@ -117,6 +124,7 @@ def throughput(info: StackInfo, workloads: list[Workload], only: str) -> list[Re
             )
     r.flushdb()
     r.close()
+    results.sort(key=lambda res: [w.name for w in workloads].index(res.workload))
     return results
 
 

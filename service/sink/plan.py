@@ -91,12 +91,22 @@ class Planner:
             return None
         return self.layout.row_suffix([row[c] for c in cols])
 
+    def _shape(self, out: list[Arg], names: list[str]) -> str:
+        """The id of a row shape (its non-NULL column names) in the current call; its op K goes
+        out once per call, the rows of that shape then carry only values."""
+        shape = tuple(names)
+        sid = self._shapes.get(shape)
+        if sid is None:
+            sid = self._shapes[shape] = str(len(self._shapes) + 1)
+            out += ("K", sid, len(shape), *shape)
+        return sid
+
     def _write_row(self, out: list[Arg], suffix: str, after: Row, replace: bool) -> None:
         if self.json_mode:
             out += ("WJ" if replace else "PJ", suffix, json_document(after))
             return
         forms = TEXT_FORMS
-        if replace:  # values only; the non-NULL column names go once per call (op K)
+        if replace:
             names: list[str] = []
             values: list[Arg] = []
             for k, v in after.items():
@@ -104,12 +114,7 @@ class Planner:
                     names.append(k)
                     form = forms.get(type(v))
                     values.append(form(v) if form is not None else field_value(v))
-            shape = tuple(names)
-            sid = self._shapes.get(shape)
-            if sid is None:
-                sid = self._shapes[shape] = str(len(self._shapes) + 1)
-                out += ("K", sid, len(shape), *shape)
-            out += ("W", suffix, sid)
+            out += ("W", suffix, self._shape(out, names))
             out += values
             return
         append = out.append
@@ -126,6 +131,32 @@ class Planner:
         out[at] = (len(out) - at - 1) // 2
         out.append(len(nulls))
         out += nulls
+
+    def _update_row(self, out: list[Arg], suffix: str, before: Row, after: Row) -> None:
+        """Op U: the whole after image (as W) plus which of its values changed and which columns
+        became NULL. The script writes only those when the stored row is the before image, else
+        (no such row, or the table awaits a resync with a new shape) replaces the row.
+
+        A value is unchanged when it is the before image's very object (the decoder reuses it
+        when the raw bytes are equal) or `_same_text` says so."""
+        forms = TEXT_FORMS
+        names: list[str] = []
+        values: list[Arg] = []
+        mask: list[str] = []
+        nulled: list[str] = []
+        for k, v in after.items():
+            b = before.get(k)
+            if v is None:
+                if b is not None:
+                    nulled.append(k)
+                continue
+            names.append(k)
+            form = forms.get(type(v))
+            values.append(form(v) if form is not None else field_value(v))
+            mask.append("0" if v is b or _same_text(v, b) else "1")
+        sid = self._shape(out, names)
+        out += ("U", suffix, sid, "".join(mask), len(nulled), *nulled)
+        out += values
 
     def context(self, schema: str, table: str) -> list[Arg]:
         """The op that makes `schema.table` the table of the row ops after it (in one call)."""
@@ -161,7 +192,10 @@ class Planner:
                 out += ("E", old)
         if new is not None:
             assert ch.after is not None
-            self._write_row(out, new, ch.after, op is Op.INSERT or full)
+            if op is Op.UPDATE and full and old == new and ch.before is not None and not self.json_mode:
+                self._update_row(out, new, ch.before, ch.after)
+            else:
+                self._write_row(out, new, ch.after, op is Op.INSERT or full)
         if self.changelog_maxlen is not None:
             fields: list[Arg] = ["op", op.value, "schema", ch.schema, "table", ch.table]
             fields += ["key", new if new is not None else old or "", "ts", ch.ts]
@@ -276,6 +310,18 @@ class Planner:
             if k >= done.get(tid, 0):
                 out.append(i)
         return out
+
+
+def _same_text(v: object, b: object) -> bool:
+    """An int, str, bytes or float equal to `b` and of its type: stored as the same text. Not `==`
+    alone: 1 == 1.0 == True and 0.0 == -0.0 print differently, and equal JSON documents can
+    differ in their numbers' types."""
+    t = type(v)
+    if t is not type(b):
+        return False
+    if t is int or t is str or t is bytes:
+        return v == b
+    return t is float and v == b and v != 0.0
 
 
 def checkpoint_fields(txn: Transaction, first_seq_placeholder: bool = False) -> dict[str, Any]:

@@ -100,8 +100,8 @@ end
 #       resync_key done, then instructions from ARGV[13]. `done`: the row changes of a chunked
 #       transaction already applied, as the caller read `__progress` (0 for its first chunk).
 #
-# Row ops (W WJ P PJ E MV) name a row by its suffix in the table set by the last C op; W rows
-# carry only values, their column names come once per call with the shape (op K). Row ops'
+# Row ops (W U WJ P PJ E MV) name a row by its suffix in the table set by the last C op; W and U
+# rows carry only values, their column names come once per call with the shape (op K). Row ops'
 # `__keys` and `__touched` members are collected and written by one SADD (or SREM) per run of
 # adds (or removes) of a set, before the next other op and at the end (same call: still atomic).
 # Whether a table is in resync (its rows go to `__touched`) is read once per table per call; the
@@ -157,35 +157,64 @@ local function mark(tid, reason, index, stale, touched)
   marks = {}
 end
 local base, index, touched, tid = '', '', '', ''  -- the table of the row ops (op C)
-local function row_written(suffix, add)
-  note(index, suffix, add)
+local function in_resync()
   local m = marks[tid]
   if m == nil then
     m = redis.call('HEXISTS', resync, tid) == 1
     marks[tid] = m
   end
-  if m then note(touched, suffix, true) end
+  return m
+end
+local function row_written(suffix, add)
+  note(index, suffix, add)
+  if in_resync() then note(touched, suffix, true) end
 end
 local function hset(key, first_arg, c)
   if c > 500 then batched('HSET', key, first_arg, first_arg - 1 + 2 * c)
   elseif c > 0 then redis.call('HSET', key, unpack(ARGV, first_arg, first_arg - 1 + 2 * c)) end
 end
-local shapes, pairs_ = {}, {}           -- shape id -> column names (op K); HSET arguments of a W row
+local shapes, pairs_ = {}, {}           -- shape id -> column names (op K); HSET arguments of a row
+local function hset_pairs(key, m)        -- HSET key pairs_[1 .. 2m]
+  if m > 500 then batched('HSET', key, 1, 2 * m, pairs_)
+  elseif m > 0 then redis.call('HSET', key, unpack(pairs_, 1, 2 * m)) end
+end
+local function replace(key, names, v0)  -- the row becomes names = ARGV[v0 ..]
+  local c = #names
+  for k = 1, c do
+    pairs_[2 * k - 1] = names[k]; pairs_[2 * k] = ARGV[v0 + k - 1]
+  end
+  redis.call('DEL', key)
+  hset_pairs(key, c)
+end
 local i, n = 13, #ARGV
 while i <= n do
   local op = ARGV[i]
   if op == 'W' then                      -- replace a row: suffix shape v ... (the shape's columns)
-    local key, names = base .. ARGV[i + 1], shapes[ARGV[i + 2]]
-    local c = #names
-    for k = 1, c do
-      pairs_[2 * k - 1] = names[k]; pairs_[2 * k] = ARGV[i + 2 + k]
-    end
-    redis.call('DEL', key)
-    if c > 500 then batched('HSET', key, 1, 2 * c, pairs_)
-    elseif c > 0 then redis.call('HSET', key, unpack(pairs_, 1, 2 * c)) end
+    local names = shapes[ARGV[i + 2]]
+    replace(base .. ARGV[i + 1], names, i + 3)
     row_written(ARGV[i + 1], true)
-    i = i + 3 + c
-  elseif op == 'K' then                  -- a shape: the non-NULL columns of W rows: id count f ...
+    i = i + 3 + #names
+  elseif op == 'U' then                  -- update a row: suffix shape mask x f ... v ... (as W)
+    -- mask: '1' for each value that changed; f: the x columns that became NULL. Only those are
+    -- written when the row is there and its table is not waiting for a resync (whose new shape
+    -- the stored row may lack); otherwise the row is replaced by the whole image.
+    local key, names, mask, x = base .. ARGV[i + 1], shapes[ARGV[i + 2]], ARGV[i + 3], tonumber(ARGV[i + 4])
+    local c, v0 = #names, i + 5 + x
+    if in_resync() or redis.call('EXISTS', key) == 0 then
+      replace(key, names, v0)
+    else
+      local m = 0
+      for k = 1, c do
+        if string.byte(mask, k) == 49 then
+          m = m + 1; pairs_[2 * m - 1] = names[k]; pairs_[2 * m] = ARGV[v0 + k - 1]
+        end
+      end
+      hset_pairs(key, m)
+      if x > 0 then batched('HDEL', key, i + 5, i + 4 + x) end
+    end
+    row_written(ARGV[i + 1], true)
+    i = v0 + c
+  elseif op == 'K' then                  -- a shape: the non-NULL columns of W/U rows: id count f ...
     local c, names = tonumber(ARGV[i + 2]), {}
     for k = 1, c do names[k] = ARGV[i + 2 + k] end
     shapes[ARGV[i + 1]] = names

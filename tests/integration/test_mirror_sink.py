@@ -552,3 +552,29 @@ async def test_a_failed_batch_applies_nothing_of_the_batches_sent_behind_it(redi
     await m.load_checkpoint()
     await m.apply([(txn(ins("a", id=4)), [])])
     assert set(await rows(redis, p, "a")) == {"1", "4"}
+
+
+async def test_update_writes_only_changed_values_of_the_stored_row(redis: Redis) -> None:
+    """A FULL-image UPDATE of a stored row writes only the values that changed (here `w` was
+    altered in Redis behind the mirror's back and stays so: it was not written) and deletes the
+    columns that became NULL. With no stored row, or while the table waits for a resync, the
+    whole after image replaces the row."""
+    p = _prefix()
+    m = RedisMirror(redis, KeyLayout(p), keys_of)
+    await m.acquire_lease()
+    await m.load_checkpoint()
+    await m.apply([(txn(ins("a", id=1, v="x", w="same", n=5)), [])])
+    await redis.hset(f"{p}:db:a:1", "w", "tampered")
+    kept = "same"
+    before = {"id": 1, "v": "x", "w": kept, "n": 5}
+    await m.apply([(txn(upd("a", before, {"id": 1, "v": "y", "w": kept, "n": None})), [])])
+    assert await redis.hgetall(f"{p}:db:a:1") == {b"id": b"1", b"v": b"y", b"w": b"tampered"}
+    # no stored row: replaced by the whole image
+    await m.apply([(txn(upd("a", {"id": 2, "v": "x", "w": kept}, {"id": 2, "v": "y", "w": kept})), [])])
+    assert await redis.hgetall(f"{p}:db:a:2") == {b"id": b"2", b"v": b"y", b"w": b"same"}
+    # in resync (the stored row may lack a new column): replaced, and kept from the resync
+    await m.apply([(txn(), [TableAction(ActionKind.RESYNC, "db", "a", reason="ALTER")])])
+    after = {"id": 1, "v": "z", "w": kept, "c": "new column"}
+    await m.apply([(txn(upd("a", {"id": 1, "v": "y", "w": kept, "c": "new column"}, after)), [])])
+    assert await redis.hgetall(f"{p}:db:a:1") == {b"id": b"1", b"v": b"z", b"w": b"same", b"c": b"new column"}
+    assert await redis.smembers(f"{p}:db:a:__touched") == {b"1"}

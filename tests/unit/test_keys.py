@@ -12,7 +12,7 @@ from service.binlog.canonical import value_to_json
 from service.binlog.rowchange import EventSpan, Op, RowChange
 from service.checkpoint import BinlogPosition, Checkpoint
 from service.sink.keys import KeyLayout, escape, split_key, unescape
-from service.sink.plan import ActionKind, Planner, TableAction
+from service.sink.plan import ActionKind, Planner, TableAction, _same_text
 from service.sink.values import field_value, key_text
 from service.transactions import Transaction
 
@@ -95,6 +95,26 @@ def test_plan_pk_change_full_images() -> None:
     # row ops name rows by suffix (op C: the table); W carries values of a shape (op K: names)
     assert ops == ["E", "1", "K", "1", 1, "id", "W", "2", "1", "2"]
     assert p.context("db", "t") == ["C", "m:db:t", "m:db:t:__keys", "db:t", "m:db:t:__touched"]
+
+
+def test_plan_update_in_place_marks_the_values_that_changed() -> None:
+    """Op U: the whole after image, a mask of changed values (the before image's own object =
+    unchanged: the decoder shares it when the bytes are equal) and the columns that became NULL."""
+    p = Planner(KeyLayout("m"), lambda s, t: ("id",))
+    before = {"id": 7, "v": "kept", "n": 1, "f": 0.0, "g": 2.5, "z": None, "gone": "x"}
+    after = {"id": 7, "v": "kept", "n": True, "f": -0.0, "g": 2.5, "z": "new", "gone": None}
+    ops = p.change(_change(Op.UPDATE, before, after))
+    # equal ints, strings and floats are unchanged, but 1 == True and 0.0 == -0.0 print otherwise
+    assert ops == ["K", "1", 6, "id", "v", "n", "f", "g", "z", "U", "7", "1", "001101", 1, "gone"] + [
+        "7",
+        "kept",
+        "1",
+        "-0.0",
+        "2.5",
+        "new",
+    ]
+    json_mode = Planner(KeyLayout("m"), lambda s, t: ("id",), json_mode=True)
+    assert json_mode.change(_change(Op.UPDATE, before, after))[0] == "WJ"  # type: ignore[index]
 
 
 def test_plan_minimal_image_merges_and_moves() -> None:
@@ -185,3 +205,12 @@ def test_resume_skips_per_table_counts_whatever_the_chunk_size() -> None:
             elif op == "W":
                 rows.append(f"{base}:{ops[j + 1]}")
     assert sorted(rows) == ["m:db:a:2", "m:db:c:0", "m:db:c:1"]
+
+
+_SCALARS = st.one_of(st.integers(), st.booleans(), st.floats(), st.text(max_size=5), st.binary(max_size=5))
+
+
+@given(_SCALARS, _SCALARS)
+def test_values_taken_as_unchanged_are_stored_as_the_same_text(v: object, b: object) -> None:
+    if _same_text(v, b):
+        assert field_value(v) == field_value(b)
