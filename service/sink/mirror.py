@@ -1,12 +1,13 @@
 """RedisMirror: applies committed transactions to Redis atomically, with the checkpoint and a fence.
 
-Every transaction runs as one Lua script call (atomic in Redis) that
+Every transaction runs within one Lua script call (atomic in Redis) that
   1. checks the writer lease (`{prefix}:__lease` == this instance's token), else LeaseLost;
-  2. checks the checkpoint chain (the stored checkpoint is the one this transaction follows), so no
+  2. checks the checkpoint chain (the stored checkpoint is the one this call follows), so no
      transaction is ever applied twice or out of order, even by a confused second writer;
   3. applies the rows, the table actions of its DDL, the optional change-log entries, and
   4. stores the new checkpoint.
-Several transactions go to Redis in one pipeline round trip (each still its own atomic script).
+Consecutive small transactions share a call (all or none, up to `chunk_size` changes). Calls are
+written as soon as they are planned, before earlier replies are read (service/sink/channel.py).
 A transaction with more than `chunk_size` row changes is applied in ordered chunks; only the last
 moves the checkpoint, and `{prefix}:__progress` records how many changes of each table are done,
 so a crash in between resumes the same transaction and skips exactly those, even with another

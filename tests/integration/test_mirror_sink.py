@@ -106,19 +106,24 @@ async def test_chain_refuses_replays_and_gaps(redis: Redis) -> None:
     assert set(await rows(redis, p, "a")) == {"1", "2"}
 
 
-def crash_after(m: RedisMirror, calls: int) -> None:
-    """Script calls of `m` after the first `calls` fail, as if the process died before sending them."""
+def count_sends(m: RedisMirror, fail_after: int | None = None) -> list[int]:
+    """Counts `m`'s script calls (the list's one item); with `fail_after`, the calls after that
+    many fail, as if the process died before sending them."""
     channel = m._channel
-    real, count = channel.send, 0
+    real, count = channel.send, [0]
 
     async def send(args: object) -> None:
-        nonlocal count
-        count += 1
-        if count > calls:
+        count[0] += 1
+        if fail_after is not None and count[0] > fail_after:
             raise rexc.ConnectionError("the process was killed")
         await real(args)  # type: ignore[arg-type]
 
     channel.send = send  # type: ignore[method-assign]
+    return count
+
+
+def crash_after(m: RedisMirror, calls: int) -> None:
+    count_sends(m, calls)
 
 
 async def changelog(redis: Redis, prefix: str) -> list[tuple[str, str]]:
@@ -461,17 +466,9 @@ async def test_a_transaction_of_exactly_chunk_size_changes_is_one_call(redis: Re
     m = RedisMirror(redis, KeyLayout(p), keys_of, MirrorOptions(chunk_size=3))
     await m.acquire_lease()
     await m.load_checkpoint()
-    calls = 0
-    real = m._channel.send
-
-    async def counting(args: object) -> None:
-        nonlocal calls
-        calls += 1
-        await real(args)  # type: ignore[arg-type]
-
-    m._channel.send = counting  # type: ignore[method-assign]
+    calls = count_sends(m)
     await m.apply([(txn(ins("a", id=1), ins("a", id=2), ins("a", id=3)), [])])
-    assert calls == 1
+    assert calls == [1]
     assert set(await rows(redis, p, "a")) == {"1", "2", "3"}
     assert await redis.exists(f"{p}:__progress") == 0
 
@@ -513,17 +510,9 @@ async def test_small_transactions_share_calls_of_up_to_chunk_size_changes(redis:
     assert await m.load_checkpoint() == txns[2].end
     m2 = RedisMirror(redis, KeyLayout(p), keys_of, MirrorOptions(chunk_size=3, changelog_maxlen=100), m.token)
     await m2.load_checkpoint()
-    sends = 0
-    real = m2._channel.send
-
-    async def counting(args: object) -> None:
-        nonlocal sends
-        sends += 1
-        await real(args)  # type: ignore[arg-type]
-
-    m2._channel.send = counting  # type: ignore[method-assign]
+    sends = count_sends(m2)
     assert await m2.apply([(t, []) for t in txns[3:]]) == [4, 5, 7]
-    assert sends == 2  # 1 + 2 changes, then 1
+    assert sends == [2]  # 1 + 2 changes, then 1
     assert set(await rows(redis, p, "a")) == {"0", "9", "1", "2", "3", "4", "5"}
     assert [e[1][b"seq"] for e in await redis.xrange(f"{p}:__changes")] == [
         str(i).encode() for i in range(1, 8)
