@@ -61,8 +61,12 @@ class Planner:
     skipped: SkipCounter = field(default_factory=SkipCounter)
     # (schema, table) -> (row key base, index key, table id, touched key): built once per table
     _table_keys: dict[tuple[str, str], tuple[str, str, str, str]] = field(default_factory=dict, repr=False)
-    # non-NULL column names -> shape id (op K), valid within one script call: reset by `chunks`
+    # Per script call (reset by `begin_call`): non-NULL column names -> shape id (op K); the
+    # tables already registered in `__tables` (also reset by table actions, which may remove
+    # them); the table of the last C op.
     _shapes: dict[tuple[str, ...], str] = field(default_factory=dict, repr=False)
+    _registered: set[tuple[str, str]] = field(default_factory=set, repr=False)
+    _table: tuple[str, str] | None = field(default=None, repr=False)
 
     # -- row changes -----------------------------------------------------------------------------
     def _keys(self, schema: str, table: str) -> tuple[str, str, str, str]:
@@ -236,14 +240,23 @@ class Planner:
 
     # -- whole transactions ----------------------------------------------------------------------
     def begin_call(self) -> None:
-        """Start planning a new script call: shape ids (op K) are only valid within one call."""
+        """Start planning a new script call: shape ids, table registrations and the current
+        table (ops K, A, C) are only valid within one call."""
         self._shapes.clear()
+        self._registered.clear()
+        self._table = None
+
+    def _actions(self, out: list[Arg], actions: Sequence[TableAction]) -> None:
+        for a in actions:
+            out += self.action(a)
+        if actions:
+            self._registered.clear()
+            self._table = None
 
     def transaction(self, out: list[Arg], txn: Transaction, actions: Sequence[TableAction]) -> None:
         """Append the ops of a whole transaction (its table actions first) to the current call,
         after other transactions' ops: several small transactions share one atomic call."""
-        for a in actions:
-            out += self.action(a)
+        self._actions(out, actions)
         self._changes(out, txn, range(len(txn.changes)))
 
     def chunks(
@@ -262,17 +275,15 @@ class Planner:
             self.begin_call()
             cur: list[Arg] = []
             if at == 0:
-                for a in actions:
-                    cur += self.action(a)
+                self._actions(cur, actions)
             part = todo[at : at + chunk_size]
             self._changes(cur, txn, part)
             yield cur, len(part)
 
     def _changes(self, out: list[Arg], txn: Transaction, indexes: Sequence[int]) -> None:
-        """Row ops of the changes `indexes` of `txn`; each table is registered (`__tables`) and
-        made current (op C) once per run of its changes."""
-        seen: set[tuple[str, str]] = set()
-        table: tuple[str, str] | None = None  # of the last C op
+        """Row ops of the changes `indexes` of `txn`; each table is registered (`__tables`) once
+        per call and made current (op C) once per run of its changes."""
+        seen = self._registered
         seq_only: list[Arg] = ["S"] if self.changelog_maxlen is not None else []
         changes, partial = txn.changes, txn.partial
         for i in indexes:
@@ -285,9 +296,9 @@ class Planner:
             if key not in seen:
                 seen.add(key)
                 out += ["A", self.layout.tables_key, self.layout.table_id(*key)]
-            if key != table:
+            if key != self._table:
                 out += self.context(*key)
-                table = key
+                self._table = key
             out += ops
 
     def table_ids(self, txn: Transaction) -> list[str]:

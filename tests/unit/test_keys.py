@@ -12,7 +12,7 @@ from service.binlog.canonical import value_to_json
 from service.binlog.rowchange import EventSpan, Op, RowChange
 from service.checkpoint import BinlogPosition, Checkpoint
 from service.sink.keys import KeyLayout, escape, split_key, unescape
-from service.sink.plan import ActionKind, Planner, TableAction, _same_text
+from service.sink.plan import ActionKind, Arg, Planner, TableAction, _same_text
 from service.sink.values import field_value, key_text
 from service.transactions import Transaction
 
@@ -159,6 +159,22 @@ def test_plan_chunk_ops_set_the_table_once_per_call() -> None:
     assert chunks[1][0][3:5] == ["C", "m:db:a"]
     assert chunks[1][0][8:10] == ["K", "1"]
     assert "S" not in chunks[0][0]  # without a change log the sequence needs no op per change
+
+
+def test_plan_transactions_sharing_a_call_register_and_set_a_table_once() -> None:
+    """Ops A and C once per call for a run of small transactions on one table; again after table
+    actions (a DROP removes the table from `__tables`) and in the next call."""
+    p = Planner(KeyLayout("m"), lambda s, t: ("id",))
+    out: list[Arg] = []
+    p.begin_call()
+    for i in range(3):
+        p.transaction(out, _txn(_change(Op.INSERT, None, {"id": i})), [])
+    p.transaction(out, _txn(_change(Op.INSERT, None, {"id": 9})), [TableAction(ActionKind.DROP, "db", "t")])
+    assert [op for op in out if op in ("A", "C", "W", "DT")] == ["A", "C", "W", "W", "W", "DT", "A", "C", "W"]
+    p.begin_call()
+    again: list[Arg] = []
+    p.transaction(again, _txn(_change(Op.INSERT, None, {"id": 10})), [])
+    assert again[:5] == ["A", "m:__tables", "db:t", "C", "m:db:t"]
 
 
 def test_plan_skips_tables_without_key_and_keeps_sequence() -> None:
