@@ -412,9 +412,6 @@ class Replicator:
             batch.append(nxt)
         return batch, None
 
-    async def _apply(self, batch: list[Transaction]) -> None:
-        await self._finish(await self._send(batch))
-
     async def _send(self, batch: list[Transaction]) -> _Flight:
         # Empty transactions (all rows filtered out) only move the checkpoint: keep the last one.
         batch = [t for i, t in enumerate(batch) if t.changes or t.ddl or i == len(batch) - 1]

@@ -20,9 +20,9 @@ import hiredis
 from redis.asyncio import Redis
 from redis.asyncio.connection import AbstractConnection
 
-__all__ = ["ScriptChannel"]
+from service.sink.plan import Arg
 
-Arg = str | bytes | int
+__all__ = ["ScriptChannel"]
 
 IO_TIMEOUT = 30.0  # seconds without progress writing a call or waiting for its reply
 
@@ -33,7 +33,6 @@ class ScriptChannel:
         self._script = script
         self._sha = ""
         self._conn: AbstractConnection | None = None
-        self.unread = 0  # calls sent whose reply was not read yet
         self.epoch = 0  # connections closed so far: replies of an older one are lost
         self._timeout: float | None = None  # the pool's socket timeout, restored on release
 
@@ -44,9 +43,8 @@ class ScriptChannel:
         conn: AbstractConnection = await self._redis.connection_pool.get_connection()  # type: ignore[no-untyped-call]
         self._timeout, conn.socket_timeout = conn.socket_timeout, None
         self._conn = conn
-        self.unread = 0
         await conn.send_command("SCRIPT", "LOAD", self._script)
-        sha = await self.reply_now()
+        sha = await self.reply()
         self._sha = sha.decode() if isinstance(sha, bytes) else str(sha)
         return conn
 
@@ -62,16 +60,10 @@ class ScriptChannel:
         except BaseException:
             await self.close()
             raise
-        self.unread += 1
 
     async def reply(self) -> Any:
         """The reply to the oldest unread call (an error reply raises redis' ResponseError)."""
-        assert self._conn is not None and self.unread > 0, "no call in flight"
-        self.unread -= 1
-        return await self.reply_now()
-
-    async def reply_now(self) -> Any:
-        assert self._conn is not None
+        assert self._conn is not None, "no call in flight"
         try:
             return await self._conn.read_response(timeout=IO_TIMEOUT)
         except BaseException:
@@ -81,7 +73,6 @@ class ScriptChannel:
     async def close(self) -> None:
         """Drop the connection (replies not read yet with it); the next send opens a new one."""
         conn, self._conn = self._conn, None
-        self.unread = 0
         self.epoch += 1
         if conn is not None:
             await conn.disconnect(nowait=True)

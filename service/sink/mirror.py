@@ -238,7 +238,7 @@ class RedisMirror:
                 await self._send_chunked(sent, txn, actions, resume)
             if last is not None:
                 await self._send_group(sent, group, offsets, size, last)
-        except BaseException:
+        except Exception:
             # The calls already written run anyway: wait for them, so that when the caller sees
             # the error, Redis holds exactly the prefix they applied.
             with contextlib.suppress(SinkError):

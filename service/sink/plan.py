@@ -109,15 +109,13 @@ class Planner:
         if self.json_mode:
             out += ("WJ" if replace else "PJ", suffix, json_document(after))
             return
-        forms = TEXT_FORMS
         if replace:
             names: list[str] = []
             values: list[Arg] = []
             for k, v in after.items():
                 if v is not None:
                     names.append(k)
-                    form = forms.get(type(v))
-                    values.append(form(v) if form is not None else field_value(v))
+                    values.append(_text(v))
             out += ("W", suffix, self._shape(out, names))
             out += values
             return
@@ -130,8 +128,7 @@ class Planner:
                 nulls.append(k)
                 continue
             append(k)
-            form = forms.get(type(v))
-            append(form(v) if form is not None else field_value(v))
+            append(_text(v))
         out[at] = (len(out) - at - 1) // 2
         out.append(len(nulls))
         out += nulls
@@ -143,7 +140,6 @@ class Planner:
 
         A value is unchanged when it is the before image's very object (the decoder reuses it
         when the raw bytes are equal) or `_same_text` says so."""
-        forms = TEXT_FORMS
         names: list[str] = []
         values: list[Arg] = []
         mask: list[str] = []
@@ -155,8 +151,7 @@ class Planner:
                     nulled.append(k)
                 continue
             names.append(k)
-            form = forms.get(type(v))
-            values.append(form(v) if form is not None else field_value(v))
+            values.append(_text(v))
             mask.append("0" if v is b or _same_text(v, b) else "1")
         sid = self._shape(out, names)
         out += ("U", suffix, sid, "".join(mask), len(nulled), *nulled)
@@ -321,6 +316,12 @@ class Planner:
             if k >= done.get(tid, 0):
                 out.append(i)
         return out
+
+
+def _text(v: object) -> str | bytes:
+    """A non-NULL value's hash-field form: the common types through TEXT_FORMS' direct lookup."""
+    form = TEXT_FORMS.get(type(v))
+    return form(v) if form is not None else field_value(v)
 
 
 def _same_text(v: object, b: object) -> bool:
