@@ -183,6 +183,12 @@ local function replace(key, names, v0)  -- the row becomes names = ARGV[v0 ..]
   for k = 1, c do
     pairs_[2 * k - 1] = names[k]; pairs_[2 * k] = ARGV[v0 + k - 1]
   end
+  -- Most rows are new: one HSET, whose count of added fields tells whether the key held anything.
+  -- Only a key that held other fields (or another type: pcall) is cleared and written again.
+  if c > 0 and c <= 500 then
+    local added = redis.pcall('HSET', key, unpack(pairs_, 1, 2 * c))
+    if added == c or type(added) == 'number' and redis.call('HLEN', key) == c then return end
+  end
   redis.call('DEL', key)
   hset_pairs(key, c)
 end

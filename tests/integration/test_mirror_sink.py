@@ -567,3 +567,20 @@ async def test_update_writes_only_changed_values_of_the_stored_row(redis: Redis)
     await m.apply([(txn(upd("a", {"id": 1, "v": "y", "w": kept, "c": "new column"}, after)), [])])
     assert await redis.hgetall(f"{p}:db:a:1") == {b"id": b"1", b"v": b"z", b"w": b"same", b"c": b"new column"}
     assert await redis.smembers(f"{p}:db:a:__touched") == {b"1"}
+
+
+async def test_a_full_image_replaces_whatever_the_key_held(redis: Redis) -> None:
+    """A written row is exactly its image: fields the key held beyond it go (the key was written
+    by one HSET first, and cleared only when that HSET found other fields), and a key of another
+    type (a json-mode document left from an earlier run) becomes the row's hash."""
+    p = _prefix()
+    m = RedisMirror(redis, KeyLayout(p), keys_of)
+    await m.acquire_lease()
+    await m.load_checkpoint()
+    await redis.hset(f"{p}:db:a:1", mapping={"id": "1", "v": "old", "gone": "x"})
+    await redis.hset(f"{p}:db:a:2", mapping={"id": "2", "v": "old"})
+    await redis.set(f"{p}:db:a:3", b'{"id":3}')
+    await m.apply([(txn(ins("a", id=1, v="new"), ins("a", id=2, v="new"), ins("a", id=3, v="new")), [])])
+    for i in (1, 2, 3):
+        assert await redis.hgetall(f"{p}:db:a:{i}") == {b"id": str(i).encode(), b"v": b"new"}
+    assert await redis.smembers(f"{p}:db:a:__keys") == {b"1", b"2", b"3"}
