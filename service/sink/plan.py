@@ -134,14 +134,16 @@ class Planner:
         out += nulls
 
     def _update_row(self, out: list[Arg], suffix: str, before: Row, after: Row) -> None:
-        """Op U: the whole after image (as W) plus which of its values changed and which columns
-        became NULL. The script writes only those when the stored row is the before image, else
-        (no such row, or the table awaits a resync with a new shape) replaces the row.
+        """Op U: the values that changed (a mask of the after image's non-NULL columns marks
+        them) and the columns that became NULL. The unchanged values travel in one argument,
+        `len:value` after `len:value` (Redis takes one argument far faster than many): the
+        script reads them only to replace the row when the stored one is not the before image.
 
         A value is unchanged when it is the before image's very object (the decoder reuses it
         when the raw bytes are equal) or `_same_text` says so."""
         names: list[str] = []
-        values: list[Arg] = []
+        changed: list[Arg] = []
+        rest: list[bytes] = []
         mask: list[str] = []
         nulled: list[str] = []
         for k, v in after.items():
@@ -151,11 +153,19 @@ class Planner:
                     nulled.append(k)
                 continue
             names.append(k)
-            values.append(_text(v))
-            mask.append("0" if v is b or _same_text(v, b) else "1")
+            text = _text(v)
+            if v is b or _same_text(v, b):
+                mask.append("0")
+                raw = text.encode() if isinstance(text, str) else text
+                rest.append(b"%d:" % len(raw))
+                rest.append(raw)
+            else:
+                mask.append("1")
+                changed.append(text)
         sid = self._shape(out, names)
         out += ("U", suffix, sid, "".join(mask), len(nulled), *nulled)
-        out += values
+        out += changed
+        out.append(b"".join(rest))
 
     def context(self, schema: str, table: str) -> list[Arg]:
         """The op that makes `schema.table` the table of the row ops after it (in one call)."""

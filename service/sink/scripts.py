@@ -178,11 +178,7 @@ local function hset_pairs(key, m)        -- HSET key pairs_[1 .. 2m]
   if m > 500 then batched('HSET', key, 1, 2 * m, pairs_)
   elseif m > 0 then redis.call('HSET', key, unpack(pairs_, 1, 2 * m)) end
 end
-local function replace(key, names, v0)  -- the row becomes names = ARGV[v0 ..]
-  local c = #names
-  for k = 1, c do
-    pairs_[2 * k - 1] = names[k]; pairs_[2 * k] = ARGV[v0 + k - 1]
-  end
+local function write_row(key, c)         -- the row becomes pairs_[1 .. 2c]
   -- Most rows are new: one HSET, whose count of added fields tells whether the key held anything.
   -- Only a key that held other fields (or another type: pcall) is cleared and written again.
   if c > 0 and c <= 500 then
@@ -197,29 +193,45 @@ while i <= n do
   local op = ARGV[i]
   if op == 'W' then                      -- replace a row: suffix shape v ... (the shape's columns)
     local names = shapes[ARGV[i + 2]]
-    replace(base .. ARGV[i + 1], names, i + 3)
+    local c = #names
+    for k = 1, c do
+      pairs_[2 * k - 1] = names[k]; pairs_[2 * k] = ARGV[i + 2 + k]
+    end
+    write_row(base .. ARGV[i + 1], c)
     row_written(ARGV[i + 1], true)
-    i = i + 3 + #names
-  elseif op == 'U' then                  -- update a row: suffix shape mask x f ... v ... (as W)
-    -- mask: '1' for each value that changed; f: the x columns that became NULL. Only those are
-    -- written when the row is there and its table is not waiting for a resync (whose new shape
-    -- the stored row may lack); otherwise the row is replaced by the whole image.
+    i = i + 3 + c
+  elseif op == 'U' then                  -- update a row: suffix shape mask x f ... v ... rest
+    -- mask: '1' for each of the shape's columns whose value changed, the v that follow in
+    -- order; f: the x columns that became NULL; rest: the unchanged values, `len:value` each.
+    -- Only the changes are written when the row is there and its table is not waiting for a
+    -- resync (whose new shape the stored row may lack; a stored row is in `__keys` already);
+    -- otherwise the row is replaced by the whole image, rebuilt in column order.
     local key, names, mask, x = base .. ARGV[i + 1], shapes[ARGV[i + 2]], ARGV[i + 3], tonumber(ARGV[i + 4])
-    local c, v0 = #names, i + 5 + x
+    local c, v0, m = #names, i + 5 + x, 0
+    for k = 1, c do
+      if string.byte(mask, k) == 49 then
+        m = m + 1; pairs_[2 * m - 1] = names[k]; pairs_[2 * m] = ARGV[v0 + m - 1]
+      end
+    end
     if in_resync() or redis.call('EXISTS', key) == 0 then
-      replace(key, names, v0)
-    else
-      local m = 0
+      local rest, at, j = ARGV[v0 + m], 1, v0
       for k = 1, c do
+        pairs_[2 * k - 1] = names[k]
         if string.byte(mask, k) == 49 then
-          m = m + 1; pairs_[2 * m - 1] = names[k]; pairs_[2 * m] = ARGV[v0 + k - 1]
+          pairs_[2 * k] = ARGV[j]; j = j + 1
+        else
+          local colon = string.find(rest, ':', at, true)
+          local last = colon + tonumber(string.sub(rest, at, colon - 1))
+          pairs_[2 * k] = string.sub(rest, colon + 1, last); at = last + 1
         end
       end
+      write_row(key, c)
+      row_written(ARGV[i + 1], true)
+    else
       hset_pairs(key, m)
       if x > 0 then batched('HDEL', key, i + 5, i + 4 + x) end
     end
-    row_written(ARGV[i + 1], true)
-    i = v0 + c
+    i = v0 + m + 1
   elseif op == 'K' then                  -- a shape: the non-NULL columns of W/U rows: id count f ...
     local c, names = tonumber(ARGV[i + 2]), {}
     for k = 1, c do names[k] = ARGV[i + 2 + k] end

@@ -558,9 +558,12 @@ async def test_update_writes_only_changed_values_of_the_stored_row(redis: Redis)
     before = {"id": 1, "v": "x", "w": kept, "n": 5}
     await m.apply([(txn(upd("a", before, {"id": 1, "v": "y", "w": kept, "n": None})), [])])
     assert await redis.hgetall(f"{p}:db:a:1") == {b"id": b"1", b"v": b"y", b"w": b"tampered"}
-    # no stored row: replaced by the whole image
-    await m.apply([(txn(upd("a", {"id": 2, "v": "x", "w": kept}, {"id": 2, "v": "y", "w": kept})), [])])
-    assert await redis.hgetall(f"{p}:db:a:2") == {b"id": b"2", b"v": b"y", b"w": b"same"}
+    # no stored row: replaced by the whole image (its unchanged values unpacked by the script)
+    same = {"w": kept, "u": "ü:1:", "raw": b"\x00:\xff", "d": Decimal("1.50")}
+    await m.apply([(txn(upd("a", {"id": 2, "v": "x", **same}, {"id": 2, "v": "y", **same})), [])])
+    stored = {b"id": b"2", b"v": b"y", b"w": b"same", b"u": "ü:1:".encode(), b"raw": b"\x00:\xff"}
+    stored[b"d"] = b"1.50"
+    assert await redis.hgetall(f"{p}:db:a:2") == stored
     # in resync (the stored row may lack a new column): replaced, and kept from the resync
     await m.apply([(txn(), [TableAction(ActionKind.RESYNC, "db", "a", reason="ALTER")])])
     after = {"id": 1, "v": "z", "w": kept, "c": "new column"}

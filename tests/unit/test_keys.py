@@ -98,21 +98,17 @@ def test_plan_pk_change_full_images() -> None:
 
 
 def test_plan_update_in_place_marks_the_values_that_changed() -> None:
-    """Op U: the whole after image, a mask of changed values (the before image's own object =
-    unchanged: the decoder shares it when the bytes are equal) and the columns that became NULL."""
+    """Op U: a mask of changed values (the before image's own object = unchanged: the decoder
+    shares it when the bytes are equal), the columns that became NULL, the changed values, and
+    the unchanged ones packed in one argument (`len:value`, lengths in bytes)."""
     p = Planner(KeyLayout("m"), lambda s, t: ("id",))
-    before = {"id": 7, "v": "kept", "n": 1, "f": 0.0, "g": 2.5, "z": None, "gone": "x"}
-    after = {"id": 7, "v": "kept", "n": True, "f": -0.0, "g": 2.5, "z": "new", "gone": None}
+    before = {"id": 7, "v": "ké:pt", "n": 1, "f": 0.0, "g": 2.5, "b": b"\x00:", "z": None, "gone": "x"}
+    after = {"id": 7, "v": "ké:pt", "n": True, "f": -0.0, "g": 2.5, "b": b"\x00:", "z": "new", "gone": None}
     ops = p.change(_change(Op.UPDATE, before, after))
     # equal ints, strings and floats are unchanged, but 1 == True and 0.0 == -0.0 print otherwise
-    assert ops == ["K", "1", 6, "id", "v", "n", "f", "g", "z", "U", "7", "1", "001101", 1, "gone"] + [
-        "7",
-        "kept",
-        "1",
-        "-0.0",
-        "2.5",
-        "new",
-    ]
+    shape = ["K", "1", 7, "id", "v", "n", "f", "g", "b", "z"]
+    unchanged = b"1:7" + b"6:k\xc3\xa9:pt" + b"3:2.5" + b"2:\x00:"
+    assert ops == [*shape, "U", "7", "1", "0011001", 1, "gone", "1", "-0.0", "new", unchanged]
     json_mode = Planner(KeyLayout("m"), lambda s, t: ("id",), json_mode=True)
     assert json_mode.change(_change(Op.UPDATE, before, after))[0] == "WJ"  # type: ignore[index]
 
