@@ -4,7 +4,7 @@
     {prefix}:{schema}:{table}:__keys           set of the table's row-key suffixes ({k1}[:{k2}...])
     {prefix}:{schema}:{table}:__touched        row suffixes written by the stream during a resync
     {prefix}:{schema}:{table}:__stale          suffixes not yet confirmed by a running resync
-    {prefix}:__checkpoint                      hash: file, pos, gtid_set, ts, gtid, seq (see mirror.py)
+    {prefix}:__checkpoint                      hash: id, file, pos, gtid_set, ts, gtid, values (mirror.py)
     {prefix}:__progress                        hash: the chunked transaction in flight, if any (changes
                                                done in all and per table: see mirror.py)
     {prefix}:__lease                           the writer lease: token of the instance that may write

@@ -30,7 +30,7 @@ from redis import exceptions as rexc
 from redis.asyncio import Redis
 
 from service.checkpoint import BinlogPosition, Checkpoint
-from service.errors import LeaseLost, SinkError
+from service.errors import ConfigError, LeaseLost, SinkError
 from service.sink.channel import ScriptChannel
 from service.sink.keys import KeyLayout
 from service.sink.plan import Arg, KeyColumns, Planner, TableAction, checkpoint_args, checkpoint_fields
@@ -145,6 +145,15 @@ class RedisMirror:
             self._prev = ""
             return None
         f = {_s(k): _s(v) for k, v in raw.items()}
+        mode = "json" if self.options.json_mode else "hash"
+        if f.get("values", mode) != mode:
+            # the script would meet keys of the other type in the middle of a call
+            raise ConfigError(
+                f"the rows under key prefix {self.layout.prefix!r} are stored as {f['values']} "
+                f"(value_mode={f['values']}) but value_mode={mode} is set: keep "
+                f"value_mode={f['values']}, or mirror into a new key_prefix (copy the tables "
+                "there with `binlog-mirror snapshot`)"
+            )
         self._prev = f["id"]
         position = BinlogPosition(f["file"], int(f["pos"]))
         return Checkpoint(position, f.get("gtid_set", ""), int(f.get("ts", 0)))
@@ -251,7 +260,7 @@ class RedisMirror:
     ) -> None:
         txn_id = str(last.end.position)
         args = self._header(txn_id, 0, True, size) + ops
-        args += checkpoint_args(self.layout, checkpoint_fields(last))
+        args += checkpoint_args(self.layout, checkpoint_fields(last, self.options.json_mode))
         many = f"{len(offsets)} transactions up to " if len(offsets) > 1 else "transaction "
         await self._send(sent, args, f"applying {many}{txn_id}", offsets)
         self._prev = txn_id
@@ -263,7 +272,7 @@ class RedisMirror:
         `__progress` how many changes of each table are done. Planned one chunk ahead, never
         whole: a transaction of millions of rows would otherwise hold every row's arguments."""
         txn_id = str(txn.end.position)
-        cp = checkpoint_args(self.layout, checkpoint_fields(txn))
+        cp = checkpoint_args(self.layout, checkpoint_fields(txn, self.options.json_mode))
         size = self.options.chunk_size
         todo: Sequence[int] = range(len(txn.changes))
         if resume is not None:  # its table actions went with its first chunk

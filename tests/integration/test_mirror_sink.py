@@ -16,7 +16,7 @@ from redis.asyncio import Redis
 from service.binlog.canonical import row_to_json
 from service.binlog.rowchange import EventSpan, Op, RowChange
 from service.checkpoint import BinlogPosition, Checkpoint
-from service.errors import LeaseLost, SinkError
+from service.errors import ConfigError, LeaseLost, SinkError
 from service.sink.keys import KeyLayout
 from service.sink.mirror import MirrorOptions, RedisMirror
 from service.sink.plan import ActionKind, TableAction
@@ -587,3 +587,18 @@ async def test_a_full_image_replaces_whatever_the_key_held(redis: Redis) -> None
     for i in (1, 2, 3):
         assert await redis.hgetall(f"{p}:db:a:{i}") == {b"id": str(i).encode(), b"v": b"new"}
     assert await redis.smembers(f"{p}:db:a:__keys") == {b"1", b"2", b"3"}
+
+
+async def test_a_prefix_keeps_its_value_mode(redis: Redis) -> None:
+    """The checkpoint records the value mode; a mirror set to the other one refuses to start on
+    that prefix (its script would meet keys of the other type) and says how to go on."""
+    p = _prefix()
+    m = RedisMirror(redis, KeyLayout(p), keys_of)
+    await m.acquire_lease()
+    await m.load_checkpoint()
+    await m.apply([(txn(ins("a", id=1, v="x")), [])])
+    assert await redis.hget(f"{p}:__checkpoint", "values") == b"hash"
+    json_mirror = RedisMirror(redis, KeyLayout(p), keys_of, MirrorOptions(json_mode=True), token=m.token)
+    with pytest.raises(ConfigError, match="stored as hash .* value_mode=json is set"):
+        await json_mirror.load_checkpoint()
+    assert (await m.load_checkpoint()) is not None
