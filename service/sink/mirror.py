@@ -149,10 +149,10 @@ class RedisMirror:
         if f.get("values", mode) != mode:
             # the script would meet keys of the other type in the middle of a call
             raise ConfigError(
-                f"the rows under key prefix {self.layout.prefix!r} are stored as {f['values']} "
-                f"(value_mode={f['values']}) but value_mode={mode} is set: keep "
-                f"value_mode={f['values']}, or mirror into a new key_prefix (copy the tables "
-                "there with `binlog-mirror snapshot`)"
+                f"the rows under key prefix {self.layout.prefix!r} were written with "
+                f"value_mode={f['values']}, and value_mode={mode} is set: keep value_mode="
+                f"{f['values']}, or mirror into a new key_prefix (copy the tables there with "
+                "`binlog-mirror snapshot`)"
             )
         self._prev = f["id"]
         position = BinlogPosition(f["file"], int(f["pos"]))

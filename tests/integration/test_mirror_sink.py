@@ -599,6 +599,6 @@ async def test_a_prefix_keeps_its_value_mode(redis: Redis) -> None:
     await m.apply([(txn(ins("a", id=1, v="x")), [])])
     assert await redis.hget(f"{p}:__checkpoint", "values") == b"hash"
     json_mirror = RedisMirror(redis, KeyLayout(p), keys_of, MirrorOptions(json_mode=True), token=m.token)
-    with pytest.raises(ConfigError, match="stored as hash .* value_mode=json is set"):
+    with pytest.raises(ConfigError, match="written with value_mode=hash, and value_mode=json is set"):
         await json_mirror.load_checkpoint()
     assert (await m.load_checkpoint()) is not None
