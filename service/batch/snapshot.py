@@ -305,7 +305,9 @@ def run_snapshot(
             args: list[Any] = [lease.token, len(fields)]
             for k, v in fields.items():
                 args += [k, str(v)]
-            args += [layout.table_id(s, t) for s, t in rows]
+            # every selected table, keyless ones too (as the service registers them): a table
+            # missing from `__tables` would be copied again by the service as newly selected
+            args += [layout.table_id(t.schema, t.table) for t in tables]
             keys = [layout.lease_key, layout.checkpoint_key, layout.tables_key]
             r.register_script(HANDOVER)(keys=keys, args=args)
         finally:

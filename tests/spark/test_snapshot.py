@@ -15,6 +15,7 @@ from service.batch.snapshot import run_snapshot
 from service.checkpoint import BinlogPosition, Checkpoint
 from service.errors import ConfigError, SinkError
 from service.pipeline.replicator import Replicator
+from service.sink.keys import KeyLayout
 from service.stack import LocalStack
 from tests.integration.mirror_helpers import (
     Workload,
@@ -70,6 +71,8 @@ async def test_snapshot_under_writes_then_the_service_converges(stack: LocalStac
     assert during[0] > 10, during
     assert r.exists(f"{prefix}:__checkpoint") and not r.exists(f"{prefix}:__lease")
     assert not r.exists(f"{prefix}:{db}:items:999999")  # cleared before the copy
+    # every selected table is registered, the keyless one too: the service copies none again
+    assert r.sismember(f"{prefix}:__tables", KeyLayout(prefix).table_id(db, "nokey"))
     with pytest.raises(ConfigError, match="already kept in sync"):
         run_snapshot(spark, settings)
 
