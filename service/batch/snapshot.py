@@ -299,9 +299,7 @@ def run_snapshot(
             if lease.lost:
                 raise SinkError("the snapshot lost its writer lease while copying; run it again")
             # the same checkpoint hash the service writes after a transaction ending at P
-            fields = checkpoint_fields(
-                Transaction((), (), None, position.ts, position), settings.value_mode == "json"
-            )
+            fields = checkpoint_fields(Transaction((), (), None, position.ts, position), settings.value_mode)
             args: list[Any] = [lease.token, len(fields)]
             for k, v in fields.items():
                 args += [k, str(v)]

@@ -117,6 +117,7 @@ class RedisMirror:
         self.layout = layout
         self.options = opts = options or MirrorOptions()
         self.token = token or secrets.token_hex(8)
+        self._values = "json" if opts.json_mode else "hash"  # the value mode, as the checkpoint says
         self.planner = Planner(
             layout,
             key_columns,
@@ -145,7 +146,7 @@ class RedisMirror:
             self._prev = ""
             return None
         f = {_s(k): _s(v) for k, v in raw.items()}
-        mode = "json" if self.options.json_mode else "hash"
+        mode = self._values
         if f.get("values", mode) != mode:
             # the script would meet keys of the other type in the middle of a call
             raise ConfigError(
@@ -260,7 +261,7 @@ class RedisMirror:
     ) -> None:
         txn_id = str(last.end.position)
         args = self._header(txn_id, 0, True, size) + ops
-        args += checkpoint_args(self.layout, checkpoint_fields(last, self.options.json_mode))
+        args += checkpoint_args(self.layout, checkpoint_fields(last, self._values))
         many = f"{len(offsets)} transactions up to " if len(offsets) > 1 else "transaction "
         await self._send(sent, args, f"applying {many}{txn_id}", offsets)
         self._prev = txn_id
@@ -272,7 +273,7 @@ class RedisMirror:
         `__progress` how many changes of each table are done. Planned one chunk ahead, never
         whole: a transaction of millions of rows would otherwise hold every row's arguments."""
         txn_id = str(txn.end.position)
-        cp = checkpoint_args(self.layout, checkpoint_fields(txn, self.options.json_mode))
+        cp = checkpoint_args(self.layout, checkpoint_fields(txn, self._values))
         size = self.options.chunk_size
         todo: Sequence[int] = range(len(txn.changes))
         if resume is not None:  # its table actions went with its first chunk

@@ -346,9 +346,9 @@ def _same_text(v: object, b: object) -> bool:
     return t is float and v == b and v != 0.0
 
 
-def checkpoint_fields(txn: Transaction, json_mode: bool = False) -> dict[str, Any]:
+def checkpoint_fields(txn: Transaction, values: str = "hash") -> dict[str, Any]:
     """The checkpoint hash after `txn`; `values` records the value mode its rows were written in
-    (checked by `RedisMirror.load_checkpoint`)."""
+    (`hash` or `json`, checked by `RedisMirror.load_checkpoint`)."""
     end = txn.end
     return {
         "id": str(end.position),
@@ -357,7 +357,7 @@ def checkpoint_fields(txn: Transaction, json_mode: bool = False) -> dict[str, An
         "gtid_set": end.gtid_set,
         "ts": end.ts or txn.ts,
         "gtid": txn.gtid or "",
-        "values": "json" if json_mode else "hash",
+        "values": values,
     }
 
 
