@@ -136,6 +136,7 @@ class Replicator:
         options = MirrorOptions(
             json_mode=settings.value_mode == "json",
             chunk_size=settings.chunk_rows,
+            table_step=settings.table_step_rows,
             changelog_maxlen=settings.changelog_maxlen or None,
             lease_ttl=settings.lease_ttl_seconds,
         )

@@ -13,6 +13,7 @@ a prefix of what was sent. The channel is used by one task at a time (the applie
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
@@ -34,6 +35,8 @@ class ScriptChannel:
         self._sha = ""
         self._conn: AbstractConnection | None = None
         self.epoch = 0  # connections closed so far: replies of an older one are lost
+        self._unread = 0  # calls written on this connection whose replies were not read yet
+        self._early: deque[Any] = deque()  # replies `call` read ahead, for `reply`
         self._timeout: float | None = None  # the pool's socket timeout, restored on release
 
     async def _open(self) -> AbstractConnection:
@@ -44,7 +47,8 @@ class ScriptChannel:
         self._timeout, conn.socket_timeout = conn.socket_timeout, None
         self._conn = conn
         await conn.send_command("SCRIPT", "LOAD", self._script)
-        sha = await self.reply()
+        self._unread += 1
+        sha = await self._read()
         self._sha = sha.decode() if isinstance(sha, bytes) else str(sha)
         return conn
 
@@ -60,20 +64,39 @@ class ScriptChannel:
         except BaseException:
             await self.close()
             raise
+        self._unread += 1
+
+    async def call(self, args: Sequence[Arg]) -> Any:
+        """Write one call and wait for its reply. The replies of the calls before it are kept for
+        `reply`. For heavy calls: Redis runs every call it reads in one go back to back, so
+        pipelined heavy calls would keep its other clients waiting for all of them."""
+        await self.send(args)
+        while self._unread > 1:
+            self._early.append(await self._read())
+        return await self._read()
 
     async def reply(self) -> Any:
         """The reply to the oldest unread call (an error reply raises redis' ResponseError)."""
+        if self._early:
+            return self._early.popleft()
+        return await self._read()
+
+    async def _read(self) -> Any:
         assert self._conn is not None, "no call in flight"
         try:
-            return await self._conn.read_response(timeout=IO_TIMEOUT)
+            value = await self._conn.read_response(timeout=IO_TIMEOUT)
         except BaseException:
             await self.close()
             raise
+        self._unread -= 1
+        return value
 
     async def close(self) -> None:
         """Drop the connection (replies not read yet with it); the next send opens a new one."""
         conn, self._conn = self._conn, None
         self.epoch += 1
+        self._unread = 0
+        self._early.clear()
         if conn is not None:
             await conn.disconnect(nowait=True)
             conn.socket_timeout = self._timeout

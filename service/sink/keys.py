@@ -7,6 +7,8 @@
     {prefix}:__checkpoint                      hash: id, file, pos, gtid_set, ts, gtid, values (mirror.py)
     {prefix}:__progress                        hash: the chunked transaction in flight, if any (changes
                                                done in all and per table: see mirror.py)
+    {prefix}:__tableops                        hash: op, done: the table work (DROP/TRUNCATE/RENAME
+                                               rows) of the last transaction that had any, units done
     {prefix}:__lease                           the writer lease: token of the instance that may write
     {prefix}:__seq                             counter of applied row changes (change sequence numbers)
     {prefix}:__changes                         the optional change-log stream
@@ -110,6 +112,10 @@ class KeyLayout:
     @property
     def progress_key(self) -> str:
         return f"{self.prefix}:__progress"
+
+    @property
+    def table_ops_key(self) -> str:
+        return f"{self.prefix}:__tableops"
 
     @property
     def lease_key(self) -> str:

@@ -33,7 +33,17 @@ from service.checkpoint import BinlogPosition, Checkpoint
 from service.errors import ConfigError, LeaseLost, SinkError
 from service.sink.channel import ScriptChannel
 from service.sink.keys import KeyLayout
-from service.sink.plan import Arg, KeyColumns, Planner, TableAction, checkpoint_args, checkpoint_fields
+from service.sink.plan import (
+    Arg,
+    KeyColumns,
+    Planner,
+    TableAction,
+    TableWork,
+    checkpoint_args,
+    checkpoint_fields,
+    work_op,
+    work_signature,
+)
 from service.sink.scripts import APPLY, RELEASE, RENEW, RESYNC_FINISH, RESYNC_ROWS
 from service.sink.values import field_value, json_document
 from service.transactions import Transaction
@@ -61,6 +71,7 @@ class MirrorOptions:
     json_mode: bool = False  # one JSON document per row instead of a hash
     full_images: bool = True  # the source logs FULL row images (binlog_row_image=FULL)
     chunk_size: int = 1000  # row changes per atomic script call
+    table_step: int = 500  # rows removed or moved per call by DROP/TRUNCATE/RENAME and a resync end
     changelog_maxlen: int | None = None  # keep a change-log stream of about this many entries
     lease_ttl: float = 3.0  # seconds
 
@@ -227,6 +238,12 @@ class RedisMirror:
         last: Transaction | None = None  # its last transaction
         try:
             for txn, actions in batch:
+                fence, work = self.planner.table_work(actions)
+                if work:
+                    if last is not None:
+                        await self._send_group(sent, group, offsets, size, last)
+                        group, offsets, size, last = [], [], 0, None
+                    await self._run_table_work(str(txn.end.position), fence, work)
                 n = len(txn.changes)
                 resume = self._resume
                 if resume is not None and resume.txn != str(txn.end.position):
@@ -309,6 +326,29 @@ class RedisMirror:
         self._resume = None
         self._prev = txn_id
 
+    async def _run_table_work(self, txn_id: str, fence: list[Arg], work: Sequence[TableWork]) -> None:
+        """The row work of a transaction's DROP/TRUNCATE/RENAME, before the transaction's own call:
+        `table_step` rows per call, each call waited for before the next is written, so Redis
+        serves its other clients in between (one script over a table of millions of rows blocked
+        it for seconds, and its other clients got BUSY). The first call also stops the resyncs in
+        flight of those tables from writing (`fence`). The checkpoint does not move until the
+        transaction's call, so a crash in between replays the transaction: `__tableops` records
+        the units done, the others resume (docs/mirror.md, "Table operations")."""
+        key, sig, step = self.layout.table_ops_key, work_signature(txn_id, work), self.options.table_step
+        header = self._header(txn_id, 0, True, 0)
+        calls = 0
+        ops = list(fence)
+        for unit, w in enumerate(work):
+            left = 1
+            while left:
+                ops += work_op(key, sig, unit, w, step)
+                calls += 1
+                with map_redis_errors(f"table work (DROP/TRUNCATE/RENAME rows) of {txn_id}, call {calls}"):
+                    left = int(await self._channel.call(header + ops))
+                ops = []
+        if calls > len(work):
+            log.info("transaction %s: table rows removed or moved in %d calls", txn_id, calls)
+
     async def _send(self, sent: SentBatch, args: list[Arg], what: str, offsets: Sequence[int]) -> None:
         with map_redis_errors(what):
             await self._channel.send(args)
@@ -365,9 +405,16 @@ class RedisMirror:
         args: list[Arg] = [lay.lease_key, self.token, lay.resync_key, lay.table_id(schema, table)]
         args += [lay.touched_key(schema, table), lay.stale_key(schema, table)]
         args += [lay.index_key(schema, table), lay.table_base(schema, table), generation]
-        with map_redis_errors(f"finishing the resync of {schema}.{table}"):
-            removed = int(await self._resync_finish(args=args))
-        return None if removed < 0 else removed
+        args.append(self.options.table_step)
+        removed = 0
+        while True:  # `table_step` stale rows per call: Redis serves other clients in between
+            with map_redis_errors(f"finishing the resync of {schema}.{table}"):
+                reply = await self._resync_finish(args=args)
+            if not isinstance(reply, list):  # -1: refused
+                return None
+            removed += int(reply[0])
+            if int(reply[1]) == 0:
+                return removed
 
     async def pending_resyncs(self) -> dict[str, str]:
         """table_id -> reason for every resync in flight (survives restarts)."""

@@ -5,6 +5,7 @@ No I/O here, so the whole mapping from row changes to Redis writes is unit-teste
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -15,7 +16,7 @@ from service.sink.keys import KeyLayout, escape
 from service.sink.values import TEXT_FORMS, field_value, json_document, key_text
 from service.transactions import Transaction
 
-__all__ = ["ActionKind", "Planner", "SkipCounter", "TableAction"]
+__all__ = ["ActionKind", "Planner", "SkipCounter", "TableAction", "TableWork", "work_op", "work_signature"]
 
 Arg = str | bytes | int
 
@@ -36,6 +37,18 @@ class TableAction:
     new_schema: str | None = None  # rename target
     new_table: str | None = None
     reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class TableWork:
+    """One unit of the row work of a DROP, TRUNCATE or RENAME: remove a table's rows, or move them
+    to another name. Run in bounded calls before the transaction's own call, so that a table of
+    millions of rows never blocks Redis in one script (RedisMirror._run_table_work)."""
+
+    index: str  # the table's `__keys` set
+    base: str  # its row-key base
+    to_index: str | None = None  # move: the new name's `__keys` and base; None: remove
+    to_base: str | None = None
 
 
 @dataclass(slots=True)
@@ -214,28 +227,55 @@ class Planner:
 
     # -- table actions ---------------------------------------------------------------------------
     def action(self, a: TableAction) -> list[Arg]:
+        """The ops of a table action in its transaction's call. The rows of a dropped, truncated
+        or renamed table were removed or moved by the calls before (`table_work`)."""
         lay = self.layout
         tid = lay.table_id(a.schema, a.table)
-        index, base = lay.index_key(a.schema, a.table), lay.table_base(a.schema, a.table)
         if a.kind is ActionKind.DROP:
-            return ["DT", index, base, "R", lay.tables_key, tid] + self._end_resync(a.schema, a.table)
-        stale, touched = lay.stale_key(a.schema, a.table), lay.touched_key(a.schema, a.table)
+            return ["R", lay.tables_key, tid] + self._end_resync(a.schema, a.table)
+        index, stale, touched = (
+            lay.index_key(a.schema, a.table),
+            lay.stale_key(a.schema, a.table),
+            lay.touched_key(a.schema, a.table),
+        )
         if a.kind is ActionKind.TRUNCATE:
             # a resync in flight restarts: rows it read before the TRUNCATE must not come back
-            return ["DT", index, base, "RR", tid, index, stale, touched]
+            return ["RR", tid, index, stale, touched]
         if a.kind is ActionKind.REGISTER:
             return ["A", lay.tables_key, tid]
         if a.kind is ActionKind.RESYNC:
             return ["A", lay.tables_key, tid, "RS", tid, a.reason[:200] or "resync", index, stale, touched]
         assert a.kind is ActionKind.RENAME and a.new_schema is not None and a.new_table is not None
-        n_index = lay.index_key(a.new_schema, a.new_table)
-        n_base = lay.table_base(a.new_schema, a.new_table)
-        out: list[Arg] = ["DT", n_index, n_base, "RT", index, base, n_index, n_base]
         ns, nt = a.new_schema, a.new_table
-        out += ["R", lay.tables_key, tid, "A", lay.tables_key, lay.table_id(ns, nt)]
+        out: list[Arg] = ["R", lay.tables_key, tid, "A", lay.tables_key, lay.table_id(ns, nt)]
         # a resync in flight continues under the new name (the moved rows are not all re-read yet)
-        out += ["RC", tid, lay.table_id(ns, nt), n_index, lay.stale_key(ns, nt), lay.touched_key(ns, nt)]
+        n_index, n_stale, n_touched = lay.index_key(ns, nt), lay.stale_key(ns, nt), lay.touched_key(ns, nt)
+        out += ["RC", tid, lay.table_id(ns, nt), n_index, n_stale, n_touched]
         return out + self._end_resync(a.schema, a.table)
+
+    def table_work(self, actions: Sequence[TableAction]) -> tuple[list[Arg], list[TableWork]]:
+        """The row work of `actions`, in order: the rows of a dropped or truncated table go; a
+        renamed table's rows move after whatever its new name held went. With the ops that come
+        first: op RB for each table concerned, so that a resync in flight writes no more rows into
+        it (its generation moves; the action itself restarts, moves or ends it)."""
+        lay = self.layout
+        work: list[TableWork] = []
+        tables: list[tuple[str, str]] = []
+        for a in actions:
+            index, base = lay.index_key(a.schema, a.table), lay.table_base(a.schema, a.table)
+            if a.kind is ActionKind.DROP or a.kind is ActionKind.TRUNCATE:
+                work.append(TableWork(index, base))
+                tables.append((a.schema, a.table))
+            elif a.kind is ActionKind.RENAME:
+                assert a.new_schema is not None and a.new_table is not None
+                n_index = lay.index_key(a.new_schema, a.new_table)
+                n_base = lay.table_base(a.new_schema, a.new_table)
+                work += [TableWork(n_index, n_base), TableWork(index, base, n_index, n_base)]
+                tables += [(a.schema, a.table), (a.new_schema, a.new_table)]
+        fence: list[Arg] = []
+        for s, t in dict.fromkeys(tables):
+            fence += ["RB", lay.table_id(s, t)]
+        return fence, work
 
     def _end_resync(self, schema: str, table: str) -> list[Arg]:
         lay = self.layout
@@ -344,6 +384,22 @@ def _same_text(v: object, b: object) -> bool:
     if t is int or t is str or t is bytes:
         return v == b
     return t is float and v == b and v != 0.0
+
+
+def work_signature(txn_id: str, work: Sequence[TableWork]) -> str:
+    """Names a transaction's table work in `__tableops`: a restart skips the units done only if
+    it plans the same units (the bootstrap's drops depend on the table selection)."""
+    units = "\n".join(f"{w.index} {w.to_index or ''}" for w in work)
+    return f"{txn_id} {hashlib.sha1(units.encode()).hexdigest()[:16]}"
+
+
+def work_op(key: str, sig: str, unit: int, w: TableWork, limit: int) -> list[Arg]:
+    """Op CU (remove) or MU (move) of up to `limit` rows of unit `unit` of the work `sig`; the call
+    returns the rows left, and the unit is recorded as done in `key` (`__tableops`) at 0."""
+    if w.to_index is None:
+        return ["CU", key, sig, unit, limit, w.index, w.base]
+    assert w.to_base is not None
+    return ["MU", key, sig, unit, limit, w.index, w.base, w.to_index, w.to_base]
 
 
 def checkpoint_fields(txn: Transaction, values: str = "hash") -> dict[str, Any]:

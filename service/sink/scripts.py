@@ -152,7 +152,7 @@ local function mark(tid, reason, index, stale, touched)
   -- (re)start tid's resync under a new generation: resync calls of an older one are refused
   local gen = redis.call('HINCRBY', resync, '__gen', 1)
   redis.call('HSET', resync, tid, gen .. ' ' .. reason)
-  redis.call('DEL', stale, touched)
+  redis.call('UNLINK', stale, touched)   -- big sets are freed off the main thread
   if redis.call('EXISTS', index) == 1 then redis.call('SUNIONSTORE', stale, index) end
   marks = {}
 end
@@ -188,6 +188,7 @@ local function write_row(key, c)         -- the row becomes pairs_[1 .. 2c]
   redis.call('DEL', key)
   hset_pairs(key, c)
 end
+local left = nil                         -- rows left by the table work op (CU, MU): the reply
 local i, n = 13, #ARGV
 while i <= n do
   local op = ARGV[i]
@@ -281,8 +282,8 @@ while i <= n do
       local c = tonumber(ARGV[i + 2])
       if c > 0 then batched('HSET', ARGV[i + 1], i + 3, i + 2 + 2 * c) end
       i = i + 3 + 2 * c
-    elseif op == 'D' then                -- DEL key
-      redis.call('DEL', ARGV[i + 1]); i = i + 2
+    elseif op == 'D' then                -- UNLINK key (a big set is freed off the main thread)
+      redis.call('UNLINK', ARGV[i + 1]); i = i + 2
     elseif op == 'X' then                -- HDEL key count f ...
       local c = tonumber(ARGV[i + 2])
       if c > 0 then batched('HDEL', ARGV[i + 1], i + 3, i + 2 + c) end
@@ -292,18 +293,39 @@ while i <= n do
       redis.call('SADD', ARGV[i + 1], ARGV[i + 2]); i = i + 3
     elseif op == 'R' then                -- SREM set member
       redis.call('SREM', ARGV[i + 1], ARGV[i + 2]); i = i + 3
-    elseif op == 'DT' then               -- drop a table's rows: index base
-      local members = redis.call('SMEMBERS', ARGV[i + 1])
-      for _, m in ipairs(members) do redis.call('DEL', ARGV[i + 2] .. ':' .. m) end
-      redis.call('DEL', ARGV[i + 1]); i = i + 3
-    elseif op == 'RT' then               -- rename a table's rows: old_index old_base new_index new_base
-      local members = redis.call('SMEMBERS', ARGV[i + 1])
-      for _, m in ipairs(members) do
-        local src = ARGV[i + 2] .. ':' .. m
-        if redis.call('EXISTS', src) == 1 then redis.call('RENAME', src, ARGV[i + 4] .. ':' .. m) end
-        redis.call('SADD', ARGV[i + 3], m)
+    elseif op == 'CU' or op == 'MU' then -- table work: key sig unit limit index base [to_index to_base]
+      -- Remove (CU) or move (MU) up to `limit` of the table's rows; the unit is done (recorded in
+      -- `key`) when none is left. Units run in order; those a restart finds done are skipped.
+      -- The call returns the rows left.
+      local key, sig, u, limit = ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3]), ARGV[i + 4]
+      local idx, from = ARGV[i + 5], ARGV[i + 6] .. ':'
+      local p = redis.call('HMGET', key, 'op', 'done')
+      local done = p[1] == sig and tonumber(p[2]) or 0
+      if u > done then return redis.error_reply('BAD_PLAN table work unit ' .. u .. ' before ' .. done) end
+      left = 0
+      if u == done then
+        local ms = redis.call('SPOP', idx, limit)
+        if op == 'CU' then
+          for _, m in ipairs(ms) do redis.call('DEL', from .. m) end
+        else
+          local to = ARGV[i + 8] .. ':'
+          for _, m in ipairs(ms) do
+            if redis.call('EXISTS', from .. m) == 1 then redis.call('RENAME', from .. m, to .. m) end
+          end
+          for k = 1, #ms, 1000 do redis.call('SADD', ARGV[i + 7], unpack(ms, k, math.min(k + 999, #ms))) end
+        end
+        left = redis.call('SCARD', idx)
+        if left == 0 then redis.call('HSET', key, 'op', sig, 'done', u + 1) end
       end
-      redis.call('DEL', ARGV[i + 1]); i = i + 5
+      i = i + (op == 'CU' and 7 or 9)
+    elseif op == 'RB' then               -- a resync in flight writes no more rows: table_id
+      -- (a new generation, same reason; the table's action then restarts, moves or ends it)
+      local v = redis.call('HGET', resync, ARGV[i + 1])
+      if v then
+        local gen = redis.call('HINCRBY', resync, '__gen', 1)
+        redis.call('HSET', resync, ARGV[i + 1], gen .. ' ' .. (string.match(v, '^%d+ (.*)$') or v))
+      end
+      i = i + 2
     elseif op == 'RS' then               -- begin a resync: table_id reason index stale touched
       mark(ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5])
       i = i + 6
@@ -334,7 +356,7 @@ if chunk > 0 and not final then
 elseif chunk > 0 then
   redis.call('DEL', progress)
 end
-return first
+return left or first
 """
 )
 
@@ -370,8 +392,10 @@ return written
 """
 )
 
-# ARGV: lease_key token resync_key table_id touched stale index base generation
-# Returns the stale rows removed, or -1 (nothing done) when the generation is not current.
+# ARGV: lease_key token resync_key table_id touched stale index base generation limit
+# Removes up to `limit` stale rows (not touched by the stream); once `__stale` is empty, ends the
+# resync. Returns {rows removed, stale rows left} (0 left: the resync is over), or -1 (nothing
+# done) when the generation is not current.
 RESYNC_FINISH = (
     _COMMON
     + r"""
@@ -380,15 +404,18 @@ if err then return err end
 if generation(ARGV[3], ARGV[4]) ~= tonumber(ARGV[9]) then return -1 end
 local touched, stale, index, base = ARGV[5], ARGV[6], ARGV[7], ARGV[8]
 local removed = 0
-for _, m in ipairs(redis.call('SMEMBERS', stale)) do
+for _, m in ipairs(redis.call('SPOP', stale, tonumber(ARGV[10]))) do
   if redis.call('SISMEMBER', touched, m) == 0 then
     redis.call('DEL', base .. ':' .. m)
     redis.call('SREM', index, m)
     removed = removed + 1
   end
 end
-redis.call('DEL', stale, touched)
-redis.call('HDEL', ARGV[3], ARGV[4])
-return removed
+local left = redis.call('SCARD', stale)
+if left == 0 then
+  redis.call('UNLINK', touched)
+  redis.call('HDEL', ARGV[3], ARGV[4])
+end
+return {removed, left}
 """
 )

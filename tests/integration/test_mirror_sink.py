@@ -241,6 +241,103 @@ async def test_truncate_drop_rename(redis: Redis) -> None:
     assert await m.mirrored_tables() == {"db:c"}
 
 
+async def keys_under(redis: Redis, prefix: str) -> set[str]:
+    """Every key of the prefix but the bookkeeping ones that change with each apply."""
+    skip = {f"{prefix}:{k}" for k in ("__checkpoint", "__seq", "__lease", "__tableops")}
+    return {k.decode() async for k in redis.scan_iter(match=f"{prefix}:*")} - skip
+
+
+async def test_table_operations_remove_and_move_rows_in_bounded_calls(redis: Redis) -> None:
+    """DROP/TRUNCATE/RENAME of a big table never run as one script: `table_step` rows per call,
+    before the transaction's own call (which moves the checkpoint)."""
+    p = _prefix()
+    m = RedisMirror(redis, KeyLayout(p), keys_of, MirrorOptions(table_step=3))
+    await m.acquire_lease()
+    await m.load_checkpoint()
+    a, b = (ins("a", id=i, v="a") for i in range(10)), (ins("b", id=i) for i in range(7))
+    await m.apply([(txn(*a, *b), [])])
+    calls = count_sends(m)
+    await m.apply([(txn(), [TableAction(ActionKind.RENAME, "db", "a", "db", "c")])])
+    # c's rows removed (none), a's moved 3 + 3 + 3 + 1, then the transaction's own call
+    assert calls[0] == 6
+    assert await rows(redis, p, "c") == {str(i): {b"id": str(i).encode(), b"v": b"a"} for i in range(10)}
+    calls[0] = 0
+    await m.apply([(txn(), [TableAction(ActionKind.TRUNCATE, "db", "c")])])
+    assert calls[0] == 5
+    calls[0] = 0
+    await m.apply([(txn(), [TableAction(ActionKind.DROP, "db", "b")])])
+    assert calls[0] == 4
+    assert await keys_under(redis, p) == {f"{p}:__tables"}
+    assert await m.mirrored_tables() == {"db:c"}
+
+
+def swap() -> tuple[Transaction, list[TableAction]]:
+    """`RENAME TABLE a TO tmp, b TO a, tmp TO b`: each step depends on the ones before."""
+    renames = [("a", "tmp"), ("b", "a"), ("tmp", "b")]
+    return txn(), [TableAction(ActionKind.RENAME, "db", old, "db", new) for old, new in renames]
+
+
+async def test_table_work_resumes_exactly_after_a_crash_at_any_call(redis: Redis) -> None:
+    """A crash after any call of a table swap's work, then a restart that applies the same
+    transaction again: the units done are skipped, the one cut short continues, no row is lost
+    or left behind."""
+    options = MirrorOptions(table_step=2)
+
+    async def seeded() -> tuple[str, RedisMirror]:
+        p = _prefix()
+        m = RedisMirror(redis, KeyLayout(p), keys_of, options)
+        await m.acquire_lease()
+        await m.load_checkpoint()
+        a, b = (ins("a", id=i, v="a") for i in range(5)), (ins("b", id=i, v="b") for i in range(4))
+        await m.apply([(txn(*a, *b), [])])
+        return p, m
+
+    p, m = await seeded()
+    calls = count_sends(m)
+    await m.apply([swap()])
+    expected = {
+        "a": {str(i): {b"id": str(i).encode(), b"v": b"b"} for i in range(4)},
+        "b": {str(i): {b"id": str(i).encode(), b"v": b"a"} for i in range(5)},
+    }
+    assert {t: await rows(redis, p, t) for t in ("a", "b")} == expected
+    clean = {k.replace(p, "P", 1) for k in await keys_under(redis, p)}
+    total = calls[0]
+    assert total > 4  # the work spans several calls
+    for crash in range(1, total):
+        p, m = await seeded()
+        swapped = swap()
+        crash_after(m, crash)
+        with pytest.raises(SinkError):
+            await m.apply([swapped])
+        again = RedisMirror(redis, KeyLayout(p), keys_of, options, m.token)
+        await again.load_checkpoint()
+        await again.apply([swapped])
+        assert {t: await rows(redis, p, t) for t in ("a", "b")} == expected, f"crash after call {crash}"
+        assert {k.replace(p, "P", 1) for k in await keys_under(redis, p)} == clean
+        assert await again.load_checkpoint() == swapped[0].end
+
+
+async def test_a_resync_removes_stale_rows_in_bounded_calls(redis: Redis) -> None:
+    p = _prefix()
+    m = RedisMirror(redis, KeyLayout(p), keys_of, MirrorOptions(table_step=2))
+    await m.acquire_lease()
+    await m.load_checkpoint()
+    await m.apply([(txn(*(ins("a", id=i, v="old") for i in range(7))), [])])
+    await m.apply([(txn(), [TableAction(ActionKind.RESYNC, "db", "a", reason="ALTER")])])
+    generation = await m.resync_generation("db", "a")
+    assert generation is not None
+    await m.apply([(txn(ins("a", id=5, v="stream")), [])])  # touched: stays
+    assert await m.resync_rows("db", "a", [{"id": 0, "v": "new"}], generation) == 1
+    assert await m.resync_finish("db", "a", generation) == 5  # rows 1-4 and 6, in 3 calls
+    assert await rows(redis, p, "a") == {
+        "0": {b"id": b"0", b"v": b"new"},
+        "5": {b"id": b"5", b"v": b"stream"},
+    }
+    assert await m.pending_resyncs() == {}
+    rest = {f"{p}:db:a:__keys", f"{p}:db:a:0", f"{p}:db:a:5"}
+    assert await keys_under(redis, p) == {f"{p}:__tables", f"{p}:__resync"} | rest
+
+
 async def test_resync_keeps_rows_written_by_the_stream(redis: Redis) -> None:
     p = _prefix()
     m = RedisMirror(redis, KeyLayout(p), keys_of)

@@ -12,7 +12,16 @@ from service.binlog.canonical import value_to_json
 from service.binlog.rowchange import EventSpan, Op, RowChange
 from service.checkpoint import BinlogPosition, Checkpoint
 from service.sink.keys import KeyLayout, escape, split_key, unescape
-from service.sink.plan import ActionKind, Arg, Planner, TableAction, _same_text
+from service.sink.plan import (
+    ActionKind,
+    Arg,
+    Planner,
+    TableAction,
+    TableWork,
+    _same_text,
+    work_op,
+    work_signature,
+)
 from service.sink.values import field_value, key_text
 from service.transactions import Transaction
 
@@ -166,7 +175,7 @@ def test_plan_transactions_sharing_a_call_register_and_set_a_table_once() -> Non
     for i in range(3):
         p.transaction(out, _txn(_change(Op.INSERT, None, {"id": i})), [])
     p.transaction(out, _txn(_change(Op.INSERT, None, {"id": 9})), [TableAction(ActionKind.DROP, "db", "t")])
-    assert [op for op in out if op in ("A", "C", "W", "DT")] == ["A", "C", "W", "W", "W", "DT", "A", "C", "W"]
+    assert [op for op in out if op in ("A", "C", "W", "R")] == ["A", "C", "W", "W", "W", "R", "A", "C", "W"]
     p.begin_call()
     again: list[Arg] = []
     p.transaction(again, _txn(_change(Op.INSERT, None, {"id": 10})), [])
@@ -189,7 +198,33 @@ def test_plan_chunks_and_actions() -> None:
     assert [n for _, n in chunks] == [2, 2, 1]
     exact = list(p.chunks(_txn(*changes[:4]), [], 2))
     assert [n for _, n in exact] == [2, 2]  # no empty last call
-    assert chunks[0][0][:3] == ["DT", "m:db:t:__keys", "m:db:t"]
+    assert chunks[0][0][:2] == ["RR", "db:t"]  # the rows went before, in calls of their own
+
+
+def test_table_work_of_drop_truncate_and_rename() -> None:
+    """The units run before the transaction's call, in action order; a rename first clears its
+    new name. Each table concerned gets op RB once (its resync in flight stops writing)."""
+    p = Planner(KeyLayout("m"), lambda s, t: ("id",))
+    actions = [
+        TableAction(ActionKind.RENAME, "db", "a", "db", "b"),
+        TableAction(ActionKind.TRUNCATE, "db", "b"),
+        TableAction(ActionKind.DROP, "db", "c"),
+        TableAction(ActionKind.RESYNC, "db", "d"),  # no row work
+    ]
+    fence, work = p.table_work(actions)
+    assert fence == ["RB", "db:a", "RB", "db:b", "RB", "db:c"]
+    assert work == [
+        TableWork("m:db:b:__keys", "m:db:b"),
+        TableWork("m:db:a:__keys", "m:db:a", "m:db:b:__keys", "m:db:b"),
+        TableWork("m:db:b:__keys", "m:db:b"),
+        TableWork("m:db:c:__keys", "m:db:c"),
+    ]
+    sig = work_signature("f.000001:4", work)
+    assert sig.startswith("f.000001:4 ") and sig != work_signature("f.000001:4", work[:3])
+    moved = ["m:db:a:__keys", "m:db:a", "m:db:b:__keys", "m:db:b"]
+    assert work_op("m:__tableops", sig, 1, work[1], 500) == ["MU", "m:__tableops", sig, 1, 500, *moved]
+    assert work_op("m:__tableops", sig, 3, work[3], 500)[:5] == ["CU", "m:__tableops", sig, 3, 500]
+    assert p.table_work([TableAction(ActionKind.REGISTER, "db", "d")]) == ([], [])
 
 
 def test_resume_skips_per_table_counts_whatever_the_chunk_size() -> None:
