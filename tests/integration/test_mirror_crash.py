@@ -39,6 +39,7 @@ def _start(
         "BINLOG_MIRROR_LEASE_TTL_SECONDS": str(lease_ttl),
         "BINLOG_MIRROR_HEARTBEAT_SECONDS": "1",
         "BINLOG_MIRROR_CHUNK_ROWS": "4",
+        "BINLOG_MIRROR_TABLE_STEP_ROWS": "2",  # kills land inside TRUNCATE/RENAME too
     }
     cmd = [sys.executable, "-m", "service", "run", "--mysql", info.mysql_url, "--redis", info.redis_url]
     cmd += ["--tables", f"{db}.*", "--prefix", prefix, "--no-api", "--changelog-maxlen", "1000000", *args]

@@ -62,6 +62,7 @@ async def test_random_workload_mirrors_exactly(stack: LocalStack) -> None:
         server_id=5000 + hash(db) % 1000,
         changelog_maxlen=100000,
         chunk_rows=3,  # exercise chunked transactions
+        table_step_rows=2,  # and TRUNCATE/RENAME in several calls
         heartbeat_seconds=1.0,
     )
     ledger_before = wl.ledger
