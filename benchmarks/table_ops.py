@@ -4,12 +4,13 @@
 
 For each `table_step_rows` value in --steps (0: no limit, the whole table in one script call, the
 way every DROP/TRUNCATE/RENAME ran before they were split), a fresh prefix gets the 1,000,000-row
-`inserts` workload mirrored (`benchmarks.ours_e2e replay`, untimed); then RedisMirror applies, as a
-statement's transaction would, `RENAME TABLE bench.t_insert TO bench.t_moved` and then
-`DROP TABLE bench.t_moved`. Meanwhile a probe (a process of its own) sends PING every millisecond on
-its own connection, as an application reading the cache would, and records each reply's latency and
-every error reply (BUSY). Prints, per operation: wall time, the probe's worst and p99 latency, its
-BUSY replies. Results: benchmarks/.work/table-ops-results.{json,md}.
+`inserts` workload mirrored (`benchmarks.ours_e2e replay`, untimed); then RedisMirror applies, as
+a statement's transaction would, `RENAME TABLE bench.t_insert TO bench.t_moved`, the start of the
+resync an `ALTER TABLE bench.t_moved` begins (its `__keys` copied to `__stale`; the copy from the
+source is not run) and `DROP TABLE bench.t_moved`. Meanwhile a probe (a process of its own) sends
+PING every millisecond on its own connection, as an application reading the cache would, and
+records each reply's latency and every error reply (BUSY). Prints, per operation: wall time, the
+probe's worst and p99 latency, its BUSY replies. Results: benchmarks/.work/table-ops-results.{json,md}.
 """
 
 from __future__ import annotations
@@ -118,6 +119,10 @@ def main() -> None:
             run_measured(cmd + [inserts.file, str(inserts.start), str(inserts.end)])
             actions = [
                 ("RENAME TABLE", TableAction(ActionKind.RENAME, "bench", "t_insert", "bench", "t_moved")),
+                (
+                    "ALTER TABLE (resync start)",
+                    TableAction(ActionKind.RESYNC, "bench", "t_moved", reason="ALTER"),
+                ),
                 ("DROP TABLE", TableAction(ActionKind.DROP, "bench", "t_moved")),
             ]
             for name, action in actions:

@@ -327,27 +327,31 @@ class RedisMirror:
         self._prev = txn_id
 
     async def _run_table_work(self, txn_id: str, fence: list[Arg], work: Sequence[TableWork]) -> None:
-        """The row work of a transaction's DROP/TRUNCATE/RENAME, before the transaction's own call:
-        `table_step` rows per call, each call waited for before the next is written, so Redis
-        serves its other clients in between (one script over a table of millions of rows blocked
-        it for seconds, and its other clients got BUSY). The first call also stops the resyncs in
-        flight of those tables from writing (`fence`). The checkpoint does not move until the
-        transaction's call, so a crash in between replays the transaction: `__tableops` records
-        the units done, the others resume (docs/mirror.md, "Table operations")."""
+        """The whole-table work of a transaction's DROP/TRUNCATE/RENAME and resync starts, before
+        the transaction's own call: `table_step` rows per call, each call waited for before the
+        next is written, so Redis serves its other clients in between (one script over a table of
+        millions of rows blocked it for seconds, and its other clients got BUSY). The first call
+        also stops the resyncs in flight of those tables from writing (`fence`). The checkpoint
+        does not move until the transaction's call, so a crash in between replays the
+        transaction: `__tableops` records the units done, the others resume (docs/mirror.md,
+        "Table operations")."""
         key, sig, step = self.layout.table_ops_key, work_signature(txn_id, work), self.options.table_step
         header = self._header(txn_id, 0, True, 0)
         calls = 0
         ops = list(fence)
         for unit, w in enumerate(work):
-            left = 1
-            while left:
-                ops += work_op(key, sig, unit, w, step)
+            cursor: Arg = ""
+            while True:
+                ops += work_op(key, sig, unit, w, step, cursor)
                 calls += 1
-                with map_redis_errors(f"table work (DROP/TRUNCATE/RENAME rows) of {txn_id}, call {calls}"):
-                    left = int(await self._channel.call(header + ops))
+                with map_redis_errors(f"table work (DROP/TRUNCATE/RENAME/resync) of {txn_id}, call {calls}"):
+                    reply = await self._channel.call(header + ops)
                 ops = []
+                if reply == 0 or reply == b"0":
+                    break
+                cursor = reply  # op CP: where its SSCAN goes on
         if calls > len(work):
-            log.info("transaction %s: table rows removed or moved in %d calls", txn_id, calls)
+            log.info("transaction %s: table rows removed, moved or copied in %d calls", txn_id, calls)
 
     async def _send(self, sent: SentBatch, args: list[Arg], what: str, offsets: Sequence[int]) -> None:
         with map_redis_errors(what):

@@ -41,14 +41,16 @@ class TableAction:
 
 @dataclass(frozen=True, slots=True)
 class TableWork:
-    """One unit of the row work of a DROP, TRUNCATE or RENAME: remove a table's rows, or move them
-    to another name. Run in bounded calls before the transaction's own call, so that a table of
-    millions of rows never blocks Redis in one script (RedisMirror._run_table_work)."""
+    """One unit of the work of a table action on every row of a table, run in bounded calls
+    before the transaction's own call, so that a table of millions of rows never blocks Redis in
+    one script (RedisMirror._run_table_work). `op`: CU removes the table's rows, MU moves them to
+    another name, CP copies its `__keys` set (to `__stale`, when a resync begins)."""
 
+    op: str
     index: str  # the table's `__keys` set
-    base: str  # its row-key base
-    to_index: str | None = None  # move: the new name's `__keys` and base; None: remove
-    to_base: str | None = None
+    base: str = ""  # its row-key base (CU, MU)
+    to_index: str = ""  # MU: the new name's `__keys`; CP: the set copied into
+    to_base: str = ""  # MU: the new name's row-key base
 
 
 @dataclass(slots=True)
@@ -227,8 +229,9 @@ class Planner:
 
     # -- table actions ---------------------------------------------------------------------------
     def action(self, a: TableAction) -> list[Arg]:
-        """The ops of a table action in its transaction's call. The rows of a dropped, truncated
-        or renamed table were removed or moved by the calls before (`table_work`)."""
+        """The ops of a table action in its transaction's call. The calls before removed or moved
+        the rows of a dropped, truncated or renamed table and filled a resync's `__stale`
+        (`table_work`)."""
         lay = self.layout
         tid = lay.table_id(a.schema, a.table)
         if a.kind is ActionKind.DROP:
@@ -243,8 +246,8 @@ class Planner:
             return ["RR", tid, index, stale, touched]
         if a.kind is ActionKind.REGISTER:
             return ["A", lay.tables_key, tid]
-        if a.kind is ActionKind.RESYNC:
-            return ["A", lay.tables_key, tid, "RS", tid, a.reason[:200] or "resync", index, stale, touched]
+        if a.kind is ActionKind.RESYNC:  # its `__stale` was filled before (op CP)
+            return ["A", lay.tables_key, tid, "RS", tid, a.reason[:200] or "resync", touched]
         assert a.kind is ActionKind.RENAME and a.new_schema is not None and a.new_table is not None
         ns, nt = a.new_schema, a.new_table
         out: list[Arg] = ["R", lay.tables_key, tid, "A", lay.tables_key, lay.table_id(ns, nt)]
@@ -254,24 +257,29 @@ class Planner:
         return out + self._end_resync(a.schema, a.table)
 
     def table_work(self, actions: Sequence[TableAction]) -> tuple[list[Arg], list[TableWork]]:
-        """The row work of `actions`, in order: the rows of a dropped or truncated table go; a
-        renamed table's rows move after whatever its new name held went. With the ops that come
-        first: op RB for each table concerned, so that a resync in flight writes no more rows into
-        it (its generation moves; the action itself restarts, moves or ends it)."""
+        """The work of `actions` on whole tables, in order: the rows of a dropped or truncated
+        table go; a renamed table's rows move after whatever its new name held went; a table whose
+        resync begins has its `__keys` copied into `__stale`. With the ops that come first: op RB
+        for each table concerned, so that a resync in flight writes no more rows into it (its
+        generation moves; the action itself restarts, moves or ends it)."""
         lay = self.layout
         work: list[TableWork] = []
         tables: list[tuple[str, str]] = []
         for a in actions:
             index, base = lay.index_key(a.schema, a.table), lay.table_base(a.schema, a.table)
             if a.kind is ActionKind.DROP or a.kind is ActionKind.TRUNCATE:
-                work.append(TableWork(index, base))
-                tables.append((a.schema, a.table))
+                work.append(TableWork("CU", index, base))
+            elif a.kind is ActionKind.RESYNC:
+                work.append(TableWork("CP", index, to_index=lay.stale_key(a.schema, a.table)))
             elif a.kind is ActionKind.RENAME:
                 assert a.new_schema is not None and a.new_table is not None
                 n_index = lay.index_key(a.new_schema, a.new_table)
                 n_base = lay.table_base(a.new_schema, a.new_table)
-                work += [TableWork(n_index, n_base), TableWork(index, base, n_index, n_base)]
-                tables += [(a.schema, a.table), (a.new_schema, a.new_table)]
+                work += [TableWork("CU", n_index, n_base), TableWork("MU", index, base, n_index, n_base)]
+                tables.append((a.new_schema, a.new_table))
+            else:
+                continue
+            tables.append((a.schema, a.table))
         fence: list[Arg] = []
         for s, t in dict.fromkeys(tables):
             fence += ["RB", lay.table_id(s, t)]
@@ -389,17 +397,19 @@ def _same_text(v: object, b: object) -> bool:
 def work_signature(txn_id: str, work: Sequence[TableWork]) -> str:
     """Names a transaction's table work in `__tableops`: a restart skips the units done only if
     it plans the same units (the bootstrap's drops depend on the table selection)."""
-    units = "\n".join(f"{w.index} {w.to_index or ''}" for w in work)
+    units = "\n".join(f"{w.op} {w.index} {w.to_index}" for w in work)
     return f"{txn_id} {hashlib.sha1(units.encode()).hexdigest()[:16]}"
 
 
-def work_op(key: str, sig: str, unit: int, w: TableWork, limit: int) -> list[Arg]:
-    """Op CU (remove) or MU (move) of up to `limit` rows of unit `unit` of the work `sig`; the call
-    returns the rows left, and the unit is recorded as done in `key` (`__tableops`) at 0."""
-    if w.to_index is None:
+def work_op(key: str, sig: str, unit: int, w: TableWork, limit: int, cursor: Arg = "") -> list[Arg]:
+    """The op of unit `unit` of the work `sig` for up to `limit` rows (CP: `cursor` is the SSCAN
+    cursor the previous call returned, "" at first). The call returns 0 (CP: cursor "0") once the
+    unit is done, recorded in `key` (`__tableops`); otherwise what is left (CP: the next cursor)."""
+    if w.op == "CU":
         return ["CU", key, sig, unit, limit, w.index, w.base]
-    assert w.to_base is not None
-    return ["MU", key, sig, unit, limit, w.index, w.base, w.to_index, w.to_base]
+    if w.op == "MU":
+        return ["MU", key, sig, unit, limit, w.index, w.base, w.to_index, w.to_base]
+    return ["CP", key, sig, unit, limit, cursor, w.index, w.to_index]
 
 
 def checkpoint_fields(txn: Transaction, values: str = "hash") -> dict[str, Any]:

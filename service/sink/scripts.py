@@ -148,13 +148,27 @@ end
 local function flush()
   for set in pairs(pend) do flush_set(set) end
 end
-local function mark(tid, reason, index, stale, touched)
-  -- (re)start tid's resync under a new generation: resync calls of an older one are refused
+local function mark(tid, reason, touched, index, stale)
+  -- (re)start tid's resync under a new generation: resync calls of an older one are refused.
+  -- `__stale` becomes a copy of `__keys` (unless op CP made it before: no index given).
   local gen = redis.call('HINCRBY', resync, '__gen', 1)
   redis.call('HSET', resync, tid, gen .. ' ' .. reason)
-  redis.call('UNLINK', stale, touched)   -- big sets are freed off the main thread
-  if redis.call('EXISTS', index) == 1 then redis.call('SUNIONSTORE', stale, index) end
+  redis.call('UNLINK', touched)          -- big sets are freed off the main thread
+  if index then
+    redis.call('UNLINK', stale)
+    if redis.call('EXISTS', index) == 1 then redis.call('SUNIONSTORE', stale, index) end
+  end
   marks = {}
+end
+local function unit_state(key, sig, u)
+  -- unit u of the table work `sig`: 'todo', 'done', or nil when an earlier one is not done
+  local p = redis.call('HMGET', key, 'op', 'done')
+  local done = p[1] == sig and tonumber(p[2]) or 0
+  if u < done then return 'done' elseif u == done then return 'todo' end
+  return nil
+end
+local function sadd_all(set, ms)
+  for k = 1, #ms, 1000 do redis.call('SADD', set, unpack(ms, k, math.min(k + 999, #ms))) end
 end
 local base, index, touched, tid = '', '', '', ''  -- the table of the row ops (op C)
 local function in_resync()
@@ -293,31 +307,46 @@ while i <= n do
       redis.call('SADD', ARGV[i + 1], ARGV[i + 2]); i = i + 3
     elseif op == 'R' then                -- SREM set member
       redis.call('SREM', ARGV[i + 1], ARGV[i + 2]); i = i + 3
-    elseif op == 'CU' or op == 'MU' then -- table work: key sig unit limit index base [to_index to_base]
-      -- Remove (CU) or move (MU) up to `limit` of the table's rows; the unit is done (recorded in
-      -- `key`) when none is left. Units run in order; those a restart finds done are skipped.
-      -- The call returns the rows left.
+    elseif op == 'CU' or op == 'MU' or op == 'CP' then
+      -- a unit of table work (plan.work_op): key sig unit limit, then
+      --   CU index base: remove up to `limit` of the table's rows; replies the rows left
+      --   MU index base to_index to_base: move them to another name; replies the rows left
+      --   CP cursor index to: copy `limit` members of a set (SSCAN); replies the next cursor
+      -- The unit is recorded as done in `key` when the reply is 0 / '0'. Units run in order;
+      -- the ones a restart finds done are skipped.
       local key, sig, u, limit = ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3]), ARGV[i + 4]
-      local idx, from = ARGV[i + 5], ARGV[i + 6] .. ':'
-      local p = redis.call('HMGET', key, 'op', 'done')
-      local done = p[1] == sig and tonumber(p[2]) or 0
-      if u > done then return redis.error_reply('BAD_PLAN table work unit ' .. u .. ' before ' .. done) end
-      left = 0
-      if u == done then
-        local ms = redis.call('SPOP', idx, limit)
-        if op == 'CU' then
-          for _, m in ipairs(ms) do redis.call('DEL', from .. m) end
-        else
-          local to = ARGV[i + 8] .. ':'
-          for _, m in ipairs(ms) do
-            if redis.call('EXISTS', from .. m) == 1 then redis.call('RENAME', from .. m, to .. m) end
-          end
-          for k = 1, #ms, 1000 do redis.call('SADD', ARGV[i + 7], unpack(ms, k, math.min(k + 999, #ms))) end
+      local state = unit_state(key, sig, u)
+      if not state then return redis.error_reply('BAD_PLAN table work unit ' .. u .. ' out of order') end
+      if op == 'CP' then
+        left = '0'
+        if state == 'todo' then
+          local cursor, to = ARGV[i + 5], ARGV[i + 7]
+          if cursor == '' then redis.call('UNLINK', to); cursor = '0' end
+          local r = redis.call('SSCAN', ARGV[i + 6], cursor, 'COUNT', limit)
+          sadd_all(to, r[2])
+          left = r[1]
         end
-        left = redis.call('SCARD', idx)
-        if left == 0 then redis.call('HSET', key, 'op', sig, 'done', u + 1) end
+      else
+        left = 0
+        if state == 'todo' then
+          local idx, from = ARGV[i + 5], ARGV[i + 6] .. ':'
+          local ms = redis.call('SPOP', idx, limit)
+          if op == 'CU' then
+            for _, m in ipairs(ms) do redis.call('DEL', from .. m) end
+          else
+            local to = ARGV[i + 8] .. ':'
+            for _, m in ipairs(ms) do
+              if redis.call('EXISTS', from .. m) == 1 then redis.call('RENAME', from .. m, to .. m) end
+            end
+            sadd_all(ARGV[i + 7], ms)
+          end
+          left = redis.call('SCARD', idx)
+        end
       end
-      i = i + (op == 'CU' and 7 or 9)
+      if state == 'todo' and (left == 0 or left == '0') then
+        redis.call('HSET', key, 'op', sig, 'done', u + 1)
+      end
+      i = i + (op == 'MU' and 9 or (op == 'CP' and 8 or 7))
     elseif op == 'RB' then               -- a resync in flight writes no more rows: table_id
       -- (a new generation, same reason; the table's action then restarts, moves or ends it)
       local v = redis.call('HGET', resync, ARGV[i + 1])
@@ -326,19 +355,19 @@ while i <= n do
         redis.call('HSET', resync, ARGV[i + 1], gen .. ' ' .. (string.match(v, '^%d+ (.*)$') or v))
       end
       i = i + 2
-    elseif op == 'RS' then               -- begin a resync: table_id reason index stale touched
-      mark(ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5])
-      i = i + 6
+    elseif op == 'RS' then               -- begin a resync: table_id reason touched (op CP filled __stale)
+      mark(ARGV[i + 1], ARGV[i + 2], ARGV[i + 3])
+      i = i + 4
     elseif op == 'RR' then               -- TRUNCATE restarts a resync in flight: table_id index stale touched
       local v = redis.call('HGET', resync, ARGV[i + 1])
       if v then
-        mark(ARGV[i + 1], string.match(v, '^%d+ (.*)$') or v, ARGV[i + 2], ARGV[i + 3], ARGV[i + 4])
+        mark(ARGV[i + 1], string.match(v, '^%d+ (.*)$') or v, ARGV[i + 4], ARGV[i + 2], ARGV[i + 3])
       end
       i = i + 5
     elseif op == 'RC' then               -- RENAME carries a resync over: old_id new_id index stale touched
       local v = redis.call('HGET', resync, ARGV[i + 1])
       if v then
-        mark(ARGV[i + 2], string.match(v, '^%d+ (.*)$') or v, ARGV[i + 3], ARGV[i + 4], ARGV[i + 5])
+        mark(ARGV[i + 2], string.match(v, '^%d+ (.*)$') or v, ARGV[i + 5], ARGV[i + 3], ARGV[i + 4])
       else
         redis.call('HDEL', resync, ARGV[i + 2])
         redis.call('DEL', ARGV[i + 4], ARGV[i + 5])

@@ -317,6 +317,28 @@ async def test_table_work_resumes_exactly_after_a_crash_at_any_call(redis: Redis
         assert await again.load_checkpoint() == swapped[0].end
 
 
+async def test_a_resync_start_copies_the_keys_in_bounded_calls(redis: Redis) -> None:
+    """`__keys` -> `__stale` by SSCAN, `table_step` members per call, before the DDL's call; a crash
+    in the middle and a restart still end with the whole copy."""
+    p = _prefix()
+    m = RedisMirror(redis, KeyLayout(p), keys_of, MirrorOptions(table_step=50))
+    await m.acquire_lease()
+    await m.load_checkpoint()
+    await m.apply([(txn(*(ins("a", id=f"k{i}") for i in range(300))), [])])  # a hashtable set
+    alter = (txn(), [TableAction(ActionKind.RESYNC, "db", "a", reason="ALTER")])
+    crash_after(m, 3)
+    with pytest.raises(SinkError):
+        await m.apply([alter])
+    assert await m.pending_resyncs() == {}  # not begun: the DDL's own call never ran
+    again = RedisMirror(redis, KeyLayout(p), keys_of, MirrorOptions(table_step=50), m.token)
+    await again.load_checkpoint()
+    calls = count_sends(again)
+    await again.apply([alter])
+    assert calls[0] > 3
+    assert await redis.smembers(f"{p}:db:a:__stale") == {f"k{i}".encode() for i in range(300)}
+    assert await again.pending_resyncs() == {"db:a": "ALTER"}
+
+
 async def test_a_resync_removes_stale_rows_in_bounded_calls(redis: Redis) -> None:
     p = _prefix()
     m = RedisMirror(redis, KeyLayout(p), keys_of, MirrorOptions(table_step=2))

@@ -201,29 +201,34 @@ def test_plan_chunks_and_actions() -> None:
     assert chunks[0][0][:2] == ["RR", "db:t"]  # the rows went before, in calls of their own
 
 
-def test_table_work_of_drop_truncate_and_rename() -> None:
+def test_table_work_of_table_actions() -> None:
     """The units run before the transaction's call, in action order; a rename first clears its
-    new name. Each table concerned gets op RB once (its resync in flight stops writing)."""
+    new name, a resync copies `__keys` to `__stale`. Each table concerned gets op RB once (its
+    resync in flight stops writing)."""
     p = Planner(KeyLayout("m"), lambda s, t: ("id",))
     actions = [
         TableAction(ActionKind.RENAME, "db", "a", "db", "b"),
         TableAction(ActionKind.TRUNCATE, "db", "b"),
         TableAction(ActionKind.DROP, "db", "c"),
-        TableAction(ActionKind.RESYNC, "db", "d"),  # no row work
+        TableAction(ActionKind.RESYNC, "db", "d"),
+        TableAction(ActionKind.REGISTER, "db", "e"),  # no work
     ]
     fence, work = p.table_work(actions)
-    assert fence == ["RB", "db:a", "RB", "db:b", "RB", "db:c"]
+    assert fence == ["RB", "db:b", "RB", "db:a", "RB", "db:c", "RB", "db:d"]
     assert work == [
-        TableWork("m:db:b:__keys", "m:db:b"),
-        TableWork("m:db:a:__keys", "m:db:a", "m:db:b:__keys", "m:db:b"),
-        TableWork("m:db:b:__keys", "m:db:b"),
-        TableWork("m:db:c:__keys", "m:db:c"),
+        TableWork("CU", "m:db:b:__keys", "m:db:b"),
+        TableWork("MU", "m:db:a:__keys", "m:db:a", "m:db:b:__keys", "m:db:b"),
+        TableWork("CU", "m:db:b:__keys", "m:db:b"),
+        TableWork("CU", "m:db:c:__keys", "m:db:c"),
+        TableWork("CP", "m:db:d:__keys", to_index="m:db:d:__stale"),
     ]
     sig = work_signature("f.000001:4", work)
-    assert sig.startswith("f.000001:4 ") and sig != work_signature("f.000001:4", work[:3])
+    assert sig.startswith("f.000001:4 ") and sig != work_signature("f.000001:4", work[:4])
     moved = ["m:db:a:__keys", "m:db:a", "m:db:b:__keys", "m:db:b"]
     assert work_op("m:__tableops", sig, 1, work[1], 500) == ["MU", "m:__tableops", sig, 1, 500, *moved]
     assert work_op("m:__tableops", sig, 3, work[3], 500)[:5] == ["CU", "m:__tableops", sig, 3, 500]
+    copy = ["CP", "m:__tableops", sig, 4, 500, b"17", "m:db:d:__keys", "m:db:d:__stale"]
+    assert work_op("m:__tableops", sig, 4, work[4], 500, b"17") == copy
     assert p.table_work([TableAction(ActionKind.REGISTER, "db", "d")]) == ([], [])
 
 
