@@ -260,7 +260,7 @@ def _clear(r: redis_sync.Redis, layout: KeyLayout, schema: str, table: str) -> N
             batch = []
     if batch:
         r.delete(*batch)
-    r.delete(index)
+    r.unlink(index)  # a big set is freed off Redis' main thread
 
 
 def run_snapshot(

@@ -51,6 +51,7 @@ class TableWork:
     base: str = ""  # its row-key base (CU, MU)
     to_index: str = ""  # MU: the new name's `__keys`; CP: the set copied into
     to_base: str = ""  # MU: the new name's row-key base
+    if_resync: str = ""  # CP: copy only while this table id has a resync mark ("": always)
 
 
 @dataclass(slots=True)
@@ -251,15 +252,16 @@ class Planner:
         assert a.kind is ActionKind.RENAME and a.new_schema is not None and a.new_table is not None
         ns, nt = a.new_schema, a.new_table
         out: list[Arg] = ["R", lay.tables_key, tid, "A", lay.tables_key, lay.table_id(ns, nt)]
-        # a resync in flight continues under the new name (the moved rows are not all re-read yet)
-        n_index, n_stale, n_touched = lay.index_key(ns, nt), lay.stale_key(ns, nt), lay.touched_key(ns, nt)
-        out += ["RC", tid, lay.table_id(ns, nt), n_index, n_stale, n_touched]
+        # a resync in flight continues under the new name (the moved rows are not all re-read
+        # yet); its `__stale` was filled before (op CP)
+        out += ["RC", tid, lay.table_id(ns, nt), lay.stale_key(ns, nt), lay.touched_key(ns, nt)]
         return out + self._end_resync(a.schema, a.table)
 
     def table_work(self, actions: Sequence[TableAction]) -> tuple[list[Arg], list[TableWork]]:
         """The work of `actions` on whole tables, in order: the rows of a dropped or truncated
-        table go; a renamed table's rows move after whatever its new name held went; a table whose
-        resync begins has its `__keys` copied into `__stale`. With the ops that come first: op RB
+        table go; a renamed table's rows move after whatever its new name held went (and, if its
+        resync is running, are copied to the new name's `__stale`); a table whose resync begins
+        has its `__keys` copied into `__stale`. With the ops that come first: op RB
         for each table concerned, so that a resync in flight writes no more rows into it (its
         generation moves; the action itself restarts, moves or ends it)."""
         lay = self.layout
@@ -275,7 +277,12 @@ class Planner:
                 assert a.new_schema is not None and a.new_table is not None
                 n_index = lay.index_key(a.new_schema, a.new_table)
                 n_base = lay.table_base(a.new_schema, a.new_table)
-                work += [TableWork("CU", n_index, n_base), TableWork("MU", index, base, n_index, n_base)]
+                tid, n_stale = lay.table_id(a.schema, a.table), lay.stale_key(a.new_schema, a.new_table)
+                work += [
+                    TableWork("CU", n_index, n_base),
+                    TableWork("MU", index, base, n_index, n_base),
+                    TableWork("CP", n_index, to_index=n_stale, if_resync=tid),  # for op RC
+                ]
                 tables.append((a.new_schema, a.new_table))
             else:
                 continue
@@ -409,7 +416,7 @@ def work_op(key: str, sig: str, unit: int, w: TableWork, limit: int, cursor: Arg
         return ["CU", key, sig, unit, limit, w.index, w.base]
     if w.op == "MU":
         return ["MU", key, sig, unit, limit, w.index, w.base, w.to_index, w.to_base]
-    return ["CP", key, sig, unit, limit, cursor, w.index, w.to_index]
+    return ["CP", key, sig, unit, limit, cursor, w.index, w.to_index, w.if_resync]
 
 
 def checkpoint_fields(txn: Transaction, values: str = "hash") -> dict[str, Any]:

@@ -311,7 +311,8 @@ while i <= n do
       -- a unit of table work (plan.work_op): key sig unit limit, then
       --   CU index base: remove up to `limit` of the table's rows; replies the rows left
       --   MU index base to_index to_base: move them to another name; replies the rows left
-      --   CP cursor index to: copy `limit` members of a set (SSCAN); replies the next cursor
+      --   CP cursor index to if_resync: copy `limit` members of a set (SSCAN), only while the
+      --      table id if_resync (if not '') has a resync mark; replies the next cursor
       -- The unit is recorded as done in `key` when the reply is 0 / '0'. Units run in order;
       -- the ones a restart finds done are skipped.
       local key, sig, u, limit = ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3]), ARGV[i + 4]
@@ -319,7 +320,8 @@ while i <= n do
       if not state then return redis.error_reply('BAD_PLAN table work unit ' .. u .. ' out of order') end
       if op == 'CP' then
         left = '0'
-        if state == 'todo' then
+        local cond = ARGV[i + 8]
+        if state == 'todo' and (cond == '' or redis.call('HEXISTS', resync, cond) == 1) then
           local cursor, to = ARGV[i + 5], ARGV[i + 7]
           if cursor == '' then redis.call('UNLINK', to); cursor = '0' end
           local r = redis.call('SSCAN', ARGV[i + 6], cursor, 'COUNT', limit)
@@ -346,7 +348,7 @@ while i <= n do
       if state == 'todo' and (left == 0 or left == '0') then
         redis.call('HSET', key, 'op', sig, 'done', u + 1)
       end
-      i = i + (op == 'MU' and 9 or (op == 'CP' and 8 or 7))
+      i = i + (op == 'CU' and 7 or 9)
     elseif op == 'RB' then               -- a resync in flight writes no more rows: table_id
       -- (a new generation, same reason; the table's action then restarts, moves or ends it)
       local v = redis.call('HGET', resync, ARGV[i + 1])
@@ -364,16 +366,17 @@ while i <= n do
         mark(ARGV[i + 1], string.match(v, '^%d+ (.*)$') or v, ARGV[i + 4], ARGV[i + 2], ARGV[i + 3])
       end
       i = i + 5
-    elseif op == 'RC' then               -- RENAME carries a resync over: old_id new_id index stale touched
+    elseif op == 'RC' then               -- RENAME carries a resync over: old_id new_id stale touched
+      -- (op CP filled the new name's __stale before, if the old name had a mark)
       local v = redis.call('HGET', resync, ARGV[i + 1])
       if v then
-        mark(ARGV[i + 2], string.match(v, '^%d+ (.*)$') or v, ARGV[i + 5], ARGV[i + 3], ARGV[i + 4])
+        mark(ARGV[i + 2], string.match(v, '^%d+ (.*)$') or v, ARGV[i + 4])
       else
         redis.call('HDEL', resync, ARGV[i + 2])
-        redis.call('DEL', ARGV[i + 4], ARGV[i + 5])
+        redis.call('UNLINK', ARGV[i + 3], ARGV[i + 4])
         marks = {}
       end
-      i = i + 6
+      i = i + 5
     else
       return redis.error_reply('BAD_PLAN unknown op ' .. tostring(op) .. ' at ' .. i)
     end

@@ -258,8 +258,9 @@ async def test_table_operations_remove_and_move_rows_in_bounded_calls(redis: Red
     await m.apply([(txn(*a, *b), [])])
     calls = count_sends(m)
     await m.apply([(txn(), [TableAction(ActionKind.RENAME, "db", "a", "db", "c")])])
-    # c's rows removed (none), a's moved 3 + 3 + 3 + 1, then the transaction's own call
-    assert calls[0] == 6
+    # c's rows removed (none), a's moved 3 + 3 + 3 + 1, no resync of a to carry over to c, then
+    # the transaction's own call
+    assert calls[0] == 7
     assert await rows(redis, p, "c") == {str(i): {b"id": str(i).encode(), b"v": b"a"} for i in range(10)}
     calls[0] = 0
     await m.apply([(txn(), [TableAction(ActionKind.TRUNCATE, "db", "c")])])
@@ -433,6 +434,7 @@ async def test_resync_writes_of_an_older_generation_are_refused(redis: Redis, ch
             assert moved is not None and moved > old
             assert await m.pending_resyncs() == {"db:b": "ALTER 1"}
             assert await rows(redis, p, "b") == untouched
+            assert await redis.smembers(f"{p}:db:b:__stale") == {b"1", b"2", b"3"}  # all re-read
         else:
             assert await m.pending_resyncs() == {}
     assert await redis.exists(f"{p}:db:a:9") == 0

@@ -218,17 +218,18 @@ def test_table_work_of_table_actions() -> None:
     assert work == [
         TableWork("CU", "m:db:b:__keys", "m:db:b"),
         TableWork("MU", "m:db:a:__keys", "m:db:a", "m:db:b:__keys", "m:db:b"),
+        TableWork("CP", "m:db:b:__keys", to_index="m:db:b:__stale", if_resync="db:a"),  # resync moves
         TableWork("CU", "m:db:b:__keys", "m:db:b"),
         TableWork("CU", "m:db:c:__keys", "m:db:c"),
         TableWork("CP", "m:db:d:__keys", to_index="m:db:d:__stale"),
     ]
     sig = work_signature("f.000001:4", work)
-    assert sig.startswith("f.000001:4 ") and sig != work_signature("f.000001:4", work[:4])
+    assert sig.startswith("f.000001:4 ") and sig != work_signature("f.000001:4", work[:5])
     moved = ["m:db:a:__keys", "m:db:a", "m:db:b:__keys", "m:db:b"]
     assert work_op("m:__tableops", sig, 1, work[1], 500) == ["MU", "m:__tableops", sig, 1, 500, *moved]
-    assert work_op("m:__tableops", sig, 3, work[3], 500)[:5] == ["CU", "m:__tableops", sig, 3, 500]
-    copy = ["CP", "m:__tableops", sig, 4, 500, b"17", "m:db:d:__keys", "m:db:d:__stale"]
-    assert work_op("m:__tableops", sig, 4, work[4], 500, b"17") == copy
+    assert work_op("m:__tableops", sig, 4, work[4], 500)[:5] == ["CU", "m:__tableops", sig, 4, 500]
+    copy = ["CP", "m:__tableops", sig, 5, 500, b"17", "m:db:d:__keys", "m:db:d:__stale", ""]
+    assert work_op("m:__tableops", sig, 5, work[5], 500, b"17") == copy
     assert p.table_work([TableAction(ActionKind.REGISTER, "db", "d")]) == ([], [])
 
 
