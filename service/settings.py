@@ -119,7 +119,7 @@ class Settings(BaseSettings):
     changelog_maxlen: int = Field(default=0, ge=0)  # >0: keep a change-log stream of ~this many entries
     lease_ttl_seconds: float = Field(default=3.0, gt=0.1, le=600)  # writer lease; standby takes over after it
     resync_chunk_rows: int = Field(default=1000, ge=1)  # rows per SELECT when re-reading a table
-    table_step_rows: int = Field(default=500, ge=1)  # rows per call of DROP/TRUNCATE/RENAME, resync end
+    table_step_rows: int = Field(default=500, ge=1)  # rows per call of DROP/TRUNCATE/RENAME/resync work
     api_cors_origins: list[str] = []  # "*" or exact origins; empty = no CORS headers
     ws_buffer_events: int = Field(default=10_000, ge=0)  # ring kept for websocket resume
     ws_queue_events: int = Field(default=1_000, ge=1)  # per subscriber; overflow closes it (1013)

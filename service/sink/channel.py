@@ -7,7 +7,8 @@ command queued "in the background" only leaves once the synchronous planning is 
 
 Pipelining calls is safe because every apply call checks the checkpoint chain (and chunk progress)
 before writing: if one fails, each later one fails its check too, so what Redis applied is always
-a prefix of what was sent. The channel is used by one task at a time (the applier).
+a prefix of what was sent. Heavy calls (whole-table work) go through `call` instead, one at a time.
+The channel is used by one task at a time (the applier).
 """
 
 from __future__ import annotations

@@ -12,6 +12,8 @@ A transaction with more than `chunk_size` row changes is applied in ordered chun
 moves the checkpoint, and `{prefix}:__progress` records how many changes of each table are done,
 so a crash in between resumes the same transaction and skips exactly those, even with another
 chunk size or table selection after the restart (see docs/mirror.md).
+Work on whole tables (the rows of a DROP, TRUNCATE or RENAME, the copy a resync starts with) runs
+before its transaction's call, in bounded calls waited for one by one (`_run_table_work`).
 
 Redis errors become SinkError here and only here.
 """
@@ -71,7 +73,7 @@ class MirrorOptions:
     json_mode: bool = False  # one JSON document per row instead of a hash
     full_images: bool = True  # the source logs FULL row images (binlog_row_image=FULL)
     chunk_size: int = 1000  # row changes per atomic script call
-    table_step: int = 500  # rows removed or moved per call by DROP/TRUNCATE/RENAME and a resync end
+    table_step: int = 500  # rows per call of whole-table work (DROP/TRUNCATE/RENAME, resync start/end)
     changelog_maxlen: int | None = None  # keep a change-log stream of about this many entries
     lease_ttl: float = 3.0  # seconds
 

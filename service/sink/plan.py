@@ -237,14 +237,10 @@ class Planner:
         tid = lay.table_id(a.schema, a.table)
         if a.kind is ActionKind.DROP:
             return ["R", lay.tables_key, tid] + self._end_resync(a.schema, a.table)
-        index, stale, touched = (
-            lay.index_key(a.schema, a.table),
-            lay.stale_key(a.schema, a.table),
-            lay.touched_key(a.schema, a.table),
-        )
+        stale, touched = lay.stale_key(a.schema, a.table), lay.touched_key(a.schema, a.table)
         if a.kind is ActionKind.TRUNCATE:
             # a resync in flight restarts: rows it read before the TRUNCATE must not come back
-            return ["RR", tid, index, stale, touched]
+            return ["RR", tid, stale, touched]
         if a.kind is ActionKind.REGISTER:
             return ["A", lay.tables_key, tid]
         if a.kind is ActionKind.RESYNC:  # its `__stale` was filled before (op CP)

@@ -1,12 +1,14 @@
 """Lua scripts run by the mirror: each call is atomic in Redis and checks the writer lease first.
 
 A script never fails half way by design: the only checks (lease, checkpoint chain, chunk progress,
-resync generation) come before the first write. ARGV carries a flat instruction stream built by
-`service.sink.plan`.
+resync generation) come before the first write. (A table work unit out of order, which the mirror
+never sends, is refused after at most op RB's generation bumps.) ARGV carries a flat instruction
+stream built by `service.sink.plan`.
 
 `{prefix}:__resync` holds `table_id -> "{generation} {reason}"` for every resync in flight, and the
 counter `__gen` (no table id starts with `__`: see keys.py) that numbers them. Every mark, TRUNCATE
-or RENAME of a table in resync draws a new generation (DROP/RENAME remove the old mark), so a
+or RENAME of a table in resync, and the first call of the table work before a DROP, TRUNCATE,
+RENAME or resync start (op RB), draws a new generation (DROP/RENAME remove the old mark), so a
 resync call carrying an older generation is refused: it read its rows before that change.
 """
 
@@ -148,16 +150,20 @@ end
 local function flush()
   for set in pairs(pend) do flush_set(set) end
 end
-local function mark(tid, reason, touched, index, stale)
-  -- (re)start tid's resync under a new generation: resync calls of an older one are refused.
-  -- `__stale` becomes a copy of `__keys` (unless op CP made it before: no index given).
+local function reason_of(mark_value)    -- "{generation} {reason}" -> reason
+  return string.match(mark_value, '^%d+ (.*)$') or mark_value
+end
+local function new_generation(tid, reason)
+  -- resync calls of an older generation are refused from now on
   local gen = redis.call('HINCRBY', resync, '__gen', 1)
   redis.call('HSET', resync, tid, gen .. ' ' .. reason)
+end
+local function mark(tid, reason, touched, stale)
+  -- (re)start tid's resync: a new generation, nothing touched yet. Its `__stale` was filled
+  -- before (op CP), or is emptied (`stale` given: after a TRUNCATE, `__keys` is empty).
+  new_generation(tid, reason)
   redis.call('UNLINK', touched)          -- big sets are freed off the main thread
-  if index then
-    redis.call('UNLINK', stale)
-    if redis.call('EXISTS', index) == 1 then redis.call('SUNIONSTORE', stale, index) end
-  end
+  if stale then redis.call('UNLINK', stale) end
   marks = {}
 end
 local function unit_state(key, sig, u)
@@ -202,7 +208,7 @@ local function write_row(key, c)         -- the row becomes pairs_[1 .. 2c]
   redis.call('DEL', key)
   hset_pairs(key, c)
 end
-local left = nil                         -- rows left by the table work op (CU, MU): the reply
+local left = nil                         -- the reply of a table work op: rows left, or the cursor
 local i, n = 13, #ARGV
 while i <= n do
   local op = ARGV[i]
@@ -352,25 +358,20 @@ while i <= n do
     elseif op == 'RB' then               -- a resync in flight writes no more rows: table_id
       -- (a new generation, same reason; the table's action then restarts, moves or ends it)
       local v = redis.call('HGET', resync, ARGV[i + 1])
-      if v then
-        local gen = redis.call('HINCRBY', resync, '__gen', 1)
-        redis.call('HSET', resync, ARGV[i + 1], gen .. ' ' .. (string.match(v, '^%d+ (.*)$') or v))
-      end
+      if v then new_generation(ARGV[i + 1], reason_of(v)) end
       i = i + 2
     elseif op == 'RS' then               -- begin a resync: table_id reason touched (op CP filled __stale)
       mark(ARGV[i + 1], ARGV[i + 2], ARGV[i + 3])
       i = i + 4
-    elseif op == 'RR' then               -- TRUNCATE restarts a resync in flight: table_id index stale touched
+    elseif op == 'RR' then               -- TRUNCATE restarts a resync in flight: table_id stale touched
       local v = redis.call('HGET', resync, ARGV[i + 1])
-      if v then
-        mark(ARGV[i + 1], string.match(v, '^%d+ (.*)$') or v, ARGV[i + 4], ARGV[i + 2], ARGV[i + 3])
-      end
-      i = i + 5
+      if v then mark(ARGV[i + 1], reason_of(v), ARGV[i + 3], ARGV[i + 2]) end
+      i = i + 4
     elseif op == 'RC' then               -- RENAME carries a resync over: old_id new_id stale touched
       -- (op CP filled the new name's __stale before, if the old name had a mark)
       local v = redis.call('HGET', resync, ARGV[i + 1])
       if v then
-        mark(ARGV[i + 2], string.match(v, '^%d+ (.*)$') or v, ARGV[i + 4])
+        mark(ARGV[i + 2], reason_of(v), ARGV[i + 4])
       else
         redis.call('HDEL', resync, ARGV[i + 2])
         redis.call('UNLINK', ARGV[i + 3], ARGV[i + 4])
