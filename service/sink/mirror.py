@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import secrets
+import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -341,6 +342,7 @@ class RedisMirror:
         header = self._header(txn_id, 0, True, 0)
         calls = 0
         ops = list(fence)
+        noted = started = time.monotonic()
         for unit, w in enumerate(work):
             cursor: Arg = ""
             while True:
@@ -352,8 +354,13 @@ class RedisMirror:
                 if reply == 0 or reply == b"0":
                     break
                 cursor = reply  # op CP: where its SSCAN goes on
+                if time.monotonic() - noted > 10:  # a table of millions of rows: show progress
+                    noted = time.monotonic()
+                    left = "" if w.op == "CP" else f", {int(reply):,} rows left"
+                    log.info("transaction %s: table work %s of %s%s", txn_id, w.op, w.index, left)
         if calls > len(work):
-            log.info("transaction %s: table rows removed, moved or copied in %d calls", txn_id, calls)
+            took = time.monotonic() - started
+            log.info("transaction %s: table work done in %d calls, %.1fs", txn_id, calls, took)
 
     async def _send(self, sent: SentBatch, args: list[Arg], what: str, offsets: Sequence[int]) -> None:
         with map_redis_errors(what):
