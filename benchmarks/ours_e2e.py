@@ -55,7 +55,11 @@ async def replay(
         tables=["bench.*"],
         key_prefix=prefix,
         start=f"{file}:{start}",
-        server_id=9904,
+        # One replica id per binlog file: the workloads run back to back, and with one id each
+        # process's preflight would wait (up to a heartbeat, 5 s) for the previous process's dump
+        # thread to leave the server's replica list (a live twin guard; the peer's library has
+        # none). A restart of the real service pays that wait once.
+        server_id=10_000 + int(file.rsplit(".", 1)[-1]) % 10_000,
     )
     layout = KeyLayout(prefix)
     client = Redis.from_url(redis)
