@@ -241,7 +241,7 @@ class RedisMirror:
         last: Transaction | None = None  # its last transaction
         try:
             for txn, actions in batch:
-                fence, work = self.planner.table_work(actions)
+                fence, work = self.planner.table_work(actions) if actions else ([], [])
                 if work:
                     if last is not None:
                         await self._send_group(sent, group, offsets, size, last)

@@ -138,7 +138,7 @@ local pend, adding = {}, {}             -- set key -> members in op order; set k
 local function flush_set(set)
   local ms = pend[set]
   local cmd = adding[set] and 'SADD' or 'SREM'
-  for k = 1, #ms, 1000 do redis.call(cmd, set, unpack(ms, k, math.min(k + 999, #ms))) end
+  batched(cmd, set, 1, #ms, ms)
   pend[set] = nil
 end
 local function note(set, m, add)
@@ -172,9 +172,6 @@ local function unit_state(key, sig, u)
   local done = p[1] == sig and tonumber(p[2]) or 0
   if u < done then return 'done' elseif u == done then return 'todo' end
   return nil
-end
-local function sadd_all(set, ms)
-  for k = 1, #ms, 1000 do redis.call('SADD', set, unpack(ms, k, math.min(k + 999, #ms))) end
 end
 local base, index, touched, tid = '', '', '', ''  -- the table of the row ops (op C)
 local function in_resync()
@@ -331,7 +328,7 @@ while i <= n do
           local cursor, to = ARGV[i + 5], ARGV[i + 7]
           if cursor == '' then redis.call('UNLINK', to); cursor = '0' end
           local r = redis.call('SSCAN', ARGV[i + 6], cursor, 'COUNT', limit)
-          sadd_all(to, r[2])
+          batched('SADD', to, 1, #r[2], r[2])
           left = r[1]
         end
       else
@@ -346,7 +343,7 @@ while i <= n do
             for _, m in ipairs(ms) do
               if redis.call('EXISTS', from .. m) == 1 then redis.call('RENAME', from .. m, to .. m) end
             end
-            sadd_all(ARGV[i + 7], ms)
+            batched('SADD', ARGV[i + 7], 1, #ms, ms)
           end
           left = redis.call('SCARD', idx)
         end
