@@ -17,8 +17,12 @@ tool: the benchmark stack's Redis belongs to the benchmarks); the updates change
 
 rows/s, the process's CPU (wait4), the Redis server's CPU during the run (/proc), peak RSS, and
 the Redis key count afterwards (a cross-check that both wrote every row; it adds up over the
-workloads of a tool). --repeat N: N rounds per tool, the tools' order alternating from round to
-round; the table shows each tool's fastest round per workload, and every round's time follows it.
+workloads of a tool). Before every timed workload of either tool, Redis' append-only file is
+rewritten (BGREWRITEAOF, waited for), so each run starts from the same compacted AOF and only its
+own writes can trigger an automatic rewrite during it; the table counts those rewrites and their
+child process's CPU (--no-aof-settle: leave the AOF as the previous run left it). --repeat N:
+N rounds per tool, the tools' order alternating from round to round; the table shows each tool's
+fastest round per workload, and every round's time follows it.
 
 Latency: a writer process commits single-row INSERT transactions at a steady rate (default 2,000
 txn/s for 20 s) into bench_live.t_latency while the Replicator (its own process) mirrors that table;
@@ -36,6 +40,7 @@ import array
 import json
 import signal
 import sys
+import time
 import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -74,6 +79,8 @@ class Result:
     seconds: float = 0.0
     cpu_s: float = 0.0
     redis_cpu_s: float = 0.0
+    aof_rewrites: int = 0  # automatic AOF rewrites during the run
+    rewrite_cpu_s: float = 0.0  # their child processes' CPU (not in redis_cpu_s)
     rss_mb: float = 0.0
     keys: int = 0
     error: str = ""
@@ -92,7 +99,37 @@ def _commands(info: StackInfo, w: Workload, prefix: str) -> dict[str, list[str]]
     return {OURS: [*ours, w.file, str(w.start), str(w.end)], PEER: peer}
 
 
-def throughput(info: StackInfo, workloads: list[Workload], only: str, repeat: int = 1) -> list[Result]:
+def _persistence(r: redis.Redis) -> tuple[int, float]:
+    """AOF rewrites so far, and the CPU seconds of the Redis children reaped so far."""
+    aof, cpu = r.info("persistence"), r.info("cpu")
+    return int(aof.get("aof_rewrites", 0)), cpu["used_cpu_sys_children"] + cpu["used_cpu_user_children"]
+
+
+def settle_aof(r: redis.Redis) -> None:
+    """Rewrite Redis' AOF and wait for it. A rewrite is a forked child copying the whole dataset
+    (6.2 s of CPU at 1M rows): on a 2-core machine, whichever run it lands in loses a third of a
+    core, and whether it does depends on how much AOF the runs before it left, not on the tool."""
+    if r.info("persistence").get("aof_enabled") != 1:
+        return
+    try:
+        r.bgrewriteaof()
+    except redis.ResponseError:
+        pass  # one already in progress: wait for it
+    wait_aof(r)
+
+
+def wait_aof(r: redis.Redis) -> None:
+    """Wait until no AOF rewrite is running or scheduled."""
+    while True:
+        p = r.info("persistence")
+        if not p.get("aof_rewrite_in_progress") and not p.get("aof_rewrite_scheduled"):
+            return
+        time.sleep(0.2)
+
+
+def throughput(
+    info: StackInfo, workloads: list[Workload], only: str, repeat: int = 1, settle: bool = True
+) -> list[Result]:
     """Every round of every tool (the tools alternate their order from round to round)."""
     r = redis.Redis.from_url(info.redis_url, socket_timeout=300)
     tools = [n for n in (OURS, PEER) if not only or any(s.strip() in n for s in only.split(","))]
@@ -106,6 +143,9 @@ def throughput(info: StackInfo, workloads: list[Workload], only: str, repeat: in
             for w in workloads:
                 cmd = _commands(info, w, prefix)[name]
                 res = Result(name, w.name, round=k)
+                if settle:
+                    settle_aof(r)
+                rewrites, child_cpu = _persistence(r)
                 redis_cpu = cpu_seconds(info.redis_pid or 0)
                 try:
                     m = run_measured(cmd, timeout=1800)
@@ -119,11 +159,16 @@ def throughput(info: StackInfo, workloads: list[Workload], only: str, repeat: in
                 except (RuntimeError, ValueError, KeyError) as exc:
                     res.error = str(exc)[:100]
                 res.redis_cpu_s = cpu_seconds(info.redis_pid or 0) - redis_cpu
+                wait_aof(r)  # a rewrite the run started ends, and its child's CPU counts, here
+                rewrites_after, child_after = _persistence(r)
+                res.aof_rewrites, res.rewrite_cpu_s = rewrites_after - rewrites, child_after - child_cpu
                 res.keys = int(r.dbsize())
                 results.append(res)
                 console.print(
                     f"  round {k} {w.name:8} {name:36} rows={res.rows:>9,} {res.seconds:7.2f}s "
-                    f"cpu={res.cpu_s:6.2f}s redis-cpu={res.redis_cpu_s:5.2f}s keys={res.keys:,} {res.error}"
+                    f"cpu={res.cpu_s:6.2f}s redis-cpu={res.redis_cpu_s:5.2f}s "
+                    f"aof-rewrites={res.aof_rewrites} ({res.rewrite_cpu_s:.1f}s) "
+                    f"keys={res.keys:,} {res.error}"
                 )
     r.flushdb()
     r.close()
@@ -189,12 +234,12 @@ def latency(info: StackInfo, rate: float, seconds: float) -> dict[str, object]:
 
 
 def report(workloads: list[Workload], results: list[Result], env: dict[str, str], repeat: int = 1) -> str:
-    cols = ["workload", "tool", "rows", "seconds", "rows/s", "CPU s", "Redis CPU s", "peak RSS MB"]
-    cols += ["keys after", "vs peer"]
+    cols = ["workload", "tool", "rows", "seconds", "rows/s", "CPU s", "Redis CPU s", "AOF rewrites (CPU s)"]
+    cols += ["peak RSS MB", "keys after", "vs peer"]
     rows: list[list[str]] = []
     for r in results:
         if r.error:
-            rows.append([r.workload, r.tool, "-", "-", r.error, *[""] * 5])
+            rows.append([r.workload, r.tool, "-", "-", r.error, *[""] * 6])
             continue
         peer = next((p for p in results if p.workload == r.workload and p.tool == PEER and p.rate), None)
         rows.append(
@@ -206,6 +251,7 @@ def report(workloads: list[Workload], results: list[Result], env: dict[str, str]
                 f"{r.rate:,.0f}",
                 f"{r.cpu_s:.1f}",
                 f"{r.redis_cpu_s:.1f}",
+                f"{r.aof_rewrites} ({r.rewrite_cpu_s:.1f})",
                 f"{r.rss_mb:.0f}",
                 f"{r.keys:,}",
                 f"{r.rate / peer.rate:.2f}x" if peer and r.tool != PEER else "",
@@ -249,6 +295,9 @@ def main() -> None:
     parser.add_argument(
         "--repeat", type=int, default=1, help="rounds per tool, alternating; each tool's fastest is reported"
     )
+    parser.add_argument(
+        "--no-aof-settle", action="store_true", help="do not rewrite Redis' AOF before each timed run"
+    )
     parser.add_argument("--skip-throughput", action="store_true")
     parser.add_argument("--skip-latency", action="store_true")
     args = parser.parse_args()
@@ -264,7 +313,7 @@ def main() -> None:
             workloads = load_or_generate(stack, rows, args.regenerate)
             if args.workloads:
                 workloads = [w for w in workloads if w.name in args.workloads.split(",")]
-            rounds = throughput(info, workloads, args.only, args.repeat)
+            rounds = throughput(info, workloads, args.only, args.repeat, not args.no_aof_settle)
             results = fastest(workloads, rounds)
             md.append(report(workloads, results, env, args.repeat))
             if args.repeat > 1:
