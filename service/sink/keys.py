@@ -7,9 +7,10 @@
     {prefix}:__checkpoint                      hash: id, file, pos, gtid_set, ts, gtid, values (mirror.py)
     {prefix}:__progress                        hash: the chunked transaction in flight, if any (changes
                                                done in all and per table: see mirror.py)
-    {prefix}:__tableops                        hash: op, done: the units of whole-table work (DROP/
-                                               TRUNCATE/RENAME rows, resync copies) done for the last
-                                               transaction that had any (mirror.py)
+    {prefix}:__tableops                        hash: txn, the ids of the units of whole-table work
+                                               (DROP/TRUNCATE/RENAME rows, resync copies) done, and
+                                               where moves took rows, for the last transaction that
+                                               had any (mirror.py)
     {prefix}:__lease                           the writer lease: token of the instance that may write
     {prefix}:__seq                             counter of applied row changes (change sequence numbers)
     {prefix}:__changes                         the optional change-log stream

@@ -44,8 +44,8 @@ from service.sink.plan import (
     TableWork,
     checkpoint_args,
     checkpoint_fields,
+    unit_ids,
     work_op,
-    work_signature,
 )
 from service.sink.scripts import APPLY, RELEASE, RENEW, RESYNC_FINISH, RESYNC_ROWS
 from service.sink.values import field_value, json_document
@@ -63,6 +63,8 @@ def map_redis_errors(what: str) -> Iterator[None]:
     except rexc.ResponseError as exc:
         if str(exc).startswith("LEASE_LOST"):
             raise LeaseLost(f"{what}: {exc}") from exc
+        if isinstance(exc, rexc.OutOfMemoryError):  # refused at the call's first write
+            raise SinkError(f"{what}: Redis is full (maxmemory), nothing was written: OOM {exc}") from exc
         raise SinkError(f"{what}: {exc}") from exc
     except (rexc.RedisError, OSError, TimeoutError) as exc:
         # str, not repr: redis-py's exceptions repr as just "network:ConnectionError"
@@ -146,12 +148,15 @@ class RedisMirror:
         self._release = redis.register_script(RELEASE)
         self._prev = ""  # id of the checkpoint the next transaction must follow
         self._resume: _Progress | None = None  # a chunked transaction to resume (from load)
+        self._warned_aof = False
 
     # -- checkpoint --------------------------------------------------------------------------------
     async def load_checkpoint(self) -> Checkpoint | None:
-        """The stored checkpoint (and the chain head for the next apply). Drops the apply
-        connection: replies of calls sent before are never read as replies to later ones."""
+        """The stored checkpoint (and the chain head for the next apply), after `check_server`.
+        Drops the apply connection: replies of calls sent before are never read as replies to
+        later ones."""
         await self._channel.close()
+        await self.check_server()
         with map_redis_errors("loading the checkpoint"):
             raw = await self.redis.hgetall(self.layout.checkpoint_key)
             progress = await self.redis.hgetall(self.layout.progress_key)
@@ -172,6 +177,29 @@ class RedisMirror:
         self._prev = f["id"]
         position = BinlogPosition(f["file"], int(f["pos"]))
         return Checkpoint(position, f.get("gtid_set", ""), int(f.get("ts", 0)))
+
+    async def check_server(self) -> None:
+        """Refuse a Redis that may evict keys, and warn (once) when it keeps no append-only file.
+        Read from INFO: managed Redis services often rename CONFIG away."""
+        with map_redis_errors("reading the Redis server's settings"):
+            memory = await self.redis.info("memory")
+            persistence = await self.redis.info("persistence")
+        policy = str(memory.get("maxmemory_policy", "noeviction"))
+        if int(memory.get("maxmemory", 0)) > 0 and policy.startswith("allkeys-"):
+            raise ConfigError(
+                f"this Redis has maxmemory-policy {policy} and a maxmemory limit: it may evict "
+                "mirrored rows and the mirror's own keys (checkpoint, key indexes), and the mirror "
+                "would silently stop matching the source. Set maxmemory-policy noeviction (writes "
+                "then wait while Redis is full) or a volatile-* policy, or give the mirror a Redis "
+                "of its own"
+            )
+        if not int(persistence.get("aof_enabled", 0)) and not self._warned_aof:
+            self._warned_aof = True
+            log.warning(
+                "this Redis keeps no append-only file (appendonly no): after a Redis restart the "
+                "mirror resumes from the checkpoint of its last RDB snapshot, if any (the binlog "
+                "must still hold that position), else as on_no_checkpoint says"
+            )
 
     # -- lease ---------------------------------------------------------------------------------------
     async def acquire_lease(self) -> bool:
@@ -338,15 +366,18 @@ class RedisMirror:
         does not move until the transaction's call, so a crash in between replays the
         transaction: `__tableops` records the units done, the others resume (docs/mirror.md,
         "Table operations")."""
-        key, sig, step = self.layout.table_ops_key, work_signature(txn_id, work), self.options.table_step
+        key, step = self.layout.table_ops_key, self.options.table_step
+        orphans = await self._orphans(txn_id, work)
+        ids = [f"CU {w.index} (moved by an earlier plan)" for w in orphans] + unit_ids(work)
+        work = [*orphans, *work]
         header = self._header(txn_id, 0, True, 0)
         calls = 0
         ops = list(fence)
         noted = started = time.monotonic()
-        for unit, w in enumerate(work):
+        for uid, w in zip(ids, work, strict=True):
             cursor: Arg = ""
             while True:
-                ops += work_op(key, sig, unit, w, step, cursor)
+                ops += work_op(key, uid, w, step, cursor)
                 calls += 1
                 with map_redis_errors(f"table work (DROP/TRUNCATE/RENAME/resync) of {txn_id}, call {calls}"):
                     reply = await self._channel.call(header + ops)
@@ -361,6 +392,18 @@ class RedisMirror:
         if calls > len(work):
             took = time.monotonic() - started
             log.info("transaction %s: table work done in %d calls, %.1fs", txn_id, calls, took)
+
+    async def _orphans(self, txn_id: str, work: Sequence[TableWork]) -> list[TableWork]:
+        """When `txn_id`'s table work was cut short and is now planned differently (another table
+        selection), the rows it moved to a name that `work` no longer moves rows to: units that
+        remove them, or they would stay under a name nobody mirrors."""
+        with map_redis_errors(f"reading the table work record of {txn_id}"):
+            record = {_s(k): _s(v) for k, v in (await self.redis.hgetall(self.layout.table_ops_key)).items()}
+        if record.get("txn") != txn_id:
+            return []
+        kept = {w.to_index for w in work if w.op == "MU"}
+        moved = ((f[3:], base) for f, base in record.items() if f.startswith("to "))
+        return [TableWork("CU", index, base) for index, base in moved if index not in kept]
 
     async def _send(self, sent: SentBatch, args: list[Arg], what: str, offsets: Sequence[int]) -> None:
         with map_redis_errors(what):

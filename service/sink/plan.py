@@ -5,7 +5,6 @@ No I/O here, so the whole mapping from row changes to Redis writes is unit-teste
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -16,7 +15,7 @@ from service.sink.keys import KeyLayout, escape
 from service.sink.values import TEXT_FORMS, field_value, json_document, key_text
 from service.transactions import Transaction
 
-__all__ = ["ActionKind", "Planner", "SkipCounter", "TableAction", "TableWork", "work_op", "work_signature"]
+__all__ = ["ActionKind", "Planner", "SkipCounter", "TableAction", "TableWork", "unit_ids", "work_op"]
 
 Arg = str | bytes | int
 
@@ -397,22 +396,29 @@ def _same_text(v: object, b: object) -> bool:
     return t is float and v == b and v != 0.0
 
 
-def work_signature(txn_id: str, work: Sequence[TableWork]) -> str:
-    """Names a transaction's table work in `__tableops`: a restart skips the units done only if
-    it plans the same units (the bootstrap's drops depend on the table selection)."""
-    units = "\n".join(f"{w.op} {w.index} {w.to_index}" for w in work)
-    return f"{txn_id} {hashlib.sha1(units.encode()).hexdigest()[:16]}"
+def unit_ids(work: Sequence[TableWork]) -> list[str]:
+    """Names the units of a transaction's table work in `__tableops` by what they do (op, set,
+    target, and which occurrence of that it is), not by their place: a restart with another table
+    selection plans other units around them, and must still skip the ones done (clearing a
+    rename's new name again would remove the rows already moved there)."""
+    seen: dict[str, int] = {}
+    ids = []
+    for w in work:
+        what = f"{w.op} {w.index} {w.to_index}".rstrip()
+        seen[what] = seen.get(what, 0) + 1
+        ids.append(f"{what} #{seen[what]}")
+    return ids
 
 
-def work_op(key: str, sig: str, unit: int, w: TableWork, limit: int, cursor: Arg = "") -> list[Arg]:
-    """The op of unit `unit` of the work `sig` for up to `limit` rows (CP: `cursor` is the SSCAN
-    cursor the previous call returned, "" at first). The call returns 0 (CP: cursor "0") once the
-    unit is done, recorded in `key` (`__tableops`); otherwise what is left (CP: the next cursor)."""
+def work_op(key: str, uid: str, w: TableWork, limit: int, cursor: Arg = "") -> list[Arg]:
+    """The op of the unit `uid` for up to `limit` rows (CP: `cursor` is the SSCAN cursor the
+    previous call returned, "" at first). The call returns 0 (CP: cursor "0") once the unit is
+    done, recorded in `key` (`__tableops`); otherwise what is left (CP: the next cursor)."""
     if w.op == "CU":
-        return ["CU", key, sig, unit, limit, w.index, w.base]
+        return ["CU", key, uid, limit, w.index, w.base]
     if w.op == "MU":
-        return ["MU", key, sig, unit, limit, w.index, w.base, w.to_index, w.to_base]
-    return ["CP", key, sig, unit, limit, cursor, w.index, w.to_index, w.if_resync]
+        return ["MU", key, uid, limit, w.index, w.base, w.to_index, w.to_base]
+    return ["CP", key, uid, limit, cursor, w.index, w.to_index, w.if_resync]
 
 
 def checkpoint_fields(txn: Transaction, values: str = "hash") -> dict[str, Any]:

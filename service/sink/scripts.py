@@ -1,8 +1,7 @@
 """Lua scripts run by the mirror: each call is atomic in Redis and checks the writer lease first.
 
 A script never fails half way by design: the only checks (lease, checkpoint chain, chunk progress,
-resync generation) come before the first write. (A table work unit out of order, which the mirror
-never sends, is refused after at most op RB's generation bumps.) ARGV carries a flat instruction
+resync generation) come before the first write. ARGV carries a flat instruction
 stream built by `service.sink.plan`.
 
 `{prefix}:__resync` holds `table_id -> "{generation} {reason}"` for every resync in flight, and the
@@ -166,12 +165,16 @@ local function mark(tid, reason, touched, stale)
   if stale then redis.call('UNLINK', stale) end
   marks = {}
 end
-local function unit_state(key, sig, u)
-  -- unit u of the table work `sig`: 'todo', 'done', or nil when an earlier one is not done
-  local p = redis.call('HMGET', key, 'op', 'done')
-  local done = p[1] == sig and tonumber(p[2]) or 0
-  if u < done then return 'done' elseif u == done then return 'todo' end
-  return nil
+local function unit_done(key, uid)
+  -- whether unit uid of this transaction's table work is recorded as done in key; a record left
+  -- by another transaction (which finished: the chain check passed) is dropped
+  local p = redis.call('HMGET', key, 'txn', uid)
+  if p[1] ~= txn then
+    redis.call('DEL', key)
+    redis.call('HSET', key, 'txn', txn)
+    return false
+  end
+  return p[2] == 'done'
 end
 local base, index, touched, tid = '', '', '', ''  -- the table of the row ops (op C)
 local function in_resync()
@@ -311,47 +314,46 @@ while i <= n do
     elseif op == 'R' then                -- SREM set member
       redis.call('SREM', ARGV[i + 1], ARGV[i + 2]); i = i + 3
     elseif op == 'CU' or op == 'MU' or op == 'CP' then
-      -- a unit of table work (plan.work_op): key sig unit limit, then
+      -- a unit of table work (plan.work_op): key uid limit, then
       --   CU index base: remove up to `limit` of the table's rows; replies the rows left
       --   MU index base to_index to_base: move them to another name; replies the rows left
       --   CP cursor index to if_resync: copy `limit` members of a set (SSCAN), only while the
       --      table id if_resync (if not '') has a resync mark; replies the next cursor
-      -- The unit is recorded as done in `key` when the reply is 0 / '0'. Units run in order;
-      -- the ones a restart finds done are skipped.
-      local key, sig, u, limit = ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3]), ARGV[i + 4]
-      local state = unit_state(key, sig, u)
-      if not state then return redis.error_reply('BAD_PLAN table work unit ' .. u .. ' out of order') end
+      -- `key` (`__tableops`) records the units done by their ids, and where MU units move rows
+      -- to (`to {to_index}`: to_base): a restart skips the units done, even when it plans other
+      -- units around them, and removes rows moved to a name it no longer moves rows to.
+      local key, uid, limit = ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
+      local todo = not unit_done(key, uid)
       if op == 'CP' then
         left = '0'
-        local cond = ARGV[i + 8]
-        if state == 'todo' and (cond == '' or redis.call('HEXISTS', resync, cond) == 1) then
-          local cursor, to = ARGV[i + 5], ARGV[i + 7]
+        local cond = ARGV[i + 7]
+        if todo and (cond == '' or redis.call('HEXISTS', resync, cond) == 1) then
+          local cursor, to = ARGV[i + 4], ARGV[i + 6]
           if cursor == '' then redis.call('UNLINK', to); cursor = '0' end
-          local r = redis.call('SSCAN', ARGV[i + 6], cursor, 'COUNT', limit)
+          local r = redis.call('SSCAN', ARGV[i + 5], cursor, 'COUNT', limit)
           batched('SADD', to, 1, #r[2], r[2])
           left = r[1]
         end
       else
         left = 0
-        if state == 'todo' then
-          local idx, from = ARGV[i + 5], ARGV[i + 6] .. ':'
+        if todo then
+          local idx, from = ARGV[i + 4], ARGV[i + 5] .. ':'
           local ms = redis.call('SPOP', idx, limit)
           if op == 'CU' then
             for _, m in ipairs(ms) do redis.call('DEL', from .. m) end
           else
-            local to = ARGV[i + 8] .. ':'
+            redis.call('HSET', key, 'to ' .. ARGV[i + 6], ARGV[i + 7])
+            local to = ARGV[i + 7] .. ':'
             for _, m in ipairs(ms) do
               if redis.call('EXISTS', from .. m) == 1 then redis.call('RENAME', from .. m, to .. m) end
             end
-            batched('SADD', ARGV[i + 7], 1, #ms, ms)
+            batched('SADD', ARGV[i + 6], 1, #ms, ms)
           end
           left = redis.call('SCARD', idx)
         end
       end
-      if state == 'todo' and (left == 0 or left == '0') then
-        redis.call('HSET', key, 'op', sig, 'done', u + 1)
-      end
-      i = i + (op == 'CU' and 7 or 9)
+      if todo and (left == 0 or left == '0') then redis.call('HSET', key, uid, 'done') end
+      i = i + (op == 'CU' and 6 or 8)
     elseif op == 'RB' then               -- a resync in flight writes no more rows: table_id
       -- (a new generation, same reason; the table's action then restarts, moves or ends it)
       local v = redis.call('HGET', resync, ARGV[i + 1])

@@ -318,6 +318,44 @@ async def test_table_work_resumes_exactly_after_a_crash_at_any_call(redis: Redis
         assert await again.load_checkpoint() == swapped[0].end
 
 
+@pytest.mark.parametrize("replayed", ["other table unselected", "new name unselected"])
+async def test_table_work_cut_short_then_replayed_with_another_table_selection(
+    redis: Redis, replayed: str
+) -> None:
+    """`RENAME TABLE a TO x, c TO d` crashes with 2 of a's 5 rows moved to x; the restart selects
+    other tables, so the replayed statement has other units. The units done are recognised by
+    what they are, not by their place in the list: x's first unit (clear x) is not run again over
+    the rows already moved. A move cut short whose new name is no longer selected has those rows
+    removed, not left behind unmirrored."""
+    p = _prefix()
+    m = RedisMirror(redis, KeyLayout(p), keys_of, MirrorOptions(table_step=2))
+    await m.acquire_lease()
+    await m.load_checkpoint()
+    await m.apply([(txn(*(ins("a", id=i) for i in range(5)), *(ins("c", id=i) for i in range(3))), [])])
+    both = [
+        TableAction(ActionKind.RENAME, "db", "a", "db", "x"),
+        TableAction(ActionKind.RENAME, "db", "c", "db", "d"),
+    ]
+    statement = txn()
+    crash_after(m, 2)  # clear x, then move 2 of a's rows
+    with pytest.raises(SinkError):
+        await m.apply([(statement, both)])
+    assert len(await redis.smembers(f"{p}:db:x:__keys")) == 2
+    again = RedisMirror(redis, KeyLayout(p), keys_of, MirrorOptions(table_step=2), m.token)
+    await again.load_checkpoint()
+    if replayed == "other table unselected":  # c and d left the selection (the session start
+        # drops c): only a -> x is left
+        await again.apply([(statement, both[:1])])
+        assert set(await rows(redis, p, "x")) == {"0", "1", "2", "3", "4"}
+    else:  # x left the selection: the rename becomes a DROP of a
+        await again.apply([(statement, [TableAction(ActionKind.DROP, "db", "a"), both[1]])])
+        assert not [k for k in await keys_under(redis, p) if k.startswith(f"{p}:db:x")]
+        assert await rows(redis, p, "a") == {}
+        assert set(await rows(redis, p, "d")) == {"0", "1", "2"}
+        assert not [k for k in await keys_under(redis, p) if k.startswith(f"{p}:db:c")]
+    assert not [k for k in await keys_under(redis, p) if k.startswith(f"{p}:db:a")]
+
+
 async def test_a_resync_start_copies_the_keys_in_bounded_calls(redis: Redis) -> None:
     """`__keys` -> `__stale` by SSCAN, `table_step` members per call, before the DDL's call; a crash
     in the middle and a restart still end with the whole copy."""
@@ -723,3 +761,55 @@ async def test_a_prefix_keeps_its_value_mode(redis: Redis) -> None:
     with pytest.raises(ConfigError, match="written with value_mode=hash, and value_mode=json is set"):
         await json_mirror.load_checkpoint()
     assert (await m.load_checkpoint()) is not None
+
+
+async def test_a_redis_that_may_evict_keys_is_refused(redis: Redis) -> None:
+    """allkeys-* eviction under a maxmemory limit could drop rows or the checkpoint unseen."""
+    m = RedisMirror(redis, KeyLayout(_prefix()), keys_of)
+    await redis.config_set("maxmemory-policy", "allkeys-lru")
+    try:
+        assert await m.load_checkpoint() is None  # no limit: nothing is ever evicted
+        await redis.config_set("maxmemory", "8gb")
+        with pytest.raises(ConfigError, match="maxmemory-policy allkeys-lru .* noeviction"):
+            await m.load_checkpoint()
+        await redis.config_set("maxmemory-policy", "volatile-lru")  # evicts keys with a TTL only
+        assert await m.load_checkpoint() is None
+    finally:
+        await redis.config_set("maxmemory", "0")
+        await redis.config_set("maxmemory-policy", "noeviction")
+
+
+async def test_a_redis_without_aof_is_warned_about_once(
+    redis: Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    m = RedisMirror(redis, KeyLayout(_prefix()), keys_of)
+    await redis.config_set("appendonly", "no")
+    try:
+        await m.load_checkpoint()
+        await m.load_checkpoint()  # a later session: said already
+    finally:
+        await redis.config_set("appendonly", "yes")
+    assert [r.message for r in caplog.records if "append-only" in r.message] == [
+        "this Redis keeps no append-only file (appendonly no): after a Redis restart the mirror resumes "
+        "from the checkpoint of its last RDB snapshot, if any (the binlog must still hold that "
+        "position), else as on_no_checkpoint says"
+    ]
+
+
+async def test_a_full_redis_writes_nothing_of_a_call_and_says_so(redis: Redis) -> None:
+    """With maxmemory reached (noeviction), Redis refuses the call's first write: the fence and
+    chain checks only read, so nothing of the transaction or its checkpoint is written."""
+    p = _prefix()
+    m = RedisMirror(redis, KeyLayout(p), keys_of)
+    await m.acquire_lease()
+    await m.load_checkpoint()
+    await redis.config_set("maxmemory", "1")
+    try:
+        with pytest.raises(SinkError, match="Redis is full \\(maxmemory\\), nothing was written: OOM"):
+            await m.apply([(txn(ins("a", id=1, v="x")), [])])
+    finally:
+        await redis.config_set("maxmemory", "0")
+    assert await redis.exists(f"{p}:db:a:1", f"{p}:__checkpoint", f"{p}:__seq") == 0
+    await m.load_checkpoint()  # a new session, as after any SinkError
+    await m.apply([(txn(ins("a", id=1, v="x")), [])])
+    assert await redis.hgetall(f"{p}:db:a:1") == {b"id": b"1", b"v": b"x"}

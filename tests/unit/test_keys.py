@@ -19,8 +19,8 @@ from service.sink.plan import (
     TableAction,
     TableWork,
     _same_text,
+    unit_ids,
     work_op,
-    work_signature,
 )
 from service.sink.values import field_value, key_text
 from service.transactions import Transaction
@@ -223,13 +223,15 @@ def test_table_work_of_table_actions() -> None:
         TableWork("CU", "m:db:c:__keys", "m:db:c"),
         TableWork("CP", "m:db:d:__keys", to_index="m:db:d:__stale"),
     ]
-    sig = work_signature("f.000001:4", work)
-    assert sig.startswith("f.000001:4 ") and sig != work_signature("f.000001:4", work[:5])
+    # units are named by what they do: the second clearing of b is another unit than the first
+    ids = unit_ids(work)
+    assert ids[0] == "CU m:db:b:__keys #1" and ids[3] == "CU m:db:b:__keys #2"
+    assert unit_ids(work[3:]) == ["CU m:db:b:__keys #1", "CU m:db:c:__keys #1", ids[5]]
     moved = ["m:db:a:__keys", "m:db:a", "m:db:b:__keys", "m:db:b"]
-    assert work_op("m:__tableops", sig, 1, work[1], 500) == ["MU", "m:__tableops", sig, 1, 500, *moved]
-    assert work_op("m:__tableops", sig, 4, work[4], 500)[:5] == ["CU", "m:__tableops", sig, 4, 500]
-    copy = ["CP", "m:__tableops", sig, 5, 500, b"17", "m:db:d:__keys", "m:db:d:__stale", ""]
-    assert work_op("m:__tableops", sig, 5, work[5], 500, b"17") == copy
+    assert work_op("m:__tableops", ids[1], work[1], 500) == ["MU", "m:__tableops", ids[1], 500, *moved]
+    assert work_op("m:__tableops", ids[4], work[4], 500)[:4] == ["CU", "m:__tableops", ids[4], 500]
+    copy = ["CP", "m:__tableops", ids[5], 500, b"17", "m:db:d:__keys", "m:db:d:__stale", ""]
+    assert work_op("m:__tableops", ids[5], work[5], 500, b"17") == copy
     assert p.table_work([TableAction(ActionKind.REGISTER, "db", "d")]) == ([], [])
 
 
