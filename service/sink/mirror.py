@@ -179,13 +179,18 @@ class RedisMirror:
         return Checkpoint(position, f.get("gtid_set", ""), int(f.get("ts", 0)))
 
     async def check_server(self) -> None:
-        """Refuse a Redis that may evict keys, and warn (once) when it keeps no append-only file.
-        Read from INFO: managed Redis services often rename CONFIG away."""
+        """Refuse a Redis Cluster node or a Redis that may evict keys, and warn (once) when it
+        keeps no append-only file. Read from INFO: managed Redis services often rename CONFIG."""
         with map_redis_errors("reading the Redis server's settings"):
-            memory = await self.redis.info("memory")
-            persistence = await self.redis.info("persistence")
-        policy = str(memory.get("maxmemory_policy", "noeviction"))
-        if int(memory.get("maxmemory", 0)) > 0 and policy.startswith("allkeys-"):
+            info = await self.redis.info("memory", "persistence", "cluster")
+        if int(info.get("cluster_enabled", 0)):
+            raise ConfigError(
+                "this Redis is a Redis Cluster node, which the mirror does not support: its scripts "
+                "write a transaction's rows, whatever their hash slots, in one atomic call. Give "
+                "it a standalone Redis (a primary, with replicas if you like)"
+            )
+        policy = str(info.get("maxmemory_policy", "noeviction"))
+        if int(info.get("maxmemory", 0)) > 0 and policy.startswith("allkeys-"):
             raise ConfigError(
                 f"this Redis has maxmemory-policy {policy} and a maxmemory limit: it may evict "
                 "mirrored rows and the mirror's own keys (checkpoint, key indexes), and the mirror "
@@ -193,7 +198,7 @@ class RedisMirror:
                 "then wait while Redis is full) or a volatile-* policy, or give the mirror a Redis "
                 "of its own"
             )
-        if not int(persistence.get("aof_enabled", 0)) and not self._warned_aof:
+        if not int(info.get("aof_enabled", 0)) and not self._warned_aof:
             self._warned_aof = True
             log.warning(
                 "this Redis keeps no append-only file (appendonly no): after a Redis restart the "

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import datetime as dt
+import socket
+import subprocess
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from decimal import Decimal
+from pathlib import Path
 
 import orjson
 import pytest
@@ -777,6 +782,31 @@ async def test_a_redis_that_may_evict_keys_is_refused(redis: Redis) -> None:
     finally:
         await redis.config_set("maxmemory", "0")
         await redis.config_set("maxmemory-policy", "noeviction")
+
+
+async def test_a_redis_cluster_node_is_refused(tmp_path: Path) -> None:
+    """A real cluster-enabled redis-server (one node, no slots yet: INFO says cluster_enabled)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", str(tmp_path), "--save", "",
+         "--cluster-enabled", "yes", "--cluster-config-file", str(tmp_path / "nodes.conf")],
+        stdout=subprocess.DEVNULL,
+    )  # fmt: skip
+    client = Redis(port=port)
+    try:
+        for _ in range(100):
+            with contextlib.suppress(rexc.ConnectionError):
+                if await client.ping():
+                    break
+            await asyncio.sleep(0.05)
+        with pytest.raises(ConfigError, match="a Redis Cluster node, which the mirror does not support"):
+            await RedisMirror(client, KeyLayout(_prefix()), keys_of).load_checkpoint()
+    finally:
+        await client.aclose()
+        server.terminate()
+        server.wait(10)
 
 
 async def test_a_redis_without_aof_is_warned_about_once(
