@@ -784,19 +784,26 @@ async def test_a_redis_that_may_evict_keys_is_refused(redis: Redis) -> None:
         await redis.config_set("maxmemory-policy", "noeviction")
 
 
-async def test_a_redis_cluster_node_is_refused(tmp_path: Path) -> None:
-    """A real cluster-enabled redis-server (one node, no slots yet: INFO says cluster_enabled)."""
+def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+        return int(s.getsockname()[1])
+
+
+async def test_a_redis_cluster_node_is_refused(tmp_path: Path) -> None:
+    """A real cluster-enabled redis-server (one node, no slots yet: INFO says cluster_enabled).
+    Its bus port is set: the default, port + 10,000, does not exist for ports above 55,535."""
+    port = _free_port()
+    log = tmp_path / "redis.log"
     server = subprocess.Popen(
         ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", str(tmp_path), "--save", "",
-         "--cluster-enabled", "yes", "--cluster-config-file", str(tmp_path / "nodes.conf")],
-        stdout=subprocess.DEVNULL,
+         "--cluster-enabled", "yes", "--cluster-port", str(_free_port()),
+         "--cluster-config-file", str(tmp_path / "nodes.conf"), "--logfile", str(log)],
     )  # fmt: skip
-    client = Redis(port=port)
+    client = Redis(port=port, retry=None)  # fail fast while it starts
     try:
-        for _ in range(100):
+        for _ in range(200):
+            assert server.poll() is None, f"redis-server exited: {log.read_text()}"
             with contextlib.suppress(rexc.ConnectionError):
                 if await client.ping():
                     break
