@@ -20,7 +20,7 @@ import contextlib
 import logging
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
@@ -327,13 +327,13 @@ class Replicator:
     async def _bootstrap(self, checkpoint: Checkpoint | None, source: TransactionSource) -> None:
         """Reconcile the mirrored tables with the table selection, atomically with the checkpoint."""
         assert self._ctl is not None
-        self._mirrored = {
-            (p[0], p[1]) for p in (split_key(t) for t in await self.mirror.mirrored_tables()) if len(p) == 2
-        }
+        self._mirrored = _tables(await self.mirror.mirrored_tables())
         wanted = set(await self.catalog.wanted_tables(self._ctl))
+        # rows a cut-short RENAME moved to a name that is not selected (now): nobody mirrors them
+        moved = _tables(await self.mirror.moved_to_tables(checkpoint))
+        dropped = (self._mirrored | moved) - wanted
         actions = [
-            TableAction(ActionKind.DROP, s, t, reason="no longer selected")
-            for s, t in sorted(self._mirrored - wanted)
+            TableAction(ActionKind.DROP, s, t, reason="no longer selected") for s, t in sorted(dropped)
         ]
         actions += [
             TableAction(ActionKind.RESYNC, s, t, reason="newly selected")
@@ -350,7 +350,7 @@ class Replicator:
             "bootstrap at %s: %d table(s) to copy, %d to drop",
             end.position,
             len(wanted - self._mirrored),
-            len(self._mirrored - wanted),
+            len(dropped),
         )
         await self.mirror.apply([(Transaction((), (), None, end.ts, end), actions)])
         self._note_actions(actions)
@@ -735,3 +735,8 @@ def _first(group: BaseExceptionGroup[Any]) -> BaseException:
         if not isinstance(e, _Stopped | asyncio.CancelledError):
             return e
     return leaves[0]
+
+
+def _tables(table_ids: Iterable[str]) -> set[tuple[str, str]]:
+    """(schema, table) of each `schema:table` id."""
+    return {(p[0], p[1]) for p in map(split_key, table_ids) if len(p) == 2}

@@ -371,8 +371,12 @@ class RedisMirror:
         does not move until the transaction's call, so a crash in between replays the
         transaction: `__tableops` records the units done, the others resume (docs/mirror.md,
         "Table operations")."""
-        key, step = self.layout.table_ops_key, self.options.table_step
-        orphans = await self._orphans(txn_id, work)
+        step = self.options.table_step
+        # A "transaction" that ends at the stored checkpoint is the session start's reconciliation
+        # with the table selection (drops, resync starts): its units are repeatable, so they are
+        # not recorded, and the record of a statement cut short before it stays for its replay.
+        key = self.layout.table_ops_key if txn_id != self._prev else ""
+        orphans = await self._orphans(txn_id, work) if key else []
         ids = [f"CU {w.index} (moved by an earlier plan)" for w in orphans] + unit_ids(work)
         work = [*orphans, *work]
         header = self._header(txn_id, 0, True, 0)
@@ -487,6 +491,18 @@ class RedisMirror:
         with map_redis_errors("reading the mirrored tables"):
             raw = await self.redis.smembers(self.layout.tables_key)
         return {_s(m) for m in raw}
+
+    async def moved_to_tables(self, applied: Checkpoint | None) -> set[str]:
+        """The tables the RENAME cut short after `applied` (its table work done, its own call not)
+        moved rows to, as `__tableops` records them: if such a table is no longer selected, those
+        rows belong to no mirrored table."""
+        with map_redis_errors("reading the table work record"):
+            record = {_s(k): _s(v) for k, v in (await self.redis.hgetall(self.layout.table_ops_key)).items()}
+        with contextlib.suppress(ValueError):  # not a position: keep its tables, dropping is harmless
+            if applied is not None and BinlogPosition.parse(record.get("txn", "")) <= applied.position:
+                return set()  # that statement was applied: its tables are in `__tables` if mirrored
+        base = len(self.layout.prefix) + 1
+        return {v[base:] for k, v in record.items() if k.startswith("to ")}
 
 
 def _mark(value: str) -> tuple[int, str]:

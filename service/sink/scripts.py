@@ -323,7 +323,7 @@ while i <= n do
       -- to (`to {to_index}`: to_base): a restart skips the units done, even when it plans other
       -- units around them, and removes rows moved to a name it no longer moves rows to.
       local key, uid, limit = ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
-      local todo = not unit_done(key, uid)
+      local todo = key == '' or not unit_done(key, uid)  -- '': not recorded (repeatable units)
       if op == 'CP' then
         left = '0'
         local cond = ARGV[i + 7]
@@ -342,7 +342,7 @@ while i <= n do
           if op == 'CU' then
             for _, m in ipairs(ms) do redis.call('DEL', from .. m) end
           else
-            redis.call('HSET', key, 'to ' .. ARGV[i + 6], ARGV[i + 7])
+            if key ~= '' then redis.call('HSET', key, 'to ' .. ARGV[i + 6], ARGV[i + 7]) end
             local to = ARGV[i + 7] .. ':'
             for _, m in ipairs(ms) do
               if redis.call('EXISTS', from .. m) == 1 then redis.call('RENAME', from .. m, to .. m) end
@@ -352,7 +352,7 @@ while i <= n do
           left = redis.call('SCARD', idx)
         end
       end
-      if todo and (left == 0 or left == '0') then redis.call('HSET', key, uid, 'done') end
+      if todo and key ~= '' and (left == 0 or left == '0') then redis.call('HSET', key, uid, 'done') end
       i = i + (op == 'CU' and 6 or 8)
     elseif op == 'RB' then               -- a resync in flight writes no more rows: table_id
       -- (a new generation, same reason; the table's action then restarts, moves or ends it)

@@ -98,3 +98,51 @@ async def test_table_selection_changes_between_restarts(stack: LocalStack) -> No
             assert await rep.mirror.mirrored_tables() == {f"{db}:b"}
     finally:
         w.conn.close()
+
+
+async def test_a_rename_cut_short_then_neither_name_selected_leaves_no_rows(stack: LocalStack) -> None:
+    """`RENAME TABLE a TO x` dies part way through moving a's rows to x (table_step_rows=2); the
+    restart selects neither name. The statement then has no table work; the session start drops
+    both a (registered) and x (its rows came from the cut-short move, as `__tableops` records)."""
+    info = stack.load()
+    assert info is not None
+    db, prefix = unique_names()
+    conn = root(stack)
+    with conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE {db}")
+        for t in ("a", "b"):
+            cur.execute(f"CREATE TABLE {db}.{t} (id INT PRIMARY KEY, v VARCHAR(200))")
+            cur.execute(f"INSERT INTO {db}.{t} VALUES " + ",".join(f"({i}, '{t}{i}')" for i in range(10)))
+    conn.commit()
+    conn.close()
+    selected = [f"{db}.a", f"{db}.x"]
+    rep = Replicator(mirror_settings(stack, db, prefix, tables=selected, table_step_rows=2))
+    task = asyncio.create_task(rep.run())
+    try:
+        await settle(rep, stack)
+        assert len(table_keys(info.redis_url, prefix, db, "a")) == 11  # 10 rows and __keys
+        channel = rep.mirror._channel
+        real, calls = channel.send, [0]
+
+        async def dies_after_3(args: object) -> None:  # clearing x, then moving 4 of a's rows
+            calls[0] += 1
+            if calls[0] > 3:
+                raise ConnectionError("the process was killed")
+            await real(args)  # type: ignore[arg-type]
+
+        channel.send = dies_after_3  # type: ignore[method-assign]
+        with root(stack, db) as c, c.cursor() as cur:
+            cur.execute("RENAME TABLE a TO x")
+        deadline = asyncio.get_running_loop().time() + 20
+        while calls[0] <= 3 and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.05)
+    finally:
+        rep.stop()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(task, 15)
+    assert len([k for k in table_keys(info.redis_url, prefix, db, "x") if not k.endswith("__keys")]) == 4
+    async with running(stack, db, prefix, [f"{db}.b"]) as rep:
+        assert table_keys(info.redis_url, prefix, db, "a") == []
+        assert table_keys(info.redis_url, prefix, db, "x") == []
+        assert actual(info.redis_url, prefix, db, ("b",)) == expected(stack, db, {"b": ("id",)})
+        assert await rep.mirror.mirrored_tables() == {f"{db}:b"}
