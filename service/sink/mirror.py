@@ -406,13 +406,16 @@ class RedisMirror:
         """When `txn_id`'s table work was cut short and is now planned differently (another table
         selection), the rows it moved to a name that `work` no longer moves rows to: units that
         remove them, or they would stay under a name nobody mirrors."""
-        with map_redis_errors(f"reading the table work record of {txn_id}"):
-            record = {_s(k): _s(v) for k, v in (await self.redis.hgetall(self.layout.table_ops_key)).items()}
+        record = await self._table_ops_record()
         if record.get("txn") != txn_id:
             return []
         kept = {w.to_index for w in work if w.op == "MU"}
         moved = ((f[3:], base) for f, base in record.items() if f.startswith("to "))
         return [TableWork("CU", index, base) for index, base in moved if index not in kept]
+
+    async def _table_ops_record(self) -> dict[str, str]:
+        with map_redis_errors("reading the table work record (__tableops)"):
+            return {_s(k): _s(v) for k, v in (await self.redis.hgetall(self.layout.table_ops_key)).items()}
 
     async def _send(self, sent: SentBatch, args: list[Arg], what: str, offsets: Sequence[int]) -> None:
         with map_redis_errors(what):
@@ -496,8 +499,7 @@ class RedisMirror:
         """The tables the RENAME cut short after `applied` (its table work done, its own call not)
         moved rows to, as `__tableops` records them: if such a table is no longer selected, those
         rows belong to no mirrored table."""
-        with map_redis_errors("reading the table work record"):
-            record = {_s(k): _s(v) for k, v in (await self.redis.hgetall(self.layout.table_ops_key)).items()}
+        record = await self._table_ops_record()
         with contextlib.suppress(ValueError):  # not a position: keep its tables, dropping is harmless
             if applied is not None and BinlogPosition.parse(record.get("txn", "")) <= applied.position:
                 return set()  # that statement was applied: its tables are in `__tables` if mirrored

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from service.pipeline.replicator import Replicator
-from service.stack import LocalStack
+from service.stack import LocalStack, StackInfo
 from tests.integration.mirror_helpers import (
     actual,
     expected,
@@ -45,8 +45,10 @@ class Writer:
 
 
 @contextlib.asynccontextmanager
-async def running(stack: LocalStack, db: str, prefix: str, tables: list[str]) -> AsyncIterator[Replicator]:
-    rep = Replicator(mirror_settings(stack, db, prefix, tables=tables))
+async def running(
+    stack: LocalStack, db: str, prefix: str, tables: list[str], **settings: object
+) -> AsyncIterator[Replicator]:
+    rep = Replicator(mirror_settings(stack, db, prefix, tables=tables, **settings))
     task = asyncio.create_task(rep.run())
     try:
         await settle(rep, stack)
@@ -57,7 +59,8 @@ async def running(stack: LocalStack, db: str, prefix: str, tables: list[str]) ->
             await asyncio.wait_for(task, 15)
 
 
-async def test_table_selection_changes_between_restarts(stack: LocalStack) -> None:
+def new_db(stack: LocalStack, rows: int = 0) -> tuple[StackInfo, str, str]:
+    """A new database with tables a and b of `rows` rows each, and a key prefix for it."""
     info = stack.load()
     assert info is not None
     db, prefix = unique_names()
@@ -66,7 +69,16 @@ async def test_table_selection_changes_between_restarts(stack: LocalStack) -> No
         cur.execute(f"CREATE DATABASE {db}")
         for t in KEYS:
             cur.execute(f"CREATE TABLE {db}.{t} (id INT PRIMARY KEY, v VARCHAR(200))")
+            if rows:
+                values = ",".join(f"({i}, '{t}{i}')" for i in range(rows))
+                cur.execute(f"INSERT INTO {db}.{t} VALUES {values}")
+    conn.commit()
     conn.close()
+    return info, db, prefix
+
+
+async def test_table_selection_changes_between_restarts(stack: LocalStack) -> None:
+    info, db, prefix = new_db(stack)
     w = Writer(stack, db)
     w.step()
     try:
@@ -104,22 +116,8 @@ async def test_a_rename_cut_short_then_neither_name_selected_leaves_no_rows(stac
     """`RENAME TABLE a TO x` dies part way through moving a's rows to x (table_step_rows=2); the
     restart selects neither name. The statement then has no table work; the session start drops
     both a (registered) and x (its rows came from the cut-short move, as `__tableops` records)."""
-    info = stack.load()
-    assert info is not None
-    db, prefix = unique_names()
-    conn = root(stack)
-    with conn.cursor() as cur:
-        cur.execute(f"CREATE DATABASE {db}")
-        for t in ("a", "b"):
-            cur.execute(f"CREATE TABLE {db}.{t} (id INT PRIMARY KEY, v VARCHAR(200))")
-            cur.execute(f"INSERT INTO {db}.{t} VALUES " + ",".join(f"({i}, '{t}{i}')" for i in range(10)))
-    conn.commit()
-    conn.close()
-    selected = [f"{db}.a", f"{db}.x"]
-    rep = Replicator(mirror_settings(stack, db, prefix, tables=selected, table_step_rows=2))
-    task = asyncio.create_task(rep.run())
-    try:
-        await settle(rep, stack)
+    info, db, prefix = new_db(stack, rows=10)
+    async with running(stack, db, prefix, [f"{db}.a", f"{db}.x"], table_step_rows=2) as rep:
         assert len(table_keys(info.redis_url, prefix, db, "a")) == 11  # 10 rows and __keys
         channel = rep.mirror._channel
         real, calls = channel.send, [0]
@@ -136,10 +134,6 @@ async def test_a_rename_cut_short_then_neither_name_selected_leaves_no_rows(stac
         deadline = asyncio.get_running_loop().time() + 20
         while calls[0] <= 3 and asyncio.get_running_loop().time() < deadline:
             await asyncio.sleep(0.05)
-    finally:
-        rep.stop()
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(task, 15)
     assert len([k for k in table_keys(info.redis_url, prefix, db, "x") if not k.endswith("__keys")]) == 4
     async with running(stack, db, prefix, [f"{db}.b"]) as rep:
         assert table_keys(info.redis_url, prefix, db, "a") == []
