@@ -101,8 +101,8 @@ def _commands(info: StackInfo, w: Workload, prefix: str) -> dict[str, list[str]]
 
 def _persistence(r: redis.Redis) -> tuple[int, float]:
     """AOF rewrites so far, and the CPU seconds of the Redis children reaped so far."""
-    aof, cpu = r.info("persistence"), r.info("cpu")
-    return int(aof.get("aof_rewrites", 0)), cpu["used_cpu_sys_children"] + cpu["used_cpu_user_children"]
+    info = r.info("persistence", "cpu")
+    return int(info.get("aof_rewrites", 0)), info["used_cpu_sys_children"] + info["used_cpu_user_children"]
 
 
 def settle_aof(r: redis.Redis) -> None:

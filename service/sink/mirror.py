@@ -406,16 +406,19 @@ class RedisMirror:
         """When `txn_id`'s table work was cut short and is now planned differently (another table
         selection), the rows it moved to a name that `work` no longer moves rows to: units that
         remove them, or they would stay under a name nobody mirrors."""
-        record = await self._table_ops_record()
-        if record.get("txn") != txn_id:
+        txn, moves = await self._table_ops_record()
+        if txn != txn_id:
             return []
         kept = {w.to_index for w in work if w.op == "MU"}
-        moved = ((f[3:], base) for f, base in record.items() if f.startswith("to "))
-        return [TableWork("CU", index, base) for index, base in moved if index not in kept]
+        return [TableWork("CU", index, base) for index, base in moves.items() if index not in kept]
 
-    async def _table_ops_record(self) -> dict[str, str]:
+    async def _table_ops_record(self) -> tuple[str, dict[str, str]]:
+        """`__tableops`: its transaction id, and the `__keys` set -> row-key base of each name its
+        moves took rows to."""
         with map_redis_errors("reading the table work record (__tableops)"):
-            return {_s(k): _s(v) for k, v in (await self.redis.hgetall(self.layout.table_ops_key)).items()}
+            raw = await self.redis.hgetall(self.layout.table_ops_key)
+        record = {_s(k): _s(v) for k, v in raw.items()}
+        return record.get("txn", ""), {f[3:]: base for f, base in record.items() if f.startswith("to ")}
 
     async def _send(self, sent: SentBatch, args: list[Arg], what: str, offsets: Sequence[int]) -> None:
         with map_redis_errors(what):
@@ -499,12 +502,12 @@ class RedisMirror:
         """The tables the RENAME cut short after `applied` (its table work done, its own call not)
         moved rows to, as `__tableops` records them: if such a table is no longer selected, those
         rows belong to no mirrored table."""
-        record = await self._table_ops_record()
+        txn, moves = await self._table_ops_record()
         with contextlib.suppress(ValueError):  # not a position: keep its tables, dropping is harmless
-            if applied is not None and BinlogPosition.parse(record.get("txn", "")) <= applied.position:
+            if applied is not None and BinlogPosition.parse(txn) <= applied.position:
                 return set()  # that statement was applied: its tables are in `__tables` if mirrored
-        base = len(self.layout.prefix) + 1
-        return {v[base:] for k, v in record.items() if k.startswith("to ")}
+        skip = len(self.layout.prefix) + 1  # a row-key base is `{prefix}:{table id}`
+        return {base[skip:] for base in moves.values()}
 
 
 def _mark(value: str) -> tuple[int, str]:
