@@ -15,7 +15,8 @@
     │   └── PreflightError             (not retriable) the source is not configured to be read
     ├── SinkError                      (retriable) Redis unavailable
     │   ├── LeaseLost                  (not retriable here) another instance holds the writer lease
-    │   └── CatalogMiss                (retriable) a change of a table whose definition is not loaded
+    │   ├── CatalogMiss                (retriable) a change of a table whose definition is not loaded
+│   └── RowsMissing                (retriable) an update sent without the whole row met no row
     └── StackError                     the local MariaDB/Redis stack could not start
 
 Loops decide what to do from `retriable`, never from isinstance lists.
@@ -36,6 +37,7 @@ __all__ = [
     "PositionLost",
     "PreflightError",
     "ReplicatorError",
+    "RowsMissing",
     "SinkError",
     "SourceError",
     "StackError",
@@ -109,6 +111,17 @@ class LeaseLost(SinkError):
 class CatalogMiss(SinkError):
     """Planning met a table the catalog has not loaded: retried from the stored checkpoint,
     never planned as "no usable key" (that would skip its rows silently)."""
+
+
+class RowsMissing(SinkError):
+    """A call's updates sent only their changed columns (the mirror holds the row), and Redis
+    lacked the row, or the table was being resynced: nothing of the call was written. Retried
+    from the stored checkpoint; that table's updates then carry whole rows."""
+
+    def __init__(self, message: str, table_id: str, resync: bool) -> None:
+        super().__init__(message)
+        self.table_id = table_id
+        self.resync = resync  # the table has a resync in flight (no row was missing)
 
 
 class StackError(ReplicatorError):

@@ -33,7 +33,7 @@ from redis import exceptions as rexc
 from redis.asyncio import Redis
 
 from service.checkpoint import BinlogPosition, Checkpoint
-from service.errors import ConfigError, LeaseLost, SinkError
+from service.errors import ConfigError, LeaseLost, RowsMissing, SinkError
 from service.sink.channel import ScriptChannel
 from service.sink.keys import KeyLayout
 from service.sink.plan import (
@@ -63,6 +63,14 @@ def map_redis_errors(what: str) -> Iterator[None]:
     except rexc.ResponseError as exc:
         if str(exc).startswith("LEASE_LOST"):
             raise LeaseLost(f"{what}: {exc}") from exc
+        if str(exc).startswith("ROWS_MISSING"):  # ROWS_MISSING resync {table id} | row {table id} {key}
+            _, kind, tid, *key = str(exc).split(" ", 3)
+            why = f"table {tid} is being resynced" if kind == "resync" else f"no row at {key[0]}"
+            raise RowsMissing(
+                f"{what}: updates sent without whole rows, but {why}: nothing was written",
+                tid,
+                kind == "resync",
+            ) from exc
         if isinstance(exc, rexc.OutOfMemoryError):  # refused at the call's first write
             raise SinkError(f"{what}: Redis is full (maxmemory), nothing was written: OOM {exc}") from exc
         raise SinkError(f"{what}: {exc}") from exc
@@ -104,6 +112,7 @@ class SentBatch:
 
     channel: ScriptChannel
     epoch: int  # the channel's connection they were written on
+    planner: Planner  # told which tables' updates must carry whole rows (RowsMissing)
     calls: list[tuple[str, Sequence[int]]] = field(default_factory=list)  # what; offsets of its txns
 
     async def replies(self) -> list[int]:
@@ -112,12 +121,31 @@ class SentBatch:
         firsts: list[int] = []
         calls, self.calls = self.calls, []
         for what, offsets in calls:
-            with map_redis_errors(what):
-                if self.channel.epoch != self.epoch:
-                    raise rexc.ConnectionError("the connection was closed before the reply came")
-                first = int(await self.channel.reply())
+            try:
+                with map_redis_errors(what):
+                    if self.channel.epoch != self.epoch:
+                        raise rexc.ConnectionError("the connection was closed before the reply came")
+                    first = int(await self.channel.reply())
+            except RowsMissing as exc:
+                _whole_rows_for(self.planner, exc)
+                raise
             firsts += [first + o for o in offsets]
         return firsts
+
+
+def _whole_rows_for(planner: Planner, exc: RowsMissing) -> None:
+    """After RowsMissing, the table's updates carry whole rows (until its resync ends)."""
+    if exc.resync:
+        planner.resyncing.add(exc.table_id)
+    else:
+        planner.gaps.add(exc.table_id)
+        log.warning(
+            "%s. The mirror of %s lacked a row that an UPDATE changed: it was not in sync with the "
+            "source (keys removed outside binlog-mirror?). Its updates now carry whole rows, which "
+            "fills in each row they change; a resync of the table restores the rest",
+            exc,
+            exc.table_id,
+        )
 
 
 class RedisMirror:
@@ -160,6 +188,8 @@ class RedisMirror:
         with map_redis_errors("loading the checkpoint"):
             raw = await self.redis.hgetall(self.layout.checkpoint_key)
             progress = await self.redis.hgetall(self.layout.progress_key)
+            marks = await self.redis.hkeys(self.layout.resync_key)
+        self.planner.resyncing = {_s(k) for k in marks} - {"__gen"}
         self._resume = _Progress.parse({_s(k): _s(v) for k, v in progress.items()})
         if not raw:
             self._prev = ""
@@ -266,7 +296,7 @@ class RedisMirror:
         them all or none and stores the last one's checkpoint; a larger one is sent chunk by chunk.
         Each call is written as soon as it is planned, so Redis runs it while the next is planned.
         """
-        sent = SentBatch(self._channel, self._channel.epoch)
+        sent = SentBatch(self._channel, self._channel.epoch, self.planner)
         limit = self.options.chunk_size
         group: list[Arg] = []  # ops of the call being planned
         offsets: list[int] = []  # of its transactions' first changes
@@ -313,7 +343,7 @@ class RedisMirror:
         self, sent: SentBatch, ops: list[Arg], offsets: list[int], size: int, last: Transaction
     ) -> None:
         txn_id = str(last.end.position)
-        args = self._header(txn_id, 0, True, size) + ops
+        args = self._header(txn_id, 0, True, size) + self.planner.checks() + ops
         args += checkpoint_args(self.layout, checkpoint_fields(last, self._values))
         many = f"{len(offsets)} transactions up to " if len(offsets) > 1 else "transaction "
         await self._send(sent, args, f"applying {many}{txn_id}", offsets)
@@ -485,6 +515,9 @@ class RedisMirror:
                 return None
             removed += int(reply[0])
             if int(reply[1]) == 0:
+                tid = lay.table_id(schema, table)
+                self.planner.resyncing.discard(tid)
+                self.planner.gaps.discard(tid)  # every row was read again
                 return removed
 
     async def pending_resyncs(self) -> dict[str, str]:

@@ -74,6 +74,12 @@ class Planner:
     full_images: bool = True  # source logs FULL row images: inserts/updates replace the whole row
     changelog_maxlen: int | None = None  # None: no change-log stream
     skipped: SkipCounter = field(default_factory=SkipCounter)
+    # Tables whose updates carry whole rows (op U) instead of their changed columns (op UL): a
+    # resync is in flight (rows may be absent or lack a new column), or an UL met no row (the
+    # mirror had a gap: whole rows fill the gap in as they change). By table id; RedisMirror
+    # keeps them in step with Redis.
+    resyncing: set[str] = field(default_factory=set)
+    gaps: set[str] = field(default_factory=set)
     # (schema, table) -> (row key base, index key, table id, touched key): built once per table
     _table_keys: dict[tuple[str, str], tuple[str, str, str, str]] = field(default_factory=dict, repr=False)
     # Per script call (reset by `begin_call`): non-NULL column names -> shape id (op K); the
@@ -82,6 +88,12 @@ class Planner:
     _shapes: dict[tuple[str, ...], str] = field(default_factory=dict, repr=False)
     _registered: set[tuple[str, str]] = field(default_factory=set, repr=False)
     _table: tuple[str, str] | None = field(default=None, repr=False)
+    # table id -> the row keys of its UL ops (op Q); rows an earlier op of the call wrote (their
+    # update in the same call carries the whole row: op Q checks rows before the call writes);
+    # whether a table action came (which may change which rows and resyncs there are)
+    _lean: dict[str, list[Arg]] = field(default_factory=dict, repr=False)
+    _written: set[tuple[str, str, str]] = field(default_factory=set, repr=False)
+    _acted: bool = field(default=False, repr=False)
 
     # -- row changes -----------------------------------------------------------------------------
     def _keys(self, schema: str, table: str) -> tuple[str, str, str, str]:
@@ -182,6 +194,34 @@ class Planner:
         out += changed
         out.append(b"".join(rest))
 
+    def _lean_update(self, out: list[Arg], before: Row, after: Row) -> None:
+        """Op UL: only the values that changed (named by the shape) and the columns that became
+        NULL, for a row that op Q checks is in Redis: no text for the unchanged values, which
+        were most of an update's planning."""
+        names: list[str] = []
+        changed: list[Arg] = []
+        nulled: list[str] = []
+        for k, v in after.items():
+            b = before.get(k)
+            if v is None:
+                if b is not None:
+                    nulled.append(k)
+            elif v is not b and not _same_text(v, b):
+                names.append(k)
+                changed.append(_text(v))
+        out += ("UL", self._shape(out, names), len(nulled), *nulled)
+        out += changed
+
+    def checks(self) -> list[Arg]:
+        """Op Q of the call planned since `begin_call`: the rows its UL ops update, by table;
+        it goes first in the call."""
+        if not self._lean:
+            return []
+        out: list[Arg] = ["Q", len(self._lean)]
+        for tid, keys in self._lean.items():
+            out += (tid, len(keys), *keys)
+        return out
+
     def context(self, schema: str, table: str) -> list[Arg]:
         """The op that makes `schema.table` the table of the row ops after it (in one call)."""
         base, index, tid, touched = self._keys(schema, table)
@@ -217,8 +257,22 @@ class Planner:
         if new is not None:
             assert ch.after is not None
             if op is Op.UPDATE and full and old == new and ch.before is not None and not self.json_mode:
-                self._update_row(out, new, ch.before, ch.after)
+                base, _, tid, _ = self._keys(ch.schema, ch.table)
+                if (
+                    self._acted
+                    or tid in self.resyncing
+                    or tid in self.gaps
+                    or (ch.schema, ch.table, new) in self._written
+                ):
+                    self._update_row(out, new, ch.before, ch.after)
+                else:
+                    self._lean_update(out, ch.before, ch.after)
+                    keys = self._lean.get(tid)
+                    if keys is None:
+                        keys = self._lean[tid] = []
+                    keys.append(f"{base}:{new}")
             else:
+                self._written.add((ch.schema, ch.table, new))
                 self._write_row(out, new, ch.after, op is Op.INSERT or full)
         if self.changelog_maxlen is not None:
             fields: list[Arg] = ["op", op.value, "schema", ch.schema, "table", ch.table]
@@ -234,6 +288,7 @@ class Planner:
         (`table_work`)."""
         lay = self.layout
         tid = lay.table_id(a.schema, a.table)
+        self._track_marks(a, tid)
         if a.kind is ActionKind.DROP:
             return ["R", lay.tables_key, tid] + self._end_resync(a.schema, a.table)
         stale, touched = lay.stale_key(a.schema, a.table), lay.touched_key(a.schema, a.table)
@@ -251,6 +306,25 @@ class Planner:
         # yet); its `__stale` was filled before (op CP)
         out += ["RC", tid, lay.table_id(ns, nt), lay.stale_key(ns, nt), lay.touched_key(ns, nt)]
         return out + self._end_resync(a.schema, a.table)
+
+    def _track_marks(self, a: TableAction, tid: str) -> None:
+        """`resyncing` and `gaps` after `a` (the ops of `action` change the marks in Redis)."""
+        if a.kind is ActionKind.RESYNC:
+            self.resyncing.add(tid)
+        elif a.kind is ActionKind.TRUNCATE:
+            self.gaps.discard(tid)  # no rows, no gap
+        elif a.kind is not ActionKind.REGISTER:  # DROP, RENAME: the marks go, or move (op RC)
+            marks = [tid in self.resyncing, tid in self.gaps]
+            self.resyncing.discard(tid)
+            self.gaps.discard(tid)
+            if a.kind is ActionKind.RENAME:
+                assert a.new_schema is not None and a.new_table is not None
+                new = self.layout.table_id(a.new_schema, a.new_table)
+                for on, marked in zip(marks, (self.resyncing, self.gaps), strict=True):
+                    if on:
+                        marked.add(new)
+                    else:
+                        marked.discard(new)
 
     def table_work(self, actions: Sequence[TableAction]) -> tuple[list[Arg], list[TableWork]]:
         """The work of `actions` on whole tables, in order: the rows of a dropped or truncated
@@ -300,6 +374,9 @@ class Planner:
         self._shapes.clear()
         self._registered.clear()
         self._table = None
+        self._lean.clear()
+        self._written.clear()
+        self._acted = False
 
     def _actions(self, out: list[Arg], actions: Sequence[TableAction]) -> None:
         for a in actions:
@@ -307,6 +384,7 @@ class Planner:
         if actions:
             self._registered.clear()
             self._table = None
+            self._acted = True
 
     def transaction(self, out: list[Arg], txn: Transaction, actions: Sequence[TableAction]) -> None:
         """Append the ops of a whole transaction (its table actions first) to the current call,
@@ -333,7 +411,7 @@ class Planner:
                 self._actions(cur, actions)
             part = todo[at : at + chunk_size]
             self._changes(cur, txn, part)
-            yield cur, len(part)
+            yield self.checks() + cur, len(part)
 
     def _changes(self, out: list[Arg], txn: Transaction, indexes: Sequence[int]) -> None:
         """Row ops of the changes `indexes` of `txn`; each table is registered (`__tables`) once

@@ -101,6 +101,9 @@ end
 #       resync_key done, then instructions from ARGV[13]. `done`: the row changes of a chunked
 #       transaction already applied, as the caller read `__progress` (0 for its first chunk).
 #
+# Op Q, first if present, lists the rows that UL ops update by their changed columns alone, and
+# their tables: the call writes nothing (ROWS_MISSING) unless each row is there and no table is
+# being resynced (whose rows may not all be there, or lack a new column).
 # Row ops (W U WJ P PJ E MV) name a row by its suffix in the table set by the last C op; W and U
 # rows carry only values, their column names come once per call with the shape (op K). Row ops'
 # `__keys` and `__touched` members are collected and written by one SADD (or SREM) per run of
@@ -118,7 +121,7 @@ if prev ~= ARGV[4] then
 end
 local progress, txn, chunk, final = ARGV[5], ARGV[6], tonumber(ARGV[7]), ARGV[8] == '1'
 local done = tonumber(ARGV[12])
-local first_chunk_seq = nil
+local first_chunk_seq, stale_progress = nil, false
 if chunk > 0 then
   local p = redis.call('HMGET', progress, 'txn', 'rows', 'first')
   local at = 0
@@ -126,12 +129,29 @@ if chunk > 0 then
   if at ~= done then
     return redis.error_reply('PROGRESS_MOVED ' .. txn .. ': expected ' .. done .. ' rows done, found ' .. at)
   end
-  if p[1] ~= txn then redis.call('DEL', progress) end  -- left by a transaction that never finished
+  stale_progress = p[1] ~= txn          -- left by a transaction that never finished
 end
+local resync = ARGV[11]
+local i, n = 13, #ARGV
+local lean = {}                          -- table id -> ARGV index of its next UL op's row key
+if ARGV[i] == 'Q' then                   -- Q count, then per table: table_id count key ...
+  for _ = 1, tonumber(ARGV[i + 1]) do
+    local t, c = ARGV[i + 2], tonumber(ARGV[i + 3])
+    if redis.call('HEXISTS', resync, t) == 1 then return redis.error_reply('ROWS_MISSING resync ' .. t) end
+    for k = i + 4, i + 3 + c do
+      if redis.call('EXISTS', ARGV[k]) == 0 then
+        return redis.error_reply('ROWS_MISSING row ' .. t .. ' ' .. ARGV[k])
+      end
+    end
+    lean[t] = i + 4
+    i = i + 2 + c
+  end
+  i = i + 2
+end
+if stale_progress then redis.call('DEL', progress) end
 local nseq = tonumber(ARGV[10])
 local seq = redis.call('INCRBY', ARGV[9], nseq) - nseq + 1
 local first = first_chunk_seq or seq
-local resync = ARGV[11]
 local marks = {}                         -- table id -> in resync? (read once per table)
 local pend, adding = {}, {}             -- set key -> members in op order; set key -> SADD (or SREM)
 local function flush_set(set)
@@ -209,7 +229,6 @@ local function write_row(key, c)         -- the row becomes pairs_[1 .. 2c]
   hset_pairs(key, c)
 end
 local left = nil                         -- the reply of a table work op: rows left, or the cursor
-local i, n = 13, #ARGV
 while i <= n do
   local op = ARGV[i]
   if op == 'W' then                      -- replace a row: suffix shape v ... (the shape's columns)
@@ -253,6 +272,17 @@ while i <= n do
       if x > 0 then batched('HDEL', key, i + 5, i + 4 + x) end
     end
     i = v0 + m + 1
+  elseif op == 'UL' then                 -- update a row op Q found: shape x f ... v ...
+    -- the shape: the columns whose value changed; f: the x columns that became NULL
+    local names, x, at = shapes[ARGV[i + 1]], tonumber(ARGV[i + 2]), lean[tid]
+    local key, c, v0 = ARGV[at], #names, i + 3 + x
+    lean[tid] = at + 1
+    for k = 1, c do
+      pairs_[2 * k - 1] = names[k]; pairs_[2 * k] = ARGV[v0 + k - 1]
+    end
+    hset_pairs(key, c)
+    if x > 0 then batched('HDEL', key, i + 3, i + 2 + x) end
+    i = v0 + c
   elseif op == 'K' then                  -- a shape: the non-NULL columns of W/U rows: id count f ...
     local c, names = tonumber(ARGV[i + 2]), {}
     for k = 1, c do names[k] = ARGV[i + 2 + k] end

@@ -21,7 +21,7 @@ from redis.asyncio import Redis
 from service.binlog.canonical import row_to_json
 from service.binlog.rowchange import EventSpan, Op, RowChange
 from service.checkpoint import BinlogPosition, Checkpoint
-from service.errors import ConfigError, LeaseLost, SinkError
+from service.errors import ConfigError, LeaseLost, RowsMissing, SinkError
 from service.sink.keys import KeyLayout
 from service.sink.mirror import MirrorOptions, RedisMirror
 from service.sink.plan import ActionKind, TableAction
@@ -732,8 +732,8 @@ async def test_a_failed_batch_applies_nothing_of_the_batches_sent_behind_it(redi
 async def test_update_writes_only_changed_values_of_the_stored_row(redis: Redis) -> None:
     """A FULL-image UPDATE of a stored row writes only the values that changed (here `w` was
     altered in Redis behind the mirror's back and stays so: it was not written) and deletes the
-    columns that became NULL. With no stored row, or while the table waits for a resync, the
-    whole after image replaces the row."""
+    columns that became NULL. While the table is being resynced, the whole after image replaces
+    the row (the stored one may lack a new column)."""
     p = _prefix()
     m = RedisMirror(redis, KeyLayout(p), keys_of)
     await m.acquire_lease()
@@ -744,18 +744,53 @@ async def test_update_writes_only_changed_values_of_the_stored_row(redis: Redis)
     before = {"id": 1, "v": "x", "w": kept, "n": 5}
     await m.apply([(txn(upd("a", before, {"id": 1, "v": "y", "w": kept, "n": None})), [])])
     assert await redis.hgetall(f"{p}:db:a:1") == {b"id": b"1", b"v": b"y", b"w": b"tampered"}
-    # no stored row: replaced by the whole image (its unchanged values unpacked by the script)
-    same = {"w": kept, "u": "ü:1:", "raw": b"\x00:\xff", "d": Decimal("1.50")}
-    await m.apply([(txn(upd("a", {"id": 2, "v": "x", **same}, {"id": 2, "v": "y", **same})), [])])
-    stored = {b"id": b"2", b"v": b"y", b"w": b"same", b"u": "ü:1:".encode(), b"raw": b"\x00:\xff"}
-    stored[b"d"] = b"1.50"
-    assert await redis.hgetall(f"{p}:db:a:2") == stored
-    # in resync (the stored row may lack a new column): replaced, and kept from the resync
+    # in resync: replaced (its unchanged values unpacked by the script), and kept from the resync
     await m.apply([(txn(), [TableAction(ActionKind.RESYNC, "db", "a", reason="ALTER")])])
-    after = {"id": 1, "v": "z", "w": kept, "c": "new column"}
-    await m.apply([(txn(upd("a", {"id": 1, "v": "y", "w": kept, "c": "new column"}, after)), [])])
-    assert await redis.hgetall(f"{p}:db:a:1") == {b"id": b"1", b"v": b"z", b"w": b"same", b"c": b"new column"}
+    same = {"w": kept, "u": "ü:1:", "raw": b"\x00:\xff", "d": Decimal("1.50"), "c": "new column"}
+    await m.apply([(txn(upd("a", {"id": 1, "v": "y", **same}, {"id": 1, "v": "z", **same})), [])])
+    stored = {b"id": b"1", b"v": b"z", b"w": b"same", b"u": "ü:1:".encode(), b"raw": b"\x00:\xff"}
+    assert await redis.hgetall(f"{p}:db:a:1") == {**stored, b"d": b"1.50", b"c": b"new column"}
     assert await redis.smembers(f"{p}:db:a:__touched") == {b"1"}
+    generation = await m.resync_generation("db", "a")
+    assert generation is not None and await m.resync_finish("db", "a", generation) == 0
+    assert m.planner.resyncing == set()  # the resync is over: changed values only again
+
+
+async def test_an_update_of_a_row_the_mirror_lacks_writes_nothing_then_the_whole_row(
+    redis: Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An update sends its changed values only, and its call (op Q) first checks that Redis holds
+    the row: when it does not (the mirror has a gap: keys removed behind its back), the call
+    writes nothing at all (RowsMissing, retried from the checkpoint), and from then on the
+    table's updates carry whole rows, which fill the gap in. A resync in flight that the mirror
+    did not know of (another instance started it) is refused the same way."""
+    p = _prefix()
+    m = RedisMirror(redis, KeyLayout(p), keys_of)
+    await m.acquire_lease()
+    await m.load_checkpoint()
+    await m.apply([(txn(ins("a", id=1, v="x"), ins("a", id=2, v="x")), [])])
+    await redis.delete(f"{p}:db:a:2")
+    seq = await redis.get(f"{p}:__seq")
+    both = txn(
+        upd("a", {"id": 1, "v": "x"}, {"id": 1, "v": "y"}), upd("a", {"id": 2, "v": "x"}, {"id": 2, "v": "y"})
+    )
+    with pytest.raises(RowsMissing, match=f"no row at {p}:db:a:2: nothing was written") as err:
+        await m.apply([(both, [])])
+    assert (err.value.table_id, err.value.retriable) == ("db:a", True)
+    assert "lacked a row that an UPDATE changed" in caplog.text
+    assert await redis.hgetall(f"{p}:db:a:1") == {b"id": b"1", b"v": b"x"}
+    assert await redis.get(f"{p}:__seq") == seq
+    await m.load_checkpoint()  # the next session
+    await m.apply([(both, [])])
+    assert await redis.hgetall(f"{p}:db:a:2") == {b"id": b"2", b"v": b"y"}
+    assert await redis.hget(f"{p}:db:a:1", "v") == b"y"
+    # a resync mark this mirror did not plan (as one left by another instance)
+    await redis.hset(f"{p}:__resync", "db:b", "1 ALTER")
+    await m.apply([(txn(ins("b", id=1, v="x")), [])])  # whole rows: no check
+    with pytest.raises(RowsMissing, match="table db:b is being resynced") as err:
+        await m.apply([(txn(upd("b", {"id": 1, "v": "x"}, {"id": 1, "v": "y"})), [])])
+    assert err.value.resync and m.planner.resyncing == {"db:b"}
+    assert await redis.hget(f"{p}:db:b:1", "v") == b"x"
 
 
 async def test_a_full_image_replaces_whatever_the_key_held(redis: Redis) -> None:

@@ -106,20 +106,71 @@ def test_plan_pk_change_full_images() -> None:
     assert p.context("db", "t") == ["C", "m:db:t", "m:db:t:__keys", "db:t", "m:db:t:__touched"]
 
 
-def test_plan_update_in_place_marks_the_values_that_changed() -> None:
-    """Op U: a mask of changed values (the before image's own object = unchanged: the decoder
-    shares it when the bytes are equal), the columns that became NULL, the changed values, and
-    the unchanged ones packed in one argument (`len:value`, lengths in bytes)."""
+def test_plan_update_sends_the_changed_values_of_a_row_op_q_checks() -> None:
+    """Op UL: a shape of the columns whose value changed (the before image's own object =
+    unchanged: the decoder shares it when the bytes are equal), the columns that became NULL,
+    the changed values; op Q, first in the call, lists the rows by table for the check."""
     p = Planner(KeyLayout("m"), lambda s, t: ("id",))
     before = {"id": 7, "v": "ké:pt", "n": 1, "f": 0.0, "g": 2.5, "b": b"\x00:", "z": None, "gone": "x"}
     after = {"id": 7, "v": "ké:pt", "n": True, "f": -0.0, "g": 2.5, "b": b"\x00:", "z": "new", "gone": None}
     ops = p.change(_change(Op.UPDATE, before, after))
     # equal ints, strings and floats are unchanged, but 1 == True and 0.0 == -0.0 print otherwise
+    assert ops == ["K", "1", 3, "n", "f", "z", "UL", "1", 1, "gone", "1", "-0.0", "new"]
+    p.change(_change(Op.UPDATE, {"id": 8, "v": "a"}, {"id": 8, "v": "b"}))
+    assert p.checks() == ["Q", 1, "db:t", 2, "m:db:t:7", "m:db:t:8"]
+    p.begin_call()
+    assert p.checks() == []
+    json_mode = Planner(KeyLayout("m"), lambda s, t: ("id",), json_mode=True)
+    assert json_mode.change(_change(Op.UPDATE, before, after))[0] == "WJ"  # type: ignore[index]
+
+
+def test_plan_update_of_a_table_in_resync_carries_the_whole_row() -> None:
+    """Op U: a mask of the changed values over the shape, the columns that became NULL, the
+    changed values, and the unchanged ones packed in one argument (`len:value`, lengths in
+    bytes), for a row that may be absent or lack a column: its table is being resynced."""
+    p = Planner(KeyLayout("m"), lambda s, t: ("id",))
+    p.resyncing.add("db:t")
+    before = {"id": 7, "v": "ké:pt", "n": 1, "f": 0.0, "g": 2.5, "b": b"\x00:", "z": None, "gone": "x"}
+    after = {"id": 7, "v": "ké:pt", "n": True, "f": -0.0, "g": 2.5, "b": b"\x00:", "z": "new", "gone": None}
+    ops = p.change(_change(Op.UPDATE, before, after))
     shape = ["K", "1", 7, "id", "v", "n", "f", "g", "b", "z"]
     unchanged = b"1:7" + b"6:k\xc3\xa9:pt" + b"3:2.5" + b"2:\x00:"
     assert ops == [*shape, "U", "7", "1", "0011001", 1, "gone", "1", "-0.0", "new", unchanged]
-    json_mode = Planner(KeyLayout("m"), lambda s, t: ("id",), json_mode=True)
-    assert json_mode.change(_change(Op.UPDATE, before, after))[0] == "WJ"  # type: ignore[index]
+    assert p.checks() == []
+
+
+def test_plan_whole_rows_when_op_q_cannot_check_the_row() -> None:
+    """Op Q checks rows before the call writes: a row the call writes first, or a table after a
+    table action in the call, gets op U; and a table with a gap (an UL met no row) keeps U."""
+    p = Planner(KeyLayout("m"), lambda s, t: ("id",))
+    upd = _change(Op.UPDATE, {"id": 1, "v": "a"}, {"id": 1, "v": "b"})
+
+    def op(ops: list[Arg] | None) -> str:
+        assert ops is not None
+        return "UL" if "UL" in ops else "U" if "U" in ops else "?"
+
+    p.change(_change(Op.INSERT, None, {"id": 1, "v": "a"}))
+    assert op(p.change(upd)) == "U"
+    p.begin_call()
+    assert op(p.change(upd)) == "UL"
+    p.transaction([], _txn(upd), [TableAction(ActionKind.REGISTER, "db", "other")])
+    assert p.checks() == ["Q", 1, "db:t", 1, "m:db:t:1"]  # the UL before the action only
+    p.begin_call()
+    p.gaps.add("db:t")
+    assert op(p.change(upd)) == "U"
+
+
+def test_plan_tracks_resyncs_and_gaps_through_table_actions() -> None:
+    p = Planner(KeyLayout("m"), lambda s, t: ("id",))
+    p.action(TableAction(ActionKind.RESYNC, "db", "a"))
+    p.gaps.add("db:b")
+    assert (p.resyncing, p.gaps) == ({"db:a"}, {"db:b"})
+    p.action(TableAction(ActionKind.RENAME, "db", "a", "db", "x"))  # op RC carries the mark
+    p.action(TableAction(ActionKind.RENAME, "db", "b", "db", "y"))
+    assert (p.resyncing, p.gaps) == ({"db:x"}, {"db:y"})
+    p.action(TableAction(ActionKind.TRUNCATE, "db", "y"))  # no rows: no gap
+    p.action(TableAction(ActionKind.DROP, "db", "x"))
+    assert (p.resyncing, p.gaps) == (set(), set())
 
 
 def test_plan_minimal_image_merges_and_moves() -> None:
