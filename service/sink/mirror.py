@@ -63,20 +63,27 @@ def map_redis_errors(what: str) -> Iterator[None]:
     except rexc.ResponseError as exc:
         if str(exc).startswith("LEASE_LOST"):
             raise LeaseLost(f"{what}: {exc}") from exc
-        if str(exc).startswith("ROWS_MISSING"):  # ROWS_MISSING resync {table id} | row {table id} {key}
-            _, kind, tid, *key = str(exc).split(" ", 3)
-            why = f"table {tid} is being resynced" if kind == "resync" else f"no row at {key[0]}"
-            raise RowsMissing(
-                f"{what}: updates sent without whole rows, but {why}: nothing was written",
-                tid,
-                kind == "resync",
-            ) from exc
+        if str(exc).startswith("ROWS_MISSING "):
+            raise _rows_missing(what, str(exc)) from exc
         if isinstance(exc, rexc.OutOfMemoryError):  # refused at the call's first write
             raise SinkError(f"{what}: Redis is full (maxmemory), nothing was written: OOM {exc}") from exc
         raise SinkError(f"{what}: {exc}") from exc
     except (rexc.RedisError, OSError, TimeoutError) as exc:
         # str, not repr: redis-py's exceptions repr as just "network:ConnectionError"
         raise SinkError(f"{what}: {type(exc).__name__}: {exc}") from exc
+
+
+def _rows_missing(what: str, reply: str) -> RowsMissing:
+    """From `ROWS_MISSING resync {n}:{table id}` or `ROWS_MISSING row {n}:{table id} {key}`
+    (n: the table id's length in bytes)."""
+    kind, rest = reply.removeprefix("ROWS_MISSING ").split(" ", 1)
+    size, named = rest.split(":", 1)
+    raw = named.encode()
+    tid, key = raw[: int(size)].decode(), raw[int(size) + 1 :].decode()
+    why = f"table {tid} is being resynced" if kind == "resync" else f"no row at {key}"
+    return RowsMissing(
+        f"{what}: updates sent without whole rows, but {why}: nothing was written", tid, kind == "resync"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +184,8 @@ class RedisMirror:
         self._prev = ""  # id of the checkpoint the next transaction must follow
         self._resume: _Progress | None = None  # a chunked transaction to resume (from load)
         self._warned_aof = False
+        # table id -> (generation, planner.resyncs_planned) as its resync read them at its start
+        self._resync_planned_at: dict[str, tuple[int, int]] = {}
 
     # -- checkpoint --------------------------------------------------------------------------------
     async def load_checkpoint(self) -> Checkpoint | None:
@@ -467,9 +476,15 @@ class RedisMirror:
         """The generation of the table's resync in flight; None when none is. A resync reads it
         before its first SELECT and passes it with every write: a change that restarts or ends
         the resync (TRUNCATE, DROP, RENAME, a newer ALTER) moves it, and the writes are refused."""
+        tid = self.layout.table_id(schema, table)
+        planned = self.planner.resyncs_planned[tid]
         with map_redis_errors(f"reading the resync mark of {schema}.{table}"):
-            raw = await self.redis.hget(self.layout.resync_key, self.layout.table_id(schema, table))
-        return None if raw is None else _mark(_s(raw))[0]
+            raw = await self.redis.hget(self.layout.resync_key, tid)
+        if raw is None:
+            return None
+        generation = _mark(_s(raw))[0]
+        self._resync_planned_at[tid] = (generation, planned)
+        return generation
 
     async def resync_rows(
         self, schema: str, table: str, rows: Sequence[dict[str, Any]], generation: int
@@ -515,9 +530,12 @@ class RedisMirror:
                 return None
             removed += int(reply[0])
             if int(reply[1]) == 0:
+                # Whole rows no more, unless a newer resync was planned since this one read its
+                # generation (its mark is set by a call not applied yet, or already)
                 tid = lay.table_id(schema, table)
-                self.planner.resyncing.discard(tid)
-                self.planner.gaps.discard(tid)  # every row was read again
+                if self._resync_planned_at.pop(tid, None) == (generation, self.planner.resyncs_planned[tid]):
+                    self.planner.resyncing.discard(tid)
+                    self.planner.gaps.discard(tid)  # every row was read again
                 return removed
 
     async def pending_resyncs(self) -> dict[str, str]:

@@ -5,6 +5,7 @@ No I/O here, so the whole mapping from row changes to Redis writes is unit-teste
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -80,6 +81,7 @@ class Planner:
     # keeps them in step with Redis.
     resyncing: set[str] = field(default_factory=set)
     gaps: set[str] = field(default_factory=set)
+    resyncs_planned: Counter[str] = field(default_factory=Counter)  # resyncs begun (or moved) per table
     # (schema, table) -> (row key base, index key, table id, touched key): built once per table
     _table_keys: dict[tuple[str, str], tuple[str, str, str, str]] = field(default_factory=dict, repr=False)
     # Per script call (reset by `begin_call`): non-NULL column names -> shape id (op K); the
@@ -311,6 +313,7 @@ class Planner:
         """`resyncing` and `gaps` after `a` (the ops of `action` change the marks in Redis)."""
         if a.kind is ActionKind.RESYNC:
             self.resyncing.add(tid)
+            self.resyncs_planned[tid] += 1
         elif a.kind is ActionKind.TRUNCATE:
             self.gaps.discard(tid)  # no rows, no gap
         elif a.kind is not ActionKind.REGISTER:  # DROP, RENAME: the marks go, or move (op RC)
@@ -323,6 +326,7 @@ class Planner:
                 for on, marked in zip(marks, (self.resyncing, self.gaps), strict=True):
                     if on:
                         marked.add(new)
+                        self.resyncs_planned[new] += 1
                     else:
                         marked.discard(new)
 

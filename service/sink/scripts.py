@@ -137,10 +137,13 @@ local lean = {}                          -- table id -> ARGV index of its next U
 if ARGV[i] == 'Q' then                   -- Q count, then per table: table_id count key ...
   for _ = 1, tonumber(ARGV[i + 1]) do
     local t, c = ARGV[i + 2], tonumber(ARGV[i + 3])
-    if redis.call('HEXISTS', resync, t) == 1 then return redis.error_reply('ROWS_MISSING resync ' .. t) end
+    local named = #t .. ':' .. t         -- a table id may hold spaces: length-prefixed
+    if redis.call('HEXISTS', resync, t) == 1 then
+      return redis.error_reply('ROWS_MISSING resync ' .. named)
+    end
     for k = i + 4, i + 3 + c do
       if redis.call('EXISTS', ARGV[k]) == 0 then
-        return redis.error_reply('ROWS_MISSING row ' .. t .. ' ' .. ARGV[k])
+        return redis.error_reply('ROWS_MISSING row ' .. named .. ' ' .. ARGV[k])
       end
     end
     lean[t] = i + 4

@@ -784,13 +784,14 @@ async def test_an_update_of_a_row_the_mirror_lacks_writes_nothing_then_the_whole
     await m.apply([(both, [])])
     assert await redis.hgetall(f"{p}:db:a:2") == {b"id": b"2", b"v": b"y"}
     assert await redis.hget(f"{p}:db:a:1", "v") == b"y"
-    # a resync mark this mirror did not plan (as one left by another instance)
-    await redis.hset(f"{p}:__resync", "db:b", "1 ALTER")
-    await m.apply([(txn(ins("b", id=1, v="x")), [])])  # whole rows: no check
-    with pytest.raises(RowsMissing, match="table db:b is being resynced") as err:
-        await m.apply([(txn(upd("b", {"id": 1, "v": "x"}, {"id": 1, "v": "y"})), [])])
-    assert err.value.resync and m.planner.resyncing == {"db:b"}
-    assert await redis.hget(f"{p}:db:b:1", "v") == b"x"
+    # a resync mark this mirror did not plan (as one left by another instance); a table id the
+    # error reply carries whole, spaces and all
+    await redis.hset(f"{p}:__resync", "db:b é x", "1 ALTER")
+    await m.apply([(txn(ins("b é x", id=1, v="x")), [])])  # whole rows: no check
+    with pytest.raises(RowsMissing, match="table db:b é x is being resynced") as err:
+        await m.apply([(txn(upd("b é x", {"id": 1, "v": "x"}, {"id": 1, "v": "y"})), [])])
+    assert err.value.resync and m.planner.resyncing == {"db:b é x"}
+    assert await redis.hget(f"{p}:db:b é x:1", "v") == b"x"
 
 
 async def test_a_full_image_replaces_whatever_the_key_held(redis: Redis) -> None:
