@@ -16,7 +16,7 @@
     ├── SinkError                      (retriable) Redis unavailable
     │   ├── LeaseLost                  (not retriable here) another instance holds the writer lease
     │   ├── CatalogMiss                (retriable) a change of a table whose definition is not loaded
-│   └── RowsMissing                (retriable) an update sent without the whole row met no row
+    │   └── RowsMissing                (retriable) an update sent without the whole row met no row
     └── StackError                     the local MariaDB/Redis stack could not start
 
 Loops decide what to do from `retriable`, never from isinstance lists.

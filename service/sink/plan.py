@@ -317,18 +317,19 @@ class Planner:
         elif a.kind is ActionKind.TRUNCATE:
             self.gaps.discard(tid)  # no rows, no gap
         elif a.kind is not ActionKind.REGISTER:  # DROP, RENAME: the marks go, or move (op RC)
-            marks = [tid in self.resyncing, tid in self.gaps]
+            in_resync, gap = tid in self.resyncing, tid in self.gaps
             self.resyncing.discard(tid)
             self.gaps.discard(tid)
             if a.kind is ActionKind.RENAME:
                 assert a.new_schema is not None and a.new_table is not None
                 new = self.layout.table_id(a.new_schema, a.new_table)
-                for on, marked in zip(marks, (self.resyncing, self.gaps), strict=True):
-                    if on:
-                        marked.add(new)
-                        self.resyncs_planned[new] += 1
-                    else:
-                        marked.discard(new)
+                self.resyncing.discard(new)
+                self.gaps.discard(new)
+                if in_resync:
+                    self.resyncing.add(new)
+                    self.resyncs_planned[new] += 1
+                if gap:
+                    self.gaps.add(new)
 
     def table_work(self, actions: Sequence[TableAction]) -> tuple[list[Arg], list[TableWork]]:
         """The work of `actions` on whole tables, in order: the rows of a dropped or truncated
