@@ -483,11 +483,12 @@ class Replicator:
     def _note_actions(self, actions: Sequence[TableAction]) -> None:
         """Follow applied table actions. A resync in flight was restarted (TRUNCATE), moved
         (RENAME) or ended (DROP) by the apply script itself, under a new generation: its task
-        follows here; a write it still has in flight is refused by that generation."""
+        follows here; a write it still has in flight is refused by that generation. After a
+        TRUNCATE or RENAME a copy starts whether or not a task was seen running (one may have
+        just stopped at the fence before it): it ends at once if there is no mark."""
         tg = self._tg
         for a in actions:
             key = (a.schema, a.table)
-            running = key in self._resyncs
             if a.kind is ActionKind.DROP:
                 self._mirrored.discard(key)
                 self._cancel_resync(key)
@@ -498,9 +499,9 @@ class Replicator:
                 new = (a.new_schema, a.new_table)
                 self._mirrored.add(new)
                 self.catalog.forget(*new)
-                if running and tg is not None:
+                if tg is not None:
                     self._start_resync(tg, new)
-            elif a.kind is ActionKind.TRUNCATE and running and tg is not None:
+            elif a.kind is ActionKind.TRUNCATE and tg is not None:
                 self._start_resync(tg, key)
             elif a.kind in (ActionKind.REGISTER, ActionKind.RESYNC):
                 self._mirrored.add(key)
@@ -516,7 +517,6 @@ class Replicator:
     def _start_resync(self, tg: asyncio.TaskGroup, key: tuple[str, str]) -> None:
         self._cancel_resync(key)
         self._resyncs[key] = tg.create_task(self._resync(key), name=f"resync {key[0]}.{key[1]}")
-        self._set_state(State.RESYNCING)
 
     async def _resync(self, key: tuple[str, str]) -> None:
         schema, table = key
@@ -524,9 +524,10 @@ class Replicator:
         started = time.time()
         # before any SELECT: every row read from here on is at least as new as this mark
         generation = await self.mirror.resync_generation(schema, table)
-        if generation is None:  # already finished, or ended by a DROP/RENAME applied meanwhile
+        if generation is None:  # none, or ended or fenced by a statement applied meanwhile
             self._resync_done(key)
             return
+        self._set_state(State.RESYNCING)
         counters.resync = ResyncStatus(started, 0, None, "resync")
         conn = await connect(self.settings)
         try:
@@ -552,6 +553,7 @@ class Replicator:
                 chunk_rows=self.settings.resync_chunk_rows,
                 progress=progress,
                 utc_columns=frozenset(c.name for c in info.columns if c.type == "TIMESTAMP"),
+                source_position=getattr(self._source, "source_position", None),
             )
         finally:
             conn.close()

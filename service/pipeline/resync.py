@@ -18,11 +18,12 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiomysql
 
+from service.checkpoint import Checkpoint
 from service.sink.mirror import RedisMirror
 from service.transport.connection import fetch, map_errors
 
@@ -46,9 +47,14 @@ async def resync_table(
     chunk_rows: int,
     progress: Callable[[int, int | None], None],
     utc_columns: frozenset[str] = frozenset(),
+    source_position: Callable[[], Awaitable[Checkpoint]] | None = None,
 ) -> int:
     """Copy `schema.table` into the mirror in key order; returns rows read. `generation` is the
     resync mark's, read before this call (`RedisMirror.resync_generation`).
+
+    `source_position` reads the source's end of binlog: read after the last SELECT, it bounds
+    what the copy saw, and the table's settle window lasts until the stream passes it
+    (`Planner.settling`).
 
     `utc_columns` are the TIMESTAMP columns: SELECT returns them naive (the session's time_zone
     is +00:00), the binlog decodes them as aware UTC datetimes; they are made aware here so both
@@ -93,7 +99,8 @@ async def resync_table(
             last = tuple(rows[-1][c] for c in key)
             if len(rows) < chunk_rows:
                 break
-    removed = await mirror.resync_finish(schema, table, generation)
+    copied_at = (await source_position()).position if source_position else None
+    removed = await mirror.resync_finish(schema, table, generation, copied_at)
     if removed is None:
         _superseded(schema, table, done)
         return done

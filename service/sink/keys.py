@@ -138,3 +138,7 @@ class KeyLayout:
     @property
     def resync_key(self) -> str:
         return f"{self.prefix}:__resync"
+
+    @property
+    def settle_key(self) -> str:
+        return f"{self.prefix}:__settle"

@@ -198,7 +198,9 @@ class RedisMirror:
             raw = await self.redis.hgetall(self.layout.checkpoint_key)
             progress = await self.redis.hgetall(self.layout.progress_key)
             marks = await self.redis.hkeys(self.layout.resync_key)
+            settle = await self.redis.hgetall(self.layout.settle_key)
         self.planner.resyncing = {_s(k) for k in marks} - {"__gen"}
+        self.planner.settling = {_s(k): BinlogPosition.parse(_s(v)) for k, v in settle.items()}
         self._resume = _Progress.parse({_s(k): _s(v) for k, v in progress.items()})
         if not raw:
             self._prev = ""
@@ -473,16 +475,18 @@ class RedisMirror:
 
     # -- resync ----------------------------------------------------------------------------------
     async def resync_generation(self, schema: str, table: str) -> int | None:
-        """The generation of the table's resync in flight; None when none is. A resync reads it
-        before its first SELECT and passes it with every write: a change that restarts or ends
-        the resync (TRUNCATE, DROP, RENAME, a newer ALTER) moves it, and the writes are refused."""
+        """The generation of the table's resync in flight; None when none is, or its mark is
+        fenced (the statement that restarts, moves or ends it is being applied: its call starts
+        the next copy). A resync reads it before its first SELECT and passes it with every write:
+        a change that restarts or ends the resync (TRUNCATE, DROP, RENAME, a newer ALTER) moves
+        it, and the writes are refused."""
         tid = self.layout.table_id(schema, table)
         planned = self.planner.resyncs_planned[tid]
         with map_redis_errors(f"reading the resync mark of {schema}.{table}"):
             raw = await self.redis.hget(self.layout.resync_key, tid)
-        if raw is None:
+        generation = None if raw is None else _mark(_s(raw))[0]
+        if generation is None:
             return None
-        generation = _mark(_s(raw))[0]
         self._resync_planned_at[tid] = (generation, planned)
         return generation
 
@@ -514,14 +518,19 @@ class RedisMirror:
             written = int(await self._resync_rows(args=args))
         return None if written < 0 else written
 
-    async def resync_finish(self, schema: str, table: str, generation: int) -> int | None:
+    async def resync_finish(
+        self, schema: str, table: str, generation: int, copied_at: BinlogPosition | None = None
+    ) -> int | None:
         """Remove rows the resync did not find (and the stream did not write); end the resync.
+        `copied_at`: the source's end of binlog after the copy's last read; the table's updates
+        carry whole rows until the stream passes it (`Planner.settling`).
         None: refused, `generation` is no longer the table's resync (nothing was done)."""
         lay = self.layout
-        args: list[Arg] = [lay.lease_key, self.token, lay.resync_key, lay.table_id(schema, table)]
+        tid = lay.table_id(schema, table)
+        args: list[Arg] = [lay.lease_key, self.token, lay.resync_key, tid]
         args += [lay.touched_key(schema, table), lay.stale_key(schema, table)]
         args += [lay.index_key(schema, table), lay.table_base(schema, table), generation]
-        args.append(self.options.table_step)
+        args += [self.options.table_step, lay.settle_key, str(copied_at or "")]
         removed = 0
         while True:  # `table_step` stale rows per call: Redis serves other clients in between
             with map_redis_errors(f"finishing the resync of {schema}.{table}"):
@@ -530,12 +539,14 @@ class RedisMirror:
                 return None
             removed += int(reply[0])
             if int(reply[1]) == 0:
-                # Whole rows no more, unless a newer resync was planned since this one read its
-                # generation (its mark is set by a call not applied yet, or already)
-                tid = lay.table_id(schema, table)
-                if self._resync_planned_at.pop(tid, None) == (generation, self.planner.resyncs_planned[tid]):
-                    self.planner.resyncing.discard(tid)
-                    self.planner.gaps.discard(tid)  # every row was read again
+                planner = self.planner
+                if copied_at is not None:  # as the script stored it
+                    planner.settling[tid] = copied_at
+                # Whole rows no more (once settled), unless a newer resync was planned since this
+                # one read its generation (its mark is set by a call not applied yet, or already)
+                if self._resync_planned_at.pop(tid, None) == (generation, planner.resyncs_planned[tid]):
+                    planner.resyncing.discard(tid)
+                    planner.gaps.discard(tid)  # every row was read again
                 return removed
 
     async def pending_resyncs(self) -> dict[str, str]:
@@ -561,10 +572,13 @@ class RedisMirror:
         return {base[skip:] for base in moves.values()}
 
 
-def _mark(value: str) -> tuple[int, str]:
-    """A `__resync` value "{generation} {reason}" (a mark without a generation counts as 0)."""
+def _mark(value: str) -> tuple[int | None, str]:
+    """A `__resync` value "{generation} {reason}" (a mark without a generation counts as 0), or
+    "- {reason}": fenced by a statement whose call is not applied yet (generation None)."""
     gen, sep, reason = value.partition(" ")
-    return (int(gen), reason) if gen.isdigit() and sep else (0, value)
+    if not sep:
+        return 0, value
+    return (int(gen), reason) if gen.isdigit() else (None, reason) if gen == "-" else (0, value)
 
 
 def _s(value: bytes | str) -> str:

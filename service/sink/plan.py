@@ -12,6 +12,7 @@ from enum import StrEnum
 from typing import Any
 
 from service.binlog.rowchange import Op, Row, RowChange
+from service.checkpoint import BinlogPosition
 from service.sink.keys import KeyLayout, escape
 from service.sink.values import TEXT_FORMS, field_value, json_document, key_text
 from service.transactions import Transaction
@@ -81,6 +82,11 @@ class Planner:
     # keeps them in step with Redis.
     resyncing: set[str] = field(default_factory=set)
     gaps: set[str] = field(default_factory=set)
+    # table id -> the source's end of binlog when its last resync finished reading: the copy
+    # brought rows forward to that point, so until the stream passes it, older events arrive
+    # for rows it already moved on (one deleted later is missing): whole rows too. `__settle`
+    # in Redis; each entry ends (HDEL) in the call of the first transaction past it.
+    settling: dict[str, BinlogPosition] = field(default_factory=dict)
     resyncs_planned: Counter[str] = field(default_factory=Counter)  # resyncs begun (or moved) per table
     # (schema, table) -> (row key base, index key, table id, touched key): built once per table
     _table_keys: dict[tuple[str, str], tuple[str, str, str, str]] = field(default_factory=dict, repr=False)
@@ -264,6 +270,7 @@ class Planner:
                     self._acted
                     or tid in self.resyncing
                     or tid in self.gaps
+                    or tid in self.settling
                     or (ch.schema, ch.table, new) in self._written
                 ):
                     self._update_row(out, new, ch.before, ch.after)
@@ -303,14 +310,17 @@ class Planner:
             return ["A", lay.tables_key, tid, "RS", tid, a.reason[:200] or "resync", touched]
         assert a.kind is ActionKind.RENAME and a.new_schema is not None and a.new_table is not None
         ns, nt = a.new_schema, a.new_table
-        out: list[Arg] = ["R", lay.tables_key, tid, "A", lay.tables_key, lay.table_id(ns, nt)]
+        new = lay.table_id(ns, nt)
+        out: list[Arg] = ["R", lay.tables_key, tid, "A", lay.tables_key, new]
         # a resync in flight continues under the new name (the moved rows are not all re-read
-        # yet); its `__stale` was filled before (op CP)
-        out += ["RC", tid, lay.table_id(ns, nt), lay.stale_key(ns, nt), lay.touched_key(ns, nt)]
+        # yet); its `__stale` was filled before (op CP). So does a settle window.
+        out += ["RC", tid, new, lay.stale_key(ns, nt), lay.touched_key(ns, nt)]
+        at = self.settling.get(new)
+        out += ["X", lay.settle_key, 1, new] if at is None else ["H", lay.settle_key, 1, new, str(at)]
         return out + self._end_resync(a.schema, a.table)
 
     def _track_marks(self, a: TableAction, tid: str) -> None:
-        """`resyncing` and `gaps` after `a` (the ops of `action` change the marks in Redis)."""
+        """`resyncing`, `gaps` and `settling` after `a` (the ops of `action` change them in Redis)."""
         if a.kind is ActionKind.RESYNC:
             self.resyncing.add(tid)
             self.resyncs_planned[tid] += 1
@@ -320,16 +330,20 @@ class Planner:
             in_resync, gap = tid in self.resyncing, tid in self.gaps
             self.resyncing.discard(tid)
             self.gaps.discard(tid)
+            settle = self.settling.pop(tid, None)
             if a.kind is ActionKind.RENAME:
                 assert a.new_schema is not None and a.new_table is not None
                 new = self.layout.table_id(a.new_schema, a.new_table)
                 self.resyncing.discard(new)
                 self.gaps.discard(new)
+                self.settling.pop(new, None)
                 if in_resync:
                     self.resyncing.add(new)
                     self.resyncs_planned[new] += 1
                 if gap:
                     self.gaps.add(new)
+                if settle is not None:
+                    self.settling[new] = settle
 
     def table_work(self, actions: Sequence[TableAction]) -> tuple[list[Arg], list[TableWork]]:
         """The work of `actions` on whole tables, in order: the rows of a dropped or truncated
@@ -368,9 +382,9 @@ class Planner:
 
     def _end_resync(self, schema: str, table: str) -> list[Arg]:
         lay = self.layout
+        tid = lay.table_id(schema, table)
         out: list[Arg] = ["D", lay.stale_key(schema, table), "D", lay.touched_key(schema, table)]
-        # HDEL on the resync hash through the generic X op
-        return out + ["X", lay.resync_key, 1, lay.table_id(schema, table)]
+        return out + ["X", lay.resync_key, 1, tid, "X", lay.settle_key, 1, tid]
 
     # -- whole transactions ----------------------------------------------------------------------
     def begin_call(self) -> None:
@@ -394,8 +408,18 @@ class Planner:
     def transaction(self, out: list[Arg], txn: Transaction, actions: Sequence[TableAction]) -> None:
         """Append the ops of a whole transaction (its table actions first) to the current call,
         after other transactions' ops: several small transactions share one atomic call."""
+        if self.settling:
+            self._settle(out, txn.end.position)
         self._actions(out, actions)
         self._changes(out, txn, range(len(txn.changes)))
+
+    def _settle(self, out: list[Arg], end: BinlogPosition) -> None:
+        """End the settle windows that a transaction ending at `end` is past (`settling`)."""
+        done = [tid for tid, at in self.settling.items() if end > at]
+        for tid in done:
+            del self.settling[tid]
+        if done:
+            out += ["X", self.layout.settle_key, len(done), *done]
 
     def chunks(
         self,
@@ -413,6 +437,8 @@ class Planner:
             self.begin_call()
             cur: list[Arg] = []
             if at == 0:
+                if self.settling:
+                    self._settle(cur, txn.end.position)
                 self._actions(cur, actions)
             part = todo[at : at + chunk_size]
             self._changes(cur, txn, part)

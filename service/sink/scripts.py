@@ -6,9 +6,10 @@ stream built by `service.sink.plan`.
 
 `{prefix}:__resync` holds `table_id -> "{generation} {reason}"` for every resync in flight, and the
 counter `__gen` (no table id starts with `__`: see keys.py) that numbers them. Every mark, TRUNCATE
-or RENAME of a table in resync, and the first call of the table work before a DROP, TRUNCATE,
-RENAME or resync start (op RB), draws a new generation (DROP/RENAME remove the old mark), so a
-resync call carrying an older generation is refused: it read its rows before that change.
+or RENAME of a table in resync draws a new generation (DROP/RENAME remove the old mark), so a
+resync call carrying an older generation is refused: it read its rows before that change. The
+first call of the table work before a DROP, TRUNCATE, RENAME or resync start (op RB) fences the
+mark (`- {reason}`) until that statement's own call replaces or removes it.
 """
 
 from __future__ import annotations
@@ -82,6 +83,7 @@ local function generation(resync, tid)
   -- the generation of tid's resync in flight, or nil when none is (marks are "gen reason")
   local v = redis.call('HGET', resync, tid)
   if not v then return nil end
+  if string.sub(v, 1, 2) == '- ' then return -1 end  -- fenced (op RB): no copy's generation
   return tonumber(string.match(v, '^(%d+) ')) or 0
 end
 local function batched(cmd, key, first, last, src)
@@ -172,18 +174,15 @@ end
 local function flush()
   for set in pairs(pend) do flush_set(set) end
 end
-local function reason_of(mark_value)    -- "{generation} {reason}" -> reason
-  return string.match(mark_value, '^%d+ (.*)$') or mark_value
-end
-local function new_generation(tid, reason)
-  -- resync calls of an older generation are refused from now on
-  local gen = redis.call('HINCRBY', resync, '__gen', 1)
-  redis.call('HSET', resync, tid, gen .. ' ' .. reason)
+local function reason_of(mark_value)    -- "{generation} {reason}" or "- {reason}" -> reason
+  return string.match(mark_value, '^[%d-]+ (.*)$') or mark_value
 end
 local function mark(tid, reason, touched, stale)
-  -- (re)start tid's resync: a new generation, nothing touched yet. Its `__stale` was filled
-  -- before (op CP), or is emptied (`stale` given: after a TRUNCATE, `__keys` is empty).
-  new_generation(tid, reason)
+  -- (re)start tid's resync: a new generation (resync calls of an older one are refused from now
+  -- on), nothing touched yet. Its `__stale` was filled before (op CP), or is emptied (`stale`
+  -- given: after a TRUNCATE, `__keys` is empty).
+  local gen = redis.call('HINCRBY', resync, '__gen', 1)
+  redis.call('HSET', resync, tid, gen .. ' ' .. reason)
   redis.call('UNLINK', touched)          -- big sets are freed off the main thread
   if stale then redis.call('UNLINK', stale) end
   marks = {}
@@ -388,9 +387,11 @@ while i <= n do
       if todo and key ~= '' and (left == 0 or left == '0') then redis.call('HSET', key, uid, 'done') end
       i = i + (op == 'CU' and 6 or 8)
     elseif op == 'RB' then               -- a resync in flight writes no more rows: table_id
-      -- (a new generation, same reason; the table's action then restarts, moves or ends it)
+      -- The mark is fenced ("- {reason}"): no copy can take it up, whatever generation it
+      -- holds or reads from now on (the calls after this one refill `__stale`); the table's
+      -- action then restarts, moves or ends it.
       local v = redis.call('HGET', resync, ARGV[i + 1])
-      if v then new_generation(ARGV[i + 1], reason_of(v)) end
+      if v then redis.call('HSET', resync, ARGV[i + 1], '- ' .. reason_of(v)) end
       i = i + 2
     elseif op == 'RS' then               -- begin a resync: table_id reason touched (op CP filled __stale)
       mark(ARGV[i + 1], ARGV[i + 2], ARGV[i + 3])
@@ -457,10 +458,12 @@ return written
 """
 )
 
-# ARGV: lease_key token resync_key table_id touched stale index base generation limit
+# ARGV: lease_key token resync_key table_id touched stale index base generation limit settle_key
+#       copied_at
 # Removes up to `limit` stale rows (not touched by the stream); once `__stale` is empty, ends the
-# resync. Returns {rows removed, stale rows left} (0 left: the resync is over), or -1 (nothing
-# done) when the generation is not current.
+# resync and, if copied_at is not '', opens the table's settle window (`__settle`: until the
+# stream passes copied_at, see plan.Planner.settling). Returns {rows removed, stale rows left}
+# (0 left: the resync is over), or -1 (nothing done) when the generation is not current.
 RESYNC_FINISH = (
     _COMMON
     + r"""
@@ -480,6 +483,7 @@ local left = redis.call('SCARD', stale)
 if left == 0 then
   redis.call('UNLINK', touched)
   redis.call('HDEL', ARGV[3], ARGV[4])
+  if ARGV[12] ~= '' then redis.call('HSET', ARGV[11], ARGV[4], ARGV[12]) end
 end
 return {removed, left}
 """

@@ -449,6 +449,37 @@ async def test_resync_keeps_rows_written_by_the_stream(redis: Redis) -> None:
     assert await m.pending_resyncs() == {}
 
 
+async def test_a_mark_fenced_by_a_statement_in_flight_is_taken_up_by_no_copy(redis: Redis) -> None:
+    """The first call of a newer ALTER's table work fences the mark, and the calls after it refill
+    `__stale`: a copy that reads the mark now (its task started late) must not take it up, or
+    its finish would delete the rows being copied into `__stale`. Here the process dies there;
+    the statement's replay marks the table again and a copy can start."""
+    p = _prefix()
+    m = RedisMirror(redis, KeyLayout(p), keys_of, MirrorOptions(table_step=1))
+    await m.acquire_lease()
+    await m.load_checkpoint()
+    await m.apply([(txn(ins("a", id=1, v="x"), ins("a", id=2, v="x")), [])])
+    await m.apply([(txn(), [TableAction(ActionKind.RESYNC, "db", "a", reason="ALTER 1")])])
+    old = await m.resync_generation("db", "a")
+    assert old is not None
+    alter = (txn(), [TableAction(ActionKind.RESYNC, "db", "a", reason="ALTER 2")])
+    crash_after(m, 1)
+    with pytest.raises(SinkError):
+        await m.apply([alter])
+    assert await m.resync_generation("db", "a") is None  # fenced: no copy takes it up
+    assert await m.pending_resyncs() == {"db:a": "ALTER 1"}
+    assert await m.resync_finish("db", "a", old) is None  # the older copy is refused
+    again = RedisMirror(redis, KeyLayout(p), keys_of, MirrorOptions(table_step=1), m.token)
+    await again.load_checkpoint()
+    assert again.planner.resyncing == {"db:a"}
+    await again.apply([alter])
+    now = await again.resync_generation("db", "a")
+    assert now is not None and now > old and await again.pending_resyncs() == {"db:a": "ALTER 2"}
+    assert await again.resync_rows("db", "a", [{"id": 1, "v": "y"}, {"id": 2, "v": "y"}], now) == 2
+    assert await again.resync_finish("db", "a", now) == 0
+    assert await rows(redis, p, "a") == {k: {b"id": k.encode(), b"v": b"y"} for k in ("1", "2")}
+
+
 @pytest.mark.parametrize("change", ["truncate", "drop", "rename", "alter"])
 async def test_resync_writes_of_an_older_generation_are_refused(redis: Redis, change: str) -> None:
     """Rows read by a resync before a TRUNCATE/DROP/RENAME/newer ALTER and written after it must
@@ -754,6 +785,38 @@ async def test_update_writes_only_changed_values_of_the_stored_row(redis: Redis)
     generation = await m.resync_generation("db", "a")
     assert generation is not None and await m.resync_finish("db", "a", generation) == 0
     assert m.planner.resyncing == set()  # the resync is over: changed values only again
+
+
+async def test_updates_older_than_a_finished_resync_s_copy_carry_whole_rows(redis: Redis) -> None:
+    """A resync reads the source as it is now, ahead of the stream: a row deleted later on the
+    source is removed at the resync's end, and then an older UPDATE of it arrives. Until the
+    stream passes the position the copy read at, updates carry whole rows (the row is back for
+    a moment, as it was then, until its DELETE comes); the window survives a restart and ends
+    in the call of the first transaction past it."""
+    p = _prefix()
+    m = RedisMirror(redis, KeyLayout(p), keys_of)
+    await m.acquire_lease()
+    await m.load_checkpoint()
+    await m.apply([(txn(ins("a", id=1, v="x"), ins("a", id=2, v="x")), [])])
+    await m.apply([(txn(), [TableAction(ActionKind.RESYNC, "db", "a", reason="ALTER")])])
+    older = txn(upd("a", {"id": 2, "v": "x"}, {"id": 2, "v": "y"}))
+    deleted = txn(dele("a", id=2, v="y"))
+    copied_at = deleted.end.position  # the source's end of binlog after the copy's last read
+    generation = await m.resync_generation("db", "a")
+    assert generation is not None
+    assert await m.resync_rows("db", "a", [{"id": 1, "v": "x"}], generation) == 1  # 2 is gone
+    assert await m.resync_finish("db", "a", generation, copied_at) == 1
+    assert await redis.hget(f"{p}:__settle", "db:a") == str(copied_at).encode()
+    await m.load_checkpoint()  # a restart in the window
+    assert m.planner.settling == {"db:a": copied_at} and m.planner.resyncing == set()
+    await m.apply([(older, [])])  # no RowsMissing: the whole row
+    assert await redis.hgetall(f"{p}:db:a:2") == {b"id": b"2", b"v": b"y"}
+    await m.apply([(deleted, [])])
+    assert await rows(redis, p, "a") == {"1": {b"id": b"1", b"v": b"x"}}
+    await redis.hset(f"{p}:db:a:1", "w", "left alone")  # changed values only again: `w` stays
+    await m.apply([(txn(upd("a", {"id": 1, "v": "x"}, {"id": 1, "v": "z"})), [])])
+    assert await redis.hgetall(f"{p}:db:a:1") == {b"id": b"1", b"v": b"z", b"w": b"left alone"}
+    assert await redis.exists(f"{p}:__settle") == 0 and m.planner.settling == {}
 
 
 async def test_an_update_of_a_row_the_mirror_lacks_writes_nothing_then_the_whole_row(

@@ -173,6 +173,32 @@ def test_plan_tracks_resyncs_and_gaps_through_table_actions() -> None:
     assert (p.resyncing, p.gaps) == (set(), set())
 
 
+def test_plan_whole_rows_until_the_stream_passes_a_finished_resync_s_copy() -> None:
+    """A finished resync copied rows as the source had them at `copied_at`; until the stream
+    passes that position, older events arrive for rows the copy moved on (one deleted later is
+    absent), so updates carry whole rows. The first transaction past it ends the window (HDEL
+    in its call); a RENAME carries a window, a DROP ends it."""
+    p = Planner(KeyLayout("m"), lambda s, t: ("id",))
+    upd = _change(Op.UPDATE, {"id": 1, "v": "a"}, {"id": 1, "v": "b"})
+    p.settling["db:t"] = BinlogPosition("mysql-bin.000001", 100)  # _txn ends there: not past it
+    out: list[Arg] = []
+    p.transaction(out, _txn(upd), [])
+    assert "U" in out and "UL" not in out and p.checks() == []
+    p.begin_call()
+    p.settling["db:t"] = BinlogPosition("mysql-bin.000001", 99)
+    out = []
+    p.transaction(out, _txn(upd), [])
+    assert out[:4] == ["X", "m:__settle", 1, "db:t"] and "UL" in out and p.settling == {}
+    at = BinlogPosition("mysql-bin.000009", 4)
+    p.settling["db:t"] = at
+    ops = p.action(TableAction(ActionKind.RENAME, "db", "t", "db", "u"))
+    assert ops[ops.index("H") :][:5] == ["H", "m:__settle", 1, "db:u", str(at)]
+    assert ops[-4:] == ["X", "m:__settle", 1, "db:t"]
+    assert p.settling == {"db:u": at}
+    assert p.action(TableAction(ActionKind.DROP, "db", "u"))[-4:] == ["X", "m:__settle", 1, "db:u"]
+    assert p.settling == {}
+
+
 def test_plan_minimal_image_merges_and_moves() -> None:
     p = Planner(KeyLayout("m"), lambda s, t: ("id",), full_images=False)
     ops = p.change(_change(Op.UPDATE, {"id": 1}, {"id": 2, "v": None}))
