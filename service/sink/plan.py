@@ -273,6 +273,7 @@ class Planner:
                     or tid in self.settling
                     or (ch.schema, ch.table, new) in self._written
                 ):
+                    self._written.add((ch.schema, ch.table, new))  # it may have been absent
                     self._update_row(out, new, ch.before, ch.after)
                 else:
                     self._lean_update(out, ch.before, ch.after)
