@@ -42,6 +42,9 @@ class TableInfo:
     # holds: its constant default, or None for a nullable column without one. Columns with
     # expression defaults (the server logs those) and generated columns are not here.
     defaults: Mapping[str, Any] = field(default_factory=dict)
+    # NOT NULL columns whose constant default could not be read: the table was empty (read again
+    # when a partial INSERT needs one: the table then has that row)
+    unknown_defaults: frozenset[str] = frozenset()
 
 
 class Catalog:
@@ -108,8 +111,8 @@ class Catalog:
             )
             for name, dtype, ctype, nullable, charset, length, _, _ in crow
         )
-        defaults = await self._defaults(conn, schema, table, crow)
-        info = TableInfo(schema, table, key, source, columns, exists=bool(crow), defaults=defaults)
+        defaults, unknown = await self._defaults(conn, schema, table, crow)
+        info = TableInfo(schema, table, key, source, columns, bool(crow), defaults, unknown)
         if crow and key is None and (schema, table) not in self._warned:
             self._warned.add((schema, table))
             log.warning(
@@ -121,12 +124,20 @@ class Catalog:
     @staticmethod
     async def _defaults(
         conn: aiomysql.Connection, schema: str, table: str, crow: list[tuple[Any, ...]]
-    ) -> dict[str, Any]:
+    ) -> tuple[dict[str, Any], frozenset[str]]:
         """Constant defaults read back through `DEFAULT(col)`, so they come typed exactly as the
-        values of a SELECT (the connection's time_zone must be +00:00, as for a resync)."""
+        values of a SELECT (the connection's time_zone must be +00:00, as for a resync), and the
+        NOT NULL columns whose default could not be read.
+
+        `DEFAULT(t.col)` needs a row of `t`: with none, the row of an outer join stands in, but
+        MariaDB then gives NULL for every NOT NULL column (`a INT NOT NULL DEFAULT 5` reads as
+        NULL), so those are left unknown."""
         out: dict[str, Any] = {}
         constant: list[tuple[str, str]] = []
+        not_null: set[str] = set()
         for name, dtype, _, nullable, _, _, default, extra in crow:
+            if str(nullable) != "YES":
+                not_null.add(str(name))
             if "GENERATED" in str(extra or "").upper():
                 continue  # generated, or an expression default (MySQL DEFAULT_GENERATED)
             text = None if default is None else str(default)
@@ -136,19 +147,26 @@ class Catalog:
             elif not _EXPRESSION.match(text):
                 constant.append((str(name), str(dtype).lower()))
         if not constant:
-            return out
+            return out, frozenset()
         picks = ", ".join(f"DEFAULT(t.{_q(c)})" for c, _ in constant)
+        t = f"{_q(schema)}.{_q(table)}"
         try:
-            source = f"(SELECT 1) AS one LEFT JOIN {_q(schema)}.{_q(table)} AS t ON FALSE"
-            rows = await fetch(conn, f"SELECT {picks} FROM {source}")
+            rows = await fetch(conn, f"SELECT {picks} FROM {t} AS t LIMIT 1")
+            empty = not rows
+            if empty:
+                rows = await fetch(conn, f"SELECT {picks} FROM (SELECT 1) AS one LEFT JOIN {t} AS t ON FALSE")
         except SourceError as exc:
             log.warning("%s.%s: cannot read column defaults (%s)", schema, table, exc)
-            return out
+            return out, frozenset()
+        unknown: set[str] = set()
         for (name, dtype), value in zip(constant, rows[0] if rows else (), strict=False):
+            if value is None and empty and name in not_null:
+                unknown.add(name)
+                continue
             if dtype == "timestamp" and isinstance(value, dt.datetime):
                 value = value.replace(tzinfo=dt.UTC)  # as the binlog decodes TIMESTAMP
             out[name] = value
-        return out
+        return out, frozenset(unknown)
 
     async def wanted_tables(self, conn: aiomysql.Connection) -> list[tuple[str, str]]:
         rows = await fetch(

@@ -64,6 +64,9 @@ __all__ = ["AppliedHook", "Replicator", "TransactionSource"]
 
 log = logging.getLogger(__name__)
 
+# key columns whose key text is 0x-hex (service.sink.values.key_text), for a resync's reread
+_BINARY_TYPES = frozenset({"BINARY", "VARBINARY", "TINYBLOB", "BLOB", "MEDIUMBLOB", "LONGBLOB"})
+
 AppliedHook = Callable[[Transaction, int], None]
 # A batch takes up to BATCH_MAX transactions but stops adding once it holds BATCH_ROWS rows. Its
 # small transactions share script calls of up to `chunk_rows` changes (RedisMirror.send).
@@ -419,12 +422,26 @@ class Replicator:
         for schema, table in {(ch.schema, ch.table) for txn in batch for ch in txn.changes}:
             if not self.catalog.known(schema, table):
                 await self._table_info(schema, table)
+        inserted = {
+            (c.schema, c.table) for t in batch for i in t.partial if (c := t.changes[i]).op is Op.INSERT
+        }
+        for schema, table in inserted:
+            info = self.catalog.get(schema, table)
+            if info is not None and info.unknown_defaults:  # read when the table was empty
+                await self._table_info(schema, table)
         batch = [self._complete_inserts(t) if t.partial else t for t in batch]
         units: list[tuple[Transaction, list[TableAction]]] = []
         for txn in batch:
             actions = [a for d in txn.ddl for a in ddl_actions(d, self.filter, self._mirrored)]
             units.append((txn, actions))
         flight = _Flight(units, time.perf_counter(), await self.mirror.send(units))
+        # Planned: the tables a DDL changed are read again before the next batch is planned (not
+        # when this one is applied: the next batch is planned first, and a partial INSERT there
+        # would be completed with the defaults from before the DDL)
+        for txn in batch:
+            for d in txn.ddl:
+                for s, t in d.tables:
+                    self.catalog.forget(s, t or None)
         txns, rows = self._in_flight
         self._in_flight = (txns + len(batch), rows + sum(len(t.changes) for t in batch))
         return flight
@@ -455,9 +472,6 @@ class Replicator:
                     c.deletes += 1
                 c.last_change_ts = ch.ts
             if txn.ddl:
-                for d in txn.ddl:
-                    for s, t in d.tables:
-                        self.catalog.forget(s, t or None)
                 self._note_actions(actions)
             for hook in self.on_applied:
                 try:
@@ -553,6 +567,7 @@ class Replicator:
                 chunk_rows=self.settings.resync_chunk_rows,
                 progress=progress,
                 utc_columns=frozenset(c.name for c in info.columns if c.type == "TIMESTAMP"),
+                binary_columns=frozenset(c.name for c in info.columns if c.type in _BINARY_TYPES),
                 source_position=getattr(self._source, "source_position", None),
             )
         finally:

@@ -15,6 +15,7 @@ writes nothing) and this copy stops; the replicator starts the next one.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import logging
 import time
@@ -23,7 +24,8 @@ from typing import Any
 
 import aiomysql
 
-from service.checkpoint import Checkpoint
+from service.checkpoint import BinlogPosition, Checkpoint
+from service.sink.keys import split_key
 from service.sink.mirror import RedisMirror
 from service.transport.connection import fetch, map_errors
 
@@ -47,6 +49,7 @@ async def resync_table(
     chunk_rows: int,
     progress: Callable[[int, int | None], None],
     utc_columns: frozenset[str] = frozenset(),
+    binary_columns: frozenset[str] = frozenset(),
     source_position: Callable[[], Awaitable[Checkpoint]] | None = None,
 ) -> int:
     """Copy `schema.table` into the mirror in key order; returns rows read. `generation` is the
@@ -55,6 +58,11 @@ async def resync_table(
     `source_position` reads the source's end of binlog: read after the last SELECT, it bounds
     what the copy saw, and the table's settle window lasts until the stream passes it
     (`Planner.settling`).
+
+    Rows that partial images changed meanwhile were skipped (the stream's change is newer) but
+    may keep columns in the old shape: at the end they are read again by key and written whole
+    (`RedisMirror.resync_reread`). `binary_columns` (key columns of binary types) turn their
+    key text (`0x…`) back into bytes for that SELECT.
 
     `utc_columns` are the TIMESTAMP columns: SELECT returns them naive (the session's time_zone
     is +00:00), the binlog decodes them as aware UTC datetimes; they are made aware here so both
@@ -99,8 +107,35 @@ async def resync_table(
             last = tuple(rows[-1][c] for c in key)
             if len(rows) < chunk_rows:
                 break
-    copied_at = (await source_position()).position if source_position else None
-    removed = await mirror.resync_finish(schema, table, generation, copied_at)
+
+    async def copied_at() -> BinlogPosition | None:
+        return (await source_position()).position if source_position else None
+
+    async def reread(entries: list[tuple[str, str]]) -> bool:
+        rows: list[dict[str, Any]] = []
+        if key:
+            values = [
+                [
+                    bytes.fromhex(part[2:]) if c in binary_columns else part
+                    for c, part in zip(key, split_key(s), strict=True)
+                ]
+                for s, _ in entries
+            ]
+            cols = ", ".join(_q(c) for c in key)
+            tuples = ", ".join(["(" + ", ".join(["%s"] * len(key)) + ")"] * len(values))
+            sql = f"SELECT * FROM {_q(schema)}.{_q(table)} WHERE ({cols}) IN ({tuples})"
+            with map_errors(f"resync of {schema}.{table} (rows read again)"):
+                async with conn.cursor(aiomysql.DictCursor) as cur:
+                    await cur.execute(sql, [v for vs in values for v in vs])
+                    rows = list(await cur.fetchall())
+            if utc_columns:
+                rows = [_utc(row, utc_columns) for row in rows]
+        done = await mirror.resync_reread(schema, table, generation, entries, rows)
+        if done == 0:  # each row changed again meanwhile: let the stream get ahead of the next read
+            await asyncio.sleep(0.05)
+        return done is not None
+
+    removed = await mirror.resync_finish(schema, table, generation, copied_at, reread)
     if removed is None:
         _superseded(schema, table, done)
         return done

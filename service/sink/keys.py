@@ -106,6 +106,9 @@ class KeyLayout:
     def stale_key(self, schema: str, table: str) -> str:
         return f"{self.table_base(schema, table)}:__stale"
 
+    def partial_key(self, schema: str, table: str) -> str:
+        return f"{self.table_base(schema, table)}:__partial"
+
     # -- global --------------------------------------------------------------------------------
     @property
     def checkpoint_key(self) -> str:

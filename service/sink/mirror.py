@@ -25,9 +25,9 @@ import logging
 import secrets
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from redis import exceptions as rexc
 from redis.asyncio import Redis
@@ -47,7 +47,7 @@ from service.sink.plan import (
     unit_ids,
     work_op,
 )
-from service.sink.scripts import APPLY, RELEASE, RENEW, RESYNC_FINISH, RESYNC_ROWS
+from service.sink.scripts import APPLY, RELEASE, RENEW, RESYNC_FINISH, RESYNC_REREAD, RESYNC_ROWS
 from service.sink.values import field_value, json_document
 from service.transactions import Transaction
 
@@ -179,6 +179,7 @@ class RedisMirror:
         self._channel = ScriptChannel(redis, APPLY)
         self._resync_rows = redis.register_script(RESYNC_ROWS)
         self._resync_finish = redis.register_script(RESYNC_FINISH)
+        self._resync_reread = redis.register_script(RESYNC_REREAD)
         self._renew = redis.register_script(RENEW)
         self._release = redis.register_script(RELEASE)
         self._prev = ""  # id of the checkpoint the next transaction must follow
@@ -505,49 +506,98 @@ class RedisMirror:
         args.append("1" if self.options.json_mode else "0")
         for row in rows:
             suffix = self.planner._suffix(cols, row)
-            if suffix is None:
-                continue
-            if self.options.json_mode:
-                args += [suffix, 1, "", json_document(row)]
-                continue
-            present = [(k, v) for k, v in row.items() if v is not None]
-            args += [suffix, len(present)]
-            for k, v in present:
-                args += [k, field_value(v)]
+            if suffix is not None:
+                args.append(suffix)
+                args += self._row_args(row)
         with map_redis_errors(f"resyncing {schema}.{table}"):
             written = int(await self._resync_rows(args=args))
         return None if written < 0 else written
 
+    def _row_args(self, row: Mapping[str, Any]) -> list[Arg]:
+        """A row read from the source, for RESYNC_ROWS / RESYNC_REREAD: count f v ..."""
+        if self.options.json_mode:
+            return [1, "", json_document(row)]
+        out: list[Arg] = [0]
+        for k, v in row.items():
+            if v is not None:
+                out += [k, field_value(v)]
+        out[0] = len(out) // 2
+        return out
+
     async def resync_finish(
-        self, schema: str, table: str, generation: int, copied_at: BinlogPosition | None = None
+        self,
+        schema: str,
+        table: str,
+        generation: int,
+        copied_at: Callable[[], Awaitable[BinlogPosition | None]] | None = None,
+        reread: Callable[[list[tuple[str, str]]], Awaitable[bool]] | None = None,
     ) -> int | None:
         """Remove rows the resync did not find (and the stream did not write); end the resync.
-        `copied_at`: the source's end of binlog after the copy's last read; the table's updates
-        carry whole rows until the stream passes it (`Planner.settling`).
-        None: refused, `generation` is no longer the table's resync (nothing was done)."""
+        `reread` reads again the rows that partial images changed during the copy (`__partial`,
+        (suffix, merges) in batches; False: refused) and `resync_reread`s them. `copied_at` reads
+        the source's end of binlog, after the copy's (and each reread's) last SELECT; the table's
+        updates carry whole rows until the stream passes it (`Planner.settling`).
+        None: refused, `generation` is no longer the table's resync."""
         lay = self.layout
         tid = lay.table_id(schema, table)
         args: list[Arg] = [lay.lease_key, self.token, lay.resync_key, tid]
         args += [lay.touched_key(schema, table), lay.stale_key(schema, table)]
         args += [lay.index_key(schema, table), lay.table_base(schema, table), generation]
-        args += [self.options.table_step, lay.settle_key, str(copied_at or "")]
-        removed = 0
+        at = await copied_at() if copied_at else None
+        args += [self.options.table_step, lay.settle_key, str(at or "")]
+        removed, cursor = 0, 0
         while True:  # `table_step` stale rows per call: Redis serves other clients in between
             with map_redis_errors(f"finishing the resync of {schema}.{table}"):
                 reply = await self._resync_finish(args=args)
             if not isinstance(reply, list):  # -1: refused
                 return None
             removed += int(reply[0])
+            if int(reply[1]) == 0 and int(reply[2]) > 0:
+                if reread is None:
+                    raise ValueError(f"rows of {schema}.{table} wait to be read again: pass `reread`")
+                with map_redis_errors(f"listing the rows of {schema}.{table} to read again"):
+                    cursor, raw = await self.redis.hscan(lay.partial_key(schema, table), cursor, count=500)
+                entries = [(_s(k), _s(v)) for k, v in cast(dict[bytes, bytes], raw).items()]
+                if entries and not await reread(entries):
+                    return None
+                if copied_at is not None:
+                    at = await copied_at()
+                    args[-1] = str(at or "")
+                continue
             if int(reply[1]) == 0:
                 planner = self.planner
-                if copied_at is not None:  # as the script stored it
-                    planner.settling[tid] = copied_at
+                if at is not None:  # as the script stored it
+                    planner.settling[tid] = at
                 # Whole rows no more (once settled), unless a newer resync was planned since this
                 # one read its generation (its mark is set by a call not applied yet, or already)
                 if self._resync_planned_at.pop(tid, None) == (generation, planner.resyncs_planned[tid]):
                     planner.resyncing.discard(tid)
                     planner.gaps.discard(tid)  # every row was read again
                 return removed
+
+    async def resync_reread(
+        self,
+        schema: str,
+        table: str,
+        generation: int,
+        entries: Sequence[tuple[str, str]],
+        rows: Sequence[dict[str, Any]],
+    ) -> int | None:
+        """Write whole the rows of `entries` (from `__partial`) as read again (`rows`, those the
+        source still has), each unless a merge came since its entry was read. Returns the entries
+        done; None: refused, `generation` is no longer the table's resync."""
+        lay = self.layout
+        cols = self.planner.key_columns(schema, table) or ()
+        found = {self.planner._suffix(cols, row): row for row in rows}
+        args: list[Arg] = [lay.lease_key, self.token, lay.resync_key, lay.table_id(schema, table), generation]
+        args += [lay.touched_key(schema, table), lay.index_key(schema, table), lay.table_base(schema, table)]
+        args.append("1" if self.options.json_mode else "0")
+        for suffix, merges in entries:
+            row = found.get(suffix)
+            args += [suffix, merges, 0, 0] if row is None else [suffix, merges, 1, *self._row_args(row)]
+        with map_redis_errors(f"resyncing {schema}.{table} (rows read again)"):
+            done = int(await self._resync_reread(args=args))
+        return None if done < 0 else done
 
     async def pending_resyncs(self) -> dict[str, str]:
         """table_id -> reason for every resync in flight (survives restarts)."""

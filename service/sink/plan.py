@@ -284,6 +284,10 @@ class Planner:
             else:
                 self._written.add((ch.schema, ch.table, new))
                 self._write_row(out, new, ch.after, op is Op.INSERT or full)
+                if partial and op is Op.INSERT:
+                    # completed from the catalog's defaults, which may not be this point's: a
+                    # resync reads it again (op N)
+                    out += ("N", new)
         if self.changelog_maxlen is not None:
             fields: list[Arg] = ["op", op.value, "schema", ch.schema, "table", ch.table]
             fields += ["key", new if new is not None else old or "", "ts", ch.ts]
@@ -385,6 +389,7 @@ class Planner:
         lay = self.layout
         tid = lay.table_id(schema, table)
         out: list[Arg] = ["D", lay.stale_key(schema, table), "D", lay.touched_key(schema, table)]
+        out += ["D", lay.partial_key(schema, table)]
         return out + ["X", lay.resync_key, 1, tid, "X", lay.settle_key, 1, tid]
 
     # -- whole transactions ----------------------------------------------------------------------

@@ -14,7 +14,7 @@ mark (`- {reason}`) until that statement's own call replaces or removes it.
 
 from __future__ import annotations
 
-__all__ = ["APPLY", "RELEASE", "RENEW", "RESYNC_FINISH", "RESYNC_ROWS"]
+__all__ = ["APPLY", "RELEASE", "RENEW", "RESYNC_FINISH", "RESYNC_REREAD", "RESYNC_ROWS"]
 
 RENEW = (
     "if redis.call('GET', KEYS[1]) == ARGV[1] then "
@@ -79,6 +79,9 @@ local function merge_json(cur, patch)
   for j, k in ipairs(keys) do parts[j] = k .. ':' .. vals[k] end
   return '{' .. table.concat(parts, ',') .. '}'
 end
+local function partial_of(touched)     -- "{table}:__touched" -> "{table}:__partial"
+  return string.sub(touched, 1, -10) .. '__partial'
+end
 local function generation(resync, tid)
   -- the generation of tid's resync in flight, or nil when none is (marks are "gen reason")
   local v = redis.call('HGET', resync, tid)
@@ -106,7 +109,7 @@ end
 # Op Q, first if present, lists the rows that UL ops update by their changed columns alone, and
 # their tables: the call writes nothing (ROWS_MISSING) unless each row is there and no table is
 # being resynced (whose rows may not all be there, or lack a new column).
-# Row ops (W U WJ P PJ E MV) name a row by its suffix in the table set by the last C op; W and U
+# Row ops (W U WJ P PJ E MV N) name a row by its suffix in the table set by the last C op; W and U
 # rows carry only values, their column names come once per call with the shape (op K). Row ops'
 # `__keys` and `__touched` members are collected and written by one SADD (or SREM) per run of
 # adds (or removes) of a set, before the next other op and at the end (same call: still atomic).
@@ -183,7 +186,7 @@ local function mark(tid, reason, touched, stale)
   -- given: after a TRUNCATE, `__keys` is empty).
   local gen = redis.call('HINCRBY', resync, '__gen', 1)
   redis.call('HSET', resync, tid, gen .. ' ' .. reason)
-  redis.call('UNLINK', touched)          -- big sets are freed off the main thread
+  redis.call('UNLINK', touched, partial_of(touched))  -- big sets are freed off the main thread
   if stale then redis.call('UNLINK', stale) end
   marks = {}
 end
@@ -210,6 +213,12 @@ end
 local function row_written(suffix, add)
   note(index, suffix, add)
   if in_resync() then note(touched, suffix, true) end
+end
+local function row_merged(suffix)
+  -- a partial image: the row's other columns may still have the shape from before the resync's
+  -- DDL, so the resync reads it again at its end (`__partial`: suffix -> merges since)
+  note(index, suffix, true)
+  if in_resync() then redis.call('HINCRBY', partial_of(touched), suffix, 1) end
 end
 local function hset(key, first_arg, c)
   if c > 500 then batched('HSET', key, first_arg, first_arg - 1 + 2 * c)
@@ -313,13 +322,16 @@ while i <= n do
     local j = i + 3 + 2 * c
     local x = tonumber(ARGV[j])
     if x > 0 then batched('HDEL', key, j + 1, j + x) end
-    row_written(ARGV[i + 1], true)
+    row_merged(ARGV[i + 1])
     i = j + 1 + x
   elseif op == 'PJ' then                 -- merge a JSON patch into a JSON row: suffix patch
     local key = base .. ARGV[i + 1]
     redis.call('SET', key, merge_json(redis.call('GET', key), ARGV[i + 2]))
-    row_written(ARGV[i + 1], true)
+    row_merged(ARGV[i + 1])
     i = i + 3
+  elseif op == 'N' then                  -- a row written from a partial image: suffix
+    row_merged(ARGV[i + 1])
+    i = i + 2
   elseif op == 'MV' then                 -- move a row old -> new suffix (partial images keep the rest)
     local src = base .. ARGV[i + 1]
     if redis.call('EXISTS', src) == 1 then redis.call('RENAME', src, base .. ARGV[i + 2]) end
@@ -407,7 +419,7 @@ while i <= n do
         mark(ARGV[i + 2], reason_of(v), ARGV[i + 4])
       else
         redis.call('HDEL', resync, ARGV[i + 2])
-        redis.call('UNLINK', ARGV[i + 3], ARGV[i + 4])
+        redis.call('UNLINK', ARGV[i + 3], ARGV[i + 4], partial_of(ARGV[i + 4]))
         marks = {}
       end
       i = i + 5
@@ -437,10 +449,11 @@ local err = fence(ARGV[1], ARGV[2])
 if err then return err end
 if generation(ARGV[3], ARGV[4]) ~= tonumber(ARGV[5]) then return -1 end
 local touched, stale, index, base, json = ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10] == '1'
+local partial = partial_of(touched)
 local i, n, written = 11, #ARGV, 0
 while i <= n do
   local suffix, c = ARGV[i], tonumber(ARGV[i + 1])
-  if redis.call('SISMEMBER', touched, suffix) == 0 then
+  if redis.call('SISMEMBER', touched, suffix) == 0 and redis.call('HEXISTS', partial, suffix) == 0 then
     local key = base .. ':' .. suffix
     if json then
       redis.call('SET', key, ARGV[i + 3])
@@ -460,10 +473,11 @@ return written
 
 # ARGV: lease_key token resync_key table_id touched stale index base generation limit settle_key
 #       copied_at
-# Removes up to `limit` stale rows (not touched by the stream); once `__stale` is empty, ends the
-# resync and, if copied_at is not '', opens the table's settle window (`__settle`: until the
-# stream passes copied_at, see plan.Planner.settling). Returns {rows removed, stale rows left}
-# (0 left: the resync is over), or -1 (nothing done) when the generation is not current.
+# Removes up to `limit` stale rows (not written by the stream); once `__stale` is empty and no row
+# waits in `__partial` (RESYNC_REREAD), ends the resync and, if copied_at is not '', opens the
+# table's settle window (`__settle`: until the stream passes copied_at, see
+# plan.Planner.settling). Returns {rows removed, stale rows left, rows to read again} (0 and 0:
+# the resync is over), or -1 (nothing done) when the generation is not current.
 RESYNC_FINISH = (
     _COMMON
     + r"""
@@ -471,20 +485,59 @@ local err = fence(ARGV[1], ARGV[2])
 if err then return err end
 if generation(ARGV[3], ARGV[4]) ~= tonumber(ARGV[9]) then return -1 end
 local touched, stale, index, base = ARGV[5], ARGV[6], ARGV[7], ARGV[8]
+local partial = partial_of(touched)
 local removed = 0
 for _, m in ipairs(redis.call('SPOP', stale, tonumber(ARGV[10]))) do
-  if redis.call('SISMEMBER', touched, m) == 0 then
+  if redis.call('SISMEMBER', touched, m) == 0 and redis.call('HEXISTS', partial, m) == 0 then
     redis.call('DEL', base .. ':' .. m)
     redis.call('SREM', index, m)
     removed = removed + 1
   end
 end
-local left = redis.call('SCARD', stale)
-if left == 0 then
+local left, again = redis.call('SCARD', stale), redis.call('HLEN', partial)
+if left == 0 and again == 0 then
   redis.call('UNLINK', touched)
   redis.call('HDEL', ARGV[3], ARGV[4])
   if ARGV[12] ~= '' then redis.call('HSET', ARGV[11], ARGV[4], ARGV[12]) end
 end
-return {removed, left}
+return {removed, left, again}
+"""
+)
+
+# ARGV: lease_key token resync_key table_id generation touched index base json(0|1), then per row
+#       of `__partial`: suffix merges found count f v ... (json mode: count 1, '' document;
+#       found 0: the source no longer has the row, count 0).
+# A row a partial image changed during the resync, read again from the source after that: it is
+# written whole if no merge came since its `__partial` entry was read (the stream's newer change
+# would be lost), and leaves `__partial`; a row gone from the source is left to its DELETE, which
+# the stream applies later. Returns the rows done, or -1 (nothing done) when the generation is not
+# current.
+RESYNC_REREAD = (
+    _COMMON
+    + r"""
+local err = fence(ARGV[1], ARGV[2])
+if err then return err end
+if generation(ARGV[3], ARGV[4]) ~= tonumber(ARGV[5]) then return -1 end
+local partial, index, base, json = partial_of(ARGV[6]), ARGV[7], ARGV[8], ARGV[9] == '1'
+local i, n, done = 10, #ARGV, 0
+while i <= n do
+  local suffix, merges, found, c = ARGV[i], ARGV[i + 1], ARGV[i + 2] == '1', tonumber(ARGV[i + 3])
+  if redis.call('HGET', partial, suffix) == merges then
+    if found then
+      local key = base .. ':' .. suffix
+      if json then
+        redis.call('SET', key, ARGV[i + 5])
+      else
+        redis.call('DEL', key)
+        if c > 0 then batched('HSET', key, i + 4, i + 3 + 2 * c) end
+      end
+      redis.call('SADD', index, suffix)
+    end
+    redis.call('HDEL', partial, suffix)
+    done = done + 1
+  end
+  i = i + 4 + 2 * c
+end
+return done
 """
 )

@@ -87,11 +87,13 @@ def master_position(stack: LocalStack) -> BinlogPosition:
 class Workload:
     """Random transactions; `ledger` gets one row per committed transaction (exactly-once check)."""
 
-    def __init__(self, stack: LocalStack, db: str, seed: int) -> None:
+    def __init__(self, stack: LocalStack, db: str, seed: int, row_image: str = "FULL") -> None:
         self.db = db
         self.rng = random.Random(seed)
         self.conn = root(stack, db)
         self.conn.autocommit(False)
+        with self.conn.cursor() as cur:  # MINIMAL/NOBLOB: partial images (docs/mirror.md)
+            cur.execute("SET SESSION binlog_row_image = %s", (row_image,))
         self.next_id = 1
         self.ledger = 0
         self.ddl_done = 0

@@ -29,7 +29,8 @@ TABLES = {
         "CREATE TABLE {db}.t (id INT PRIMARY KEY, a INT DEFAULT 5, b VARCHAR(10) DEFAULT 'x''y', "
         "c DECIMAL(6,2) DEFAULT 1.50, n INT NULL, m INT NOT NULL, note TEXT, bl BLOB, "
         "d DATETIME(3) DEFAULT '2020-01-02 03:04:05.123', ts TIMESTAMP NULL DEFAULT '2021-06-07 08:09:10', "
-        "s SET('p','q') DEFAULT 'p,q', e DATETIME DEFAULT CURRENT_TIMESTAMP)",
+        "s SET('p','q') DEFAULT 'p,q', e DATETIME DEFAULT CURRENT_TIMESTAMP, "
+        "k INT NOT NULL DEFAULT 9, kd DATE NOT NULL DEFAULT '2020-02-03')",  # read while t is empty
         ("id",),
     ),
     "pairs": (
@@ -43,7 +44,7 @@ WORKLOAD = [
     "INSERT INTO t (id, m) VALUES (1, 10)",  # MINIMAL: only id and m (and e) are logged
     "INSERT INTO t (id, m) VALUES (2, 20)",
     "INSERT INTO t VALUES (3, 1, 'full', 9.99, 4, 30, 'text', x'00ff', '2024-01-02 03:04:05.678', "
-    "'2024-05-06 07:08:09', 'q', '2024-01-01 00:00:00')",
+    "'2024-05-06 07:08:09', 'q', '2024-01-01 00:00:00', 1, '2024-01-01')",
     "UPDATE t SET a = 7 WHERE id = 1",  # before: the key only; after: a only
     "UPDATE t SET note = 'n1', n = 1 WHERE id = 2",
     "UPDATE t SET note = NULL, n = NULL WHERE id = 2",  # NULL in a partial after image: HDEL

@@ -208,6 +208,10 @@ def test_plan_minimal_image_merges_and_moves() -> None:
     assert ops == ["MV", "1", "2", "P", "2", 1, "id", "2", 1, "v"]  # NULL in a partial image: HDEL
     ops = p.change(_change(Op.UPDATE, {"id": 1}, {"v": "x"}))  # key columns absent: same key
     assert ops == ["P", "1", 1, "v", "x", 0]
+    # an INSERT completed from the catalog's defaults is written whole, and noted (op N): a
+    # resync in flight reads it again, the defaults may not have been this point's
+    ops = p.change(_change(Op.INSERT, None, {"id": 3, "v": "x"}), partial=True)
+    assert ops is not None and ops[-2:] == ["N", "3"] and "W" in ops
 
 
 def test_plan_keys_escape_and_composite_keys() -> None:
