@@ -100,6 +100,17 @@ local function batched(cmd, key, first, last, src)
     i = j + 1
   end
 end
+local function write_copy(base, index, suffix, json, at, c)
+  -- a row read from the source, as its c field-value pairs from ARGV[at] (json: '' document)
+  local key = base .. ':' .. suffix
+  if json then
+    redis.call('SET', key, ARGV[at + 1])
+  else
+    redis.call('DEL', key)
+    if c > 0 then batched('HSET', key, at, at - 1 + 2 * c) end
+  end
+  redis.call('SADD', index, suffix)
+end
 """
 
 # ARGV: lease_key token checkpoint_key expected_prev progress_key txn_id chunk final seq_key nseq
@@ -454,14 +465,7 @@ local i, n, written = 11, #ARGV, 0
 while i <= n do
   local suffix, c = ARGV[i], tonumber(ARGV[i + 1])
   if redis.call('SISMEMBER', touched, suffix) == 0 and redis.call('HEXISTS', partial, suffix) == 0 then
-    local key = base .. ':' .. suffix
-    if json then
-      redis.call('SET', key, ARGV[i + 3])
-    else
-      redis.call('DEL', key)
-      if c > 0 then batched('HSET', key, i + 2, i + 1 + 2 * c) end
-    end
-    redis.call('SADD', index, suffix)
+    write_copy(base, index, suffix, json, i + 2, c)
     written = written + 1
   end
   redis.call('SREM', stale, suffix)
@@ -523,16 +527,7 @@ local i, n, done = 10, #ARGV, 0
 while i <= n do
   local suffix, merges, found, c = ARGV[i], ARGV[i + 1], ARGV[i + 2] == '1', tonumber(ARGV[i + 3])
   if redis.call('HGET', partial, suffix) == merges then
-    if found then
-      local key = base .. ':' .. suffix
-      if json then
-        redis.call('SET', key, ARGV[i + 5])
-      else
-        redis.call('DEL', key)
-        if c > 0 then batched('HSET', key, i + 4, i + 3 + 2 * c) end
-      end
-      redis.call('SADD', index, suffix)
-    end
+    if found then write_copy(base, index, suffix, json, i + 4, c) end
     redis.call('HDEL', partial, suffix)
     done = done + 1
   end
