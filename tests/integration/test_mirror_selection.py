@@ -140,3 +140,34 @@ async def test_a_rename_cut_short_then_neither_name_selected_leaves_no_rows(stac
         assert table_keys(info.redis_url, prefix, db, "x") == []
         assert actual(info.redis_url, prefix, db, ("b",)) == expected(stack, db, {"b": ("id",)})
         assert await rep.mirror.mirrored_tables() == {f"{db}:b"}
+
+
+async def test_a_table_swap_cut_short_then_restarted_with_the_same_selection_loses_no_row(
+    stack: LocalStack,
+) -> None:
+    """`RENAME TABLE a TO tmp, b TO a, tmp TO b` dies while rows sit under `tmp`, a name the source
+    does not have at the restart. It is still selected (`db.*`), so the session start must not
+    drop it as "not selected": the replay moves those rows on."""
+    info, db, prefix = new_db(stack, rows=6)
+    tables = [f"{db}.*"]
+    async with running(stack, db, prefix, tables, table_step_rows=2) as rep:
+        channel = rep.mirror._channel
+        real, calls = channel.send, [0]
+
+        async def dies_after_3(args: object) -> None:  # clearing tmp, then moving 4 of a's 6 rows
+            calls[0] += 1
+            if calls[0] > 3:
+                raise ConnectionError("the process was killed")
+            await real(args)  # type: ignore[arg-type]
+
+        channel.send = dies_after_3  # type: ignore[method-assign]
+        with root(stack, db) as c, c.cursor() as cur:
+            cur.execute("RENAME TABLE a TO tmp, b TO a, tmp TO b")
+        deadline = asyncio.get_running_loop().time() + 20
+        while calls[0] <= 3 and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.05)
+    assert len([k for k in table_keys(info.redis_url, prefix, db, "tmp") if not k.endswith("__keys")]) == 4
+    async with running(stack, db, prefix, tables) as rep:
+        assert actual(info.redis_url, prefix, db, ("a", "b")) == expected(stack, db, KEYS)
+        assert table_keys(info.redis_url, prefix, db, "tmp") == []
+        assert await rep.mirror.mirrored_tables() == {f"{db}:a", f"{db}:b"}
