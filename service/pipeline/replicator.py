@@ -438,13 +438,6 @@ class Replicator:
             actions = [a for d in txn.ddl for a in ddl_actions(d, self.filter, self._mirrored)]
             units.append((txn, actions))
         flight = _Flight(units, time.perf_counter(), await self.mirror.send(units))
-        # Planned: the tables a DDL changed are read again before the next batch is planned (not
-        # when this one is applied: the next batch is planned first, and a partial INSERT there
-        # would be completed with the defaults from before the DDL)
-        for txn in batch:
-            for d in txn.ddl:
-                for s, t in d.tables:
-                    self.catalog.forget(s, t or None)
         txns, rows = self._in_flight
         self._in_flight = (txns + len(batch), rows + sum(len(t.changes) for t in batch))
         return flight
@@ -475,6 +468,9 @@ class Replicator:
                     c.deletes += 1
                 c.last_change_ts = ch.ts
             if txn.ddl:
+                for d in txn.ddl:
+                    for s, t in d.tables:
+                        self.catalog.forget(s, t or None)
                 self._note_actions(actions)
             for hook in self.on_applied:
                 try:
