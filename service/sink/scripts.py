@@ -124,8 +124,8 @@ end
 # rows carry only values, their column names come once per call with the shape (op K). Row ops'
 # `__keys` and `__touched` members are collected and written by one SADD (or SREM) per run of
 # adds (or removes) of a set, before the next other op and at the end (same call: still atomic).
-# Whether a table is in resync (its rows go to `__touched`) is read once per table per call; the
-# ops that change marks forget it.
+# Whether a table is in resync (its rows go to `__touched`, or to `__partial` when a partial image
+# merged them: op P, PJ, N) is read once per table per call; the ops that change marks forget it.
 APPLY = (
     _COMMON
     + r"""
