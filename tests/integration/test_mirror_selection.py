@@ -59,6 +59,26 @@ async def running(
             await asyncio.wait_for(task, 15)
 
 
+async def rename_cut_short(rep: Replicator, stack: LocalStack, db: str, statement: str, calls: int) -> None:
+    """Run `statement` (a RENAME) on the source; the mirror dies after `calls` script calls of it,
+    as if the process were killed there."""
+    channel = rep.mirror._channel
+    real, sent = channel.send, [0]
+
+    async def dies(args: object) -> None:
+        sent[0] += 1
+        if sent[0] > calls:
+            raise ConnectionError("the process was killed")
+        await real(args)  # type: ignore[arg-type]
+
+    channel.send = dies  # type: ignore[method-assign]
+    with root(stack, db) as c, c.cursor() as cur:
+        cur.execute(statement)
+    deadline = asyncio.get_running_loop().time() + 20
+    while sent[0] <= calls and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.05)
+
+
 def new_db(stack: LocalStack, rows: int = 0) -> tuple[StackInfo, str, str]:
     """A new database with tables a and b of `rows` rows each, and a key prefix for it."""
     info = stack.load()
@@ -119,21 +139,7 @@ async def test_a_rename_cut_short_then_neither_name_selected_leaves_no_rows(stac
     info, db, prefix = new_db(stack, rows=10)
     async with running(stack, db, prefix, [f"{db}.a", f"{db}.x"], table_step_rows=2) as rep:
         assert len(table_keys(info.redis_url, prefix, db, "a")) == 11  # 10 rows and __keys
-        channel = rep.mirror._channel
-        real, calls = channel.send, [0]
-
-        async def dies_after_3(args: object) -> None:  # clearing x, then moving 4 of a's rows
-            calls[0] += 1
-            if calls[0] > 3:
-                raise ConnectionError("the process was killed")
-            await real(args)  # type: ignore[arg-type]
-
-        channel.send = dies_after_3  # type: ignore[method-assign]
-        with root(stack, db) as c, c.cursor() as cur:
-            cur.execute("RENAME TABLE a TO x")
-        deadline = asyncio.get_running_loop().time() + 20
-        while calls[0] <= 3 and asyncio.get_running_loop().time() < deadline:
-            await asyncio.sleep(0.05)
+        await rename_cut_short(rep, stack, db, "RENAME TABLE a TO x", 3)  # clearing x, 4 of a's rows moved
     assert len([k for k in table_keys(info.redis_url, prefix, db, "x") if not k.endswith("__keys")]) == 4
     async with running(stack, db, prefix, [f"{db}.b"]) as rep:
         assert table_keys(info.redis_url, prefix, db, "a") == []
@@ -151,21 +157,8 @@ async def test_a_table_swap_cut_short_then_restarted_with_the_same_selection_los
     info, db, prefix = new_db(stack, rows=6)
     tables = [f"{db}.*"]
     async with running(stack, db, prefix, tables, table_step_rows=2) as rep:
-        channel = rep.mirror._channel
-        real, calls = channel.send, [0]
-
-        async def dies_after_3(args: object) -> None:  # clearing tmp, then moving 4 of a's 6 rows
-            calls[0] += 1
-            if calls[0] > 3:
-                raise ConnectionError("the process was killed")
-            await real(args)  # type: ignore[arg-type]
-
-        channel.send = dies_after_3  # type: ignore[method-assign]
-        with root(stack, db) as c, c.cursor() as cur:
-            cur.execute("RENAME TABLE a TO tmp, b TO a, tmp TO b")
-        deadline = asyncio.get_running_loop().time() + 20
-        while calls[0] <= 3 and asyncio.get_running_loop().time() < deadline:
-            await asyncio.sleep(0.05)
+        # clearing tmp, then 4 of a's 6 rows moved to it
+        await rename_cut_short(rep, stack, db, "RENAME TABLE a TO tmp, b TO a, tmp TO b", 3)
     assert len([k for k in table_keys(info.redis_url, prefix, db, "tmp") if not k.endswith("__keys")]) == 4
     async with running(stack, db, prefix, tables) as rep:
         assert actual(info.redis_url, prefix, db, ("a", "b")) == expected(stack, db, KEYS)
