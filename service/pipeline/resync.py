@@ -109,7 +109,8 @@ async def resync_table(
                 break
 
     async def copied_at() -> BinlogPosition | None:
-        return (await source_position()).position if source_position else None
+        assert source_position is not None
+        return (await source_position()).position
 
     async def reread(entries: list[tuple[str, str]]) -> bool:
         rows: list[dict[str, Any]] = []
@@ -135,7 +136,9 @@ async def resync_table(
             await asyncio.sleep(0.05)
         return done is not None
 
-    removed = await mirror.resync_finish(schema, table, generation, copied_at, reread)
+    removed = await mirror.resync_finish(
+        schema, table, generation, copied_at if source_position else None, reread
+    )
     if removed is None:
         _superseded(schema, table, done)
         return done

@@ -82,6 +82,10 @@ end
 local function partial_of(touched)     -- "{table}:__touched" -> "{table}:__partial"
   return string.sub(touched, 1, -10) .. '__partial'
 end
+local function stream_wrote(touched, partial, suffix)
+  -- whether the stream wrote the row since the resync's mark (whole, or merged: read again)
+  return redis.call('SISMEMBER', touched, suffix) == 1 or redis.call('HEXISTS', partial, suffix) == 1
+end
 local function generation(resync, tid)
   -- the generation of tid's resync in flight, or nil when none is (marks are "gen reason")
   local v = redis.call('HGET', resync, tid)
@@ -464,7 +468,7 @@ local partial = partial_of(touched)
 local i, n, written = 11, #ARGV, 0
 while i <= n do
   local suffix, c = ARGV[i], tonumber(ARGV[i + 1])
-  if redis.call('SISMEMBER', touched, suffix) == 0 and redis.call('HEXISTS', partial, suffix) == 0 then
+  if not stream_wrote(touched, partial, suffix) then
     write_copy(base, index, suffix, json, i + 2, c)
     written = written + 1
   end
@@ -492,7 +496,7 @@ local touched, stale, index, base = ARGV[5], ARGV[6], ARGV[7], ARGV[8]
 local partial = partial_of(touched)
 local removed = 0
 for _, m in ipairs(redis.call('SPOP', stale, tonumber(ARGV[10]))) do
-  if redis.call('SISMEMBER', touched, m) == 0 and redis.call('HEXISTS', partial, m) == 0 then
+  if not stream_wrote(touched, partial, m) then
     redis.call('DEL', base .. ':' .. m)
     redis.call('SREM', index, m)
     removed = removed + 1
