@@ -75,7 +75,8 @@ async def _stream(source: BinlogSource, until_caught_up: bool) -> None:
             if target is not None and source.caught_up(target):
                 return
             try:
-                txn = await asyncio.wait_for(anext(iterator), POLL_SECONDS if target else None)
+                async with asyncio.timeout(POLL_SECONDS if target else None):  # not wait_for: 3.11
+                    txn = await anext(iterator)
             except TimeoutError:
                 continue
             except StopAsyncIteration:

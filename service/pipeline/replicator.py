@@ -217,8 +217,7 @@ class Replicator:
                     self._set_state(State.RECONNECTING)
                     delay = self._backoff.delay(failures)
                     log.warning("replication interrupted: %s; retrying in %.2fs", exc, delay)
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._stop.wait(), delay)
+                    await self._sleep(delay)
             self._set_state(State.STOPPED)
             where = f"at {self._applied.position}" if self._applied else "before the first checkpoint"
             log.info("stopped cleanly %s", where)
@@ -227,6 +226,13 @@ class Replicator:
                 log.info("writer lease released")
             await self.mirror.close()
             await self.redis.aclose()
+
+    async def _sleep(self, seconds: float) -> None:
+        """Sleep, or less if stop() is called. Not asyncio.wait_for(): on Python 3.11 it can
+        swallow a cancellation (service/sink/client.py)."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await self._stop.wait()
 
     def _position_lost(self, exc: PositionLost) -> PositionLost:
         """The same error, with what it means for the mirror and the way out (docs/mirror.md)."""
@@ -257,8 +263,7 @@ class Replicator:
                 else:  # not "standby": nobody may hold the lease, it just cannot be seen
                     log.warning("waiting for Redis (unreachable) to take the writer lease")
                 waited.add(self._redis_ok)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), self.settings.lease_ttl_seconds / 3)
+            await self._sleep(self.settings.lease_ttl_seconds / 3)
 
     async def _renew_loop(self) -> None:
         while True:
@@ -313,10 +318,6 @@ class Replicator:
             if not isinstance(exc, _Stopped):
                 raise exc from None
         finally:
-            lease.cancel()
-            await asyncio.wait({lease})  # never raises the task's error; outer cancellation still does
-            if not lease.cancelled():
-                lease.exception()  # retrieved (a LeaseLost already ended the session via _watch)
             self._tg = None
             for task in self._resyncs.values():
                 task.cancel()
@@ -326,6 +327,10 @@ class Replicator:
                 self._ctl = None
             self._fold_source(source)
             self._source = None
+            lease.cancel()
+            await asyncio.wait({lease})  # never raises the task's error; outer cancellation still does
+            if not lease.cancelled():
+                lease.exception()  # retrieved (a LeaseLost already ended the session via _watch)
 
     async def _bootstrap(self, checkpoint: Checkpoint | None, source: TransactionSource) -> None:
         """Reconcile the mirrored tables with the table selection, atomically with the checkpoint."""

@@ -81,16 +81,22 @@ async def connect(settings: Settings, url: MySQLUrl | None = None) -> aiomysql.C
     if url is None:
         raise SourceError("no MySQL URL configured (--mysql or BINLOG_MIRROR_MYSQL)")
     with map_errors(f"connecting to {url}"):
-        return await aiomysql.connect(
-            host=url.host,
-            port=url.port,
-            user=url.user,
-            password=url.password.get_secret_value(),
-            ssl=ssl_context(settings),
-            autocommit=True,
-            connect_timeout=CONNECT_TIMEOUT,
-            program_name="binlog-mirror",
-        )
+        try:
+            # Bounded here: aiomysql's connect_timeout is asyncio.wait_for(), which on Python 3.11
+            # can swallow a cancellation (service/sink/client.py); aiomysql closes the socket
+            # of a handshake cut short.
+            async with asyncio.timeout(CONNECT_TIMEOUT):
+                return await aiomysql.connect(
+                    host=url.host,
+                    port=url.port,
+                    user=url.user,
+                    password=url.password.get_secret_value(),
+                    ssl=ssl_context(settings),
+                    autocommit=True,
+                    program_name="binlog-mirror",
+                )
+        except TimeoutError:
+            raise SourceError(f"connecting to {url}: no answer within {CONNECT_TIMEOUT:g} s") from None
 
 
 async def close_connection(conn: aiomysql.Connection) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
 import uuid
@@ -287,3 +288,18 @@ async def wait_hooks(rep: Any, target: BinlogPosition, timeout: float = 30.0) ->
             return
         await asyncio.sleep(0.02)
     raise AssertionError(f"replicator did not reach {target} (at {rep.status().applied})")
+
+
+async def stop_replicator(rep: Any, task: asyncio.Task[None], timeout: float = 15.0) -> None:
+    """stop() and wait for run() to return (its own error, if any, is the test's business). One
+    that does not return in time fails the test: cancelling it instead once hid a session that
+    never ended, and the socket it left open failed a later, unrelated test."""
+    rep.stop()
+    done, _ = await asyncio.wait({task}, timeout=timeout)
+    if not done:
+        task.cancel()
+        with contextlib.suppress(BaseException):
+            await task
+        raise AssertionError(f"the replicator did not stop within {timeout:g} s of stop()")
+    with contextlib.suppress(Exception):
+        task.result()

@@ -5,7 +5,6 @@ after an ALTER) never labels a row with shifted names."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,13 @@ from service.pipeline.replicator import Replicator
 from service.sink.values import field_value
 from service.stack import LocalStack
 from service.transactions import Transaction
-from tests.integration.mirror_helpers import master_position, mirror_settings, wait_applied, wait_hooks
+from tests.integration.mirror_helpers import (
+    master_position,
+    mirror_settings,
+    stop_replicator,
+    wait_applied,
+    wait_hooks,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -115,9 +120,7 @@ async def test_names_from_information_schema(tmp_path: Path, caplog: pytest.LogC
             assert seen[-1].changes[0].after == {"id": 2, "c": 3, "a": "y", "bb": 21}
             assert _mirror(info.redis_url) == _source(own)
         finally:
-            rep.stop()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(task, 15)
+            await stop_replicator(rep, task)
 
         # Mismatch: events written with 4 columns are replayed after an ALTER made it 5.
         _sql(own, f"INSERT INTO {DB}.t (id, a, bb) VALUES (4, 'w', 40)", f"DELETE FROM {DB}.t WHERE id = 1")
@@ -143,8 +146,6 @@ async def test_names_from_information_schema(tmp_path: Path, caplog: pytest.LogC
             assert mirrored == _source(own)
             assert not any(k.startswith(b"@") for row in mirrored.values() for k in row)
         finally:
-            rep.stop()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(task, 15)
+            await stop_replicator(rep, task)
     finally:
         own.down()

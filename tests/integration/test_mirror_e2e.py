@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 
 import pytest
 import redis as redis_sync
@@ -19,6 +18,7 @@ from tests.integration.mirror_helpers import (
     create_schema,
     expected,
     master_position,
+    stop_replicator,
     unique_names,
     wait_hooks,
 )
@@ -114,9 +114,7 @@ async def test_random_workload_mirrors_exactly(
         ids = sorted(int(e[1][b"key"]) for e in ledger_inserts)
         assert ids == list(range(ledger_before + 1, wl.ledger + 1))
     finally:
-        rep.stop()
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(task, 15)
+        await stop_replicator(rep, task)
         wl.close()
     assert rep.status().state == State.STOPPED
 
@@ -157,7 +155,5 @@ async def test_redis_going_away_is_retried(stack: LocalStack, caplog: pytest.Log
         assert actual(info.redis_url, prefix, db) == expected(stack, db)
         assert any("replication interrupted" in r.message for r in caplog.records)
     finally:
-        rep.stop()
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(task, 15)
+        await stop_replicator(rep, task)
         wl.close()

@@ -8,7 +8,6 @@ columns the statement did not touch."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from typing import Any
 
 import pymysql
@@ -20,7 +19,7 @@ from service.settings import load_settings
 from service.sink.keys import KeyLayout
 from service.sink.values import field_value
 from service.stack import LocalStack
-from tests.integration.mirror_helpers import master_position, unique_names, wait_applied
+from tests.integration.mirror_helpers import master_position, stop_replicator, unique_names, wait_applied
 
 pytestmark = pytest.mark.integration
 
@@ -154,7 +153,5 @@ async def test_partial_row_images_mirror_exactly(stack: LocalStack, image: str) 
         t_status = next(t for t in rep.status().tables if t.table == "t")
         assert t_status.inserts == 6 and t_status.updates > 0 and t_status.skipped_rows == 0
     finally:
-        rep.stop()
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(task, 15)
+        await stop_replicator(rep, task)
         r.close()

@@ -5,7 +5,6 @@ late chunk must be refused (its generation is gone), and the mirror must end equ
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,6 +18,7 @@ from tests.integration.mirror_helpers import (
     mirror_settings,
     root,
     settle,
+    stop_replicator,
     table_keys,
     unique_names,
 )
@@ -104,6 +104,4 @@ async def test_ddl_applied_while_a_resync_chunk_is_in_flight(stack: LocalStack, 
             assert len(mirrored["big2"]) == ROWS and mirrored["big2"]["100"][b"v"] == b"moved"
     finally:
         gate.set()
-        rep.stop()
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(task, 15)
+        await stop_replicator(rep, task)

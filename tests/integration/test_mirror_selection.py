@@ -17,6 +17,7 @@ from tests.integration.mirror_helpers import (
     mirror_settings,
     root,
     settle,
+    stop_replicator,
     table_keys,
     unique_names,
 )
@@ -54,9 +55,7 @@ async def running(
         await settle(rep, stack)
         yield rep
     finally:
-        rep.stop()
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(task, 15)
+        await stop_replicator(rep, task)
 
 
 async def rename_cut_short(rep: Replicator, stack: LocalStack, db: str, statement: str, calls: int) -> None:

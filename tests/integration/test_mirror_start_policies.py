@@ -4,7 +4,6 @@ checkpoint the source has purged (PositionLost, with the way out)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from service.transactions import Transaction
 from tests.integration.mirror_helpers import (
     master_position,
     mirror_settings,
+    stop_replicator,
     unique_names,
     wait_applied,
     wait_hooks,
@@ -58,9 +58,7 @@ def _master(stack: LocalStack) -> BinlogPosition:
 
 
 async def _stop(rep: Replicator, task: asyncio.Task[None]) -> None:
-    rep.stop()
-    with contextlib.suppress(Exception):
-        await asyncio.wait_for(task, 15)
+    await stop_replicator(rep, task)
 
 
 async def test_refuse_without_a_checkpoint_says_how_to_start(stack: LocalStack) -> None:

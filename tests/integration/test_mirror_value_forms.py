@@ -5,7 +5,6 @@ the change log and the websocket)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from typing import Any
 
 import orjson
@@ -18,7 +17,13 @@ from service.pipeline.replicator import Replicator
 from service.settings import load_settings
 from service.stack import LocalStack
 from service.transactions import Transaction
-from tests.integration.mirror_helpers import master_position, unique_names, wait_applied, wait_hooks
+from tests.integration.mirror_helpers import (
+    master_position,
+    stop_replicator,
+    unique_names,
+    wait_applied,
+    wait_hooks,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -95,8 +100,6 @@ async def test_resync_and_stream_store_the_same_form(stack: LocalStack, mode: st
             assert streamed[b"ts"] == b"2024-05-06 04:08:09.123000" and streamed[b"b"] == b"\x00\xff"
             assert b"n" not in streamed
     finally:
-        rep.stop()
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(task, 15)
+        await stop_replicator(rep, task)
         r.close()
         conn.close()

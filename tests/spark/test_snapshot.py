@@ -4,7 +4,6 @@ checkpoint: the mirror ends equal to the source, row for row."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import threading
 from typing import Any
 
@@ -24,6 +23,7 @@ from tests.integration.mirror_helpers import (
     expected,
     master_position,
     mirror_settings,
+    stop_replicator,
     unique_names,
     wait_applied,
     wait_hooks,
@@ -87,9 +87,7 @@ async def test_snapshot_under_writes_then_the_service_converges(stack: LocalStac
         assert not any(t.resync for t in rep.status().tables)  # the snapshot's tables are not copied again
         assert actual(info.redis_url, prefix, db) == expected(stack, db)
     finally:
-        rep.stop()
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(task, 15)
+        await stop_replicator(rep, task)
         wl.close()
         r.close()
 
