@@ -236,6 +236,10 @@ class ResyncOut(BaseModel):
     rows_done: int
     rows_total: int | None
     reason: str
+    rows_reread: int = Field(
+        description="Rows that row images without every column (binlog_row_image MINIMAL or NOBLOB) "
+        "changed during the copy, read again by key and written whole at its end."
+    )
 
     @classmethod
     def from_domain(cls, r: ResyncStatus) -> ResyncOut:
@@ -244,6 +248,7 @@ class ResyncOut(BaseModel):
             rows_done=r.rows_done,
             rows_total=r.rows_total,
             reason=r.reason,
+            rows_reread=r.rows_reread,
         )
 
 
@@ -271,6 +276,11 @@ class TableSummaryOut(BaseModel):
 class TableOut(TableSummaryOut):
     columns: list[ColumnOut]
     resync: ResyncOut | None
+    settle_until: str | None = Field(
+        description="After a resync, the source's end of binlog when its copy ended (FILE:POS): "
+        "until the stream applies past it, the table's updates carry whole rows (docs/mirror.md, "
+        '"DDL resync"). Null otherwise.'
+    )
 
     @classmethod
     def from_domain(cls, t: TableStatus) -> TableOut:
@@ -278,6 +288,7 @@ class TableOut(TableSummaryOut):
             **_table_fields(t),
             columns=[ColumnOut.from_domain(c) for c in t.columns],
             resync=ResyncOut.from_domain(t.resync) if t.resync else None,
+            settle_until=str(t.settle_until) if t.settle_until else None,
         )
 
 

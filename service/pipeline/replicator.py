@@ -557,9 +557,13 @@ class Replicator:
             # unknown to the catalog counts as unkeyable and is skipped (rows were lost that way).
             info = await self._table_info(schema, table, conn)
 
-            def progress(done: int, total: int | None) -> None:
-                counters.resync = ResyncStatus(started, done, total, "resync")
-                log.info("resync %s.%s: %d/%s rows", schema, table, done, total if total is not None else "?")
+            def progress(done: int, total: int | None, reread: int) -> None:
+                counters.resync = ResyncStatus(started, done, total, "resync", reread)
+                if reread:
+                    log.info("resync %s.%s: %d rows read again (partial images)", schema, table, reread)
+                else:
+                    of = total if total is not None else "?"
+                    log.info("resync %s.%s: %d/%s rows", schema, table, done, of)
 
             await resync_table(
                 conn,
@@ -666,6 +670,7 @@ class Replicator:
                 lag = max(0.0, now - last_packet)
         maps = {**self._past_maps, **getattr(stats, "table_maps", {})}
         names_from = str(getattr(stats, "column_names", "binlog"))
+        settling = self.mirror.planner.settling
         tables = []
         for key in sorted(set(self._tables) | self._mirrored):
             c = self._tables.get(key, _TableCounters())
@@ -687,6 +692,7 @@ class Replicator:
                     skipped_rows=skipped,
                     last_change_ts=c.last_change_ts,
                     resync=c.resync,
+                    settle_until=settling.get(self.layout.table_id(*key)) if settling else None,
                 )
             )
         received = self._received

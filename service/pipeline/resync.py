@@ -47,7 +47,7 @@ async def resync_table(
     *,
     generation: int,
     chunk_rows: int,
-    progress: Callable[[int, int | None], None],
+    progress: Callable[[int, int | None, int], None],
     utc_columns: frozenset[str] = frozenset(),
     binary_columns: frozenset[str] = frozenset(),
     source_position: Callable[[], Awaitable[Checkpoint]] | None = None,
@@ -103,7 +103,7 @@ async def resync_table(
                 _superseded(schema, table, done)
                 return done
             done += len(rows)
-            progress(done, total)
+            progress(done, total, 0)
             last = tuple(rows[-1][c] for c in key)
             if len(rows) < chunk_rows:
                 break
@@ -112,7 +112,10 @@ async def resync_table(
         assert source_position is not None
         return (await source_position()).position
 
+    reread_rows = 0
+
     async def reread(entries: list[tuple[str, str]]) -> bool:
+        nonlocal reread_rows
         rows: list[dict[str, Any]] = []
         if key:
             values = [
@@ -131,10 +134,13 @@ async def resync_table(
                     rows = list(await cur.fetchall())
             if utc_columns:
                 rows = [_utc(row, utc_columns) for row in rows]
-        done = await mirror.resync_reread(schema, table, generation, entries, rows)
-        if done == 0:  # each row changed again meanwhile: let the stream get ahead of the next read
+        written = await mirror.resync_reread(schema, table, generation, entries, rows)
+        if written:
+            reread_rows += written
+            progress(done, total, reread_rows)
+        if written == 0:  # each row changed again meanwhile: let the stream get ahead of the next read
             await asyncio.sleep(0.05)
-        return done is not None
+        return written is not None
 
     removed = await mirror.resync_finish(
         schema, table, generation, copied_at if source_position else None, reread
@@ -143,13 +149,14 @@ async def resync_table(
         _superseded(schema, table, done)
         return done
     log.info(
-        "resync of %s.%s done: %d rows read, %d stale rows removed in %.2fs",
+        "resync of %s.%s done: %d rows read, %d read again, %d stale rows removed in %.2fs",
         schema,
         table,
         done,
+        reread_rows,
         removed,
         time.monotonic() - started,
-        extra={"schema": schema, "table": table, "rows": done, "removed": removed},
+        extra={"schema": schema, "table": table, "rows": done, "reread": reread_rows, "removed": removed},
     )
     return done
 

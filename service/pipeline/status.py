@@ -64,6 +64,7 @@ class ResyncStatus:
     rows_done: int
     rows_total: int | None  # estimate from information_schema; None if unknown
     reason: str  # the DDL that triggered it (truncated)
+    rows_reread: int = 0  # rows partial images changed meanwhile, read again by key at the end
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +82,8 @@ class TableStatus:
     skipped_rows: int = 0  # rows not mirrored (table without a usable key)
     last_change_ts: int | None = None  # source timestamp of the last applied change
     resync: ResyncStatus | None = None  # set while the table is being re-read
+    # after a resync: until the stream applies past this position, updates carry whole rows
+    settle_until: BinlogPosition | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,7 @@ from apihelpers import TOKEN, StatusDouble, change, streaming_status, txn
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
+from service.checkpoint import BinlogPosition
 from service.pipeline.status import ColumnStatus, ErrorStatus, ResyncStatus, State, TableStatus
 
 ORDERS = TableStatus(
@@ -135,9 +136,19 @@ def test_tables_list_and_detail(client: TestClient, double: StatusDouble) -> Non
 
 
 def test_table_under_resync(client: TestClient, double: StatusDouble) -> None:
-    resync = ResyncStatus(started_ts=time.time(), rows_done=10, rows_total=100, reason="ALTER TABLE ...")
+    resync = ResyncStatus(
+        started_ts=time.time(), rows_done=10, rows_total=100, reason="ALTER TABLE ...", rows_reread=3
+    )
     double.snapshot = streaming_status(tables=(replace(ORDERS, resync=resync),))
-    assert client.get("/tables/shop/orders").json()["resync"]["rows_done"] == 10
+    detail = client.get("/tables/shop/orders").json()
+    assert detail["resync"]["rows_done"] == 10 and detail["resync"]["rows_reread"] == 3
+    assert detail["settle_until"] is None
+
+
+def test_table_in_its_settle_window(client: TestClient, double: StatusDouble) -> None:
+    settling = replace(ORDERS, settle_until=BinlogPosition("mysql-bin.000002", 4711))
+    double.snapshot = streaming_status(tables=(settling,))
+    assert client.get("/tables/shop/orders").json()["settle_until"] == "mysql-bin.000002:4711"
 
 
 def test_unknown_table_is_404_with_detail(client: TestClient) -> None:

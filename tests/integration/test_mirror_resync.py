@@ -15,12 +15,14 @@ from service.stack import LocalStack
 from tests.integration.mirror_helpers import (
     actual,
     expected,
+    master_position,
     mirror_settings,
     root,
     settle,
     stop_replicator,
     table_keys,
     unique_names,
+    wait_hooks,
 )
 
 pytestmark = pytest.mark.integration
@@ -104,4 +106,24 @@ async def test_ddl_applied_while_a_resync_chunk_is_in_flight(stack: LocalStack, 
             assert len(mirrored["big2"]) == ROWS and mirrored["big2"]["100"][b"v"] == b"moved"
     finally:
         gate.set()
+        await stop_replicator(rep, task)
+
+
+async def test_the_status_shows_a_settle_window_until_the_stream_passes_it(stack: LocalStack) -> None:
+    """A finished copy leaves the table's settle window (docs/mirror.md, "DDL resync") in the
+    status, at the source's end of binlog when the copy ended; the next transaction past it ends it."""
+    db, prefix = unique_names()
+    _sql(stack, "mysql", [f"CREATE DATABASE {db}"])
+    _sql(stack, db, ["CREATE TABLE big (id INT PRIMARY KEY, v VARCHAR(20))"], [(1, "a"), (2, "b")])
+    rep = Replicator(mirror_settings(stack, db, prefix))
+    task = asyncio.create_task(rep.run())
+    try:
+        await settle(rep, stack)  # the first start copied `big`
+        (big,) = [t for t in rep.status().tables if t.table == "big"]
+        assert big.settle_until is not None and not master_position(stack) < big.settle_until
+        _sql(stack, db, ["UPDATE big SET v = 'c' WHERE id = 1"])
+        await wait_hooks(rep, master_position(stack))
+        (big,) = [t for t in rep.status().tables if t.table == "big"]
+        assert big.settle_until is None
+    finally:
         await stop_replicator(rep, task)
