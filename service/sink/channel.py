@@ -85,7 +85,10 @@ class ScriptChannel:
     async def _read(self) -> Any:
         assert self._conn is not None, "no call in flight"
         try:
-            value = await self._conn.read_response(timeout=IO_TIMEOUT)
+            # Not read_response(timeout=...): on timeout that returns None, which would be taken for
+            # the reply, and the late reply for the next call's.
+            async with asyncio.timeout(IO_TIMEOUT):
+                value = await self._conn.read_response()
         except BaseException:
             await self.close()
             raise
