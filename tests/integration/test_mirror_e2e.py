@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 
 import pytest
 import redis as redis_sync
@@ -11,6 +13,7 @@ from service.checkpoint import BinlogPosition, Checkpoint
 from service.pipeline.replicator import Replicator
 from service.pipeline.status import State
 from service.settings import load_settings
+from service.sink import channel as channel_module
 from service.stack import LocalStack
 from tests.integration.mirror_helpers import (
     Workload,
@@ -18,6 +21,7 @@ from tests.integration.mirror_helpers import (
     create_schema,
     expected,
     master_position,
+    mirror_settings,
     stop_replicator,
     unique_names,
     wait_hooks,
@@ -117,6 +121,50 @@ async def test_random_workload_mirrors_exactly(
         await stop_replicator(rep, task)
         wl.close()
     assert rep.status().state == State.STOPPED
+
+
+async def test_a_redis_that_stops_answering_is_retried(
+    stack: LocalStack, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Redis frozen (SIGSTOP) with calls in flight: their replies time out, the session ends with
+    SinkError and, once Redis answers again, resumes from the checkpoint. Every transaction is
+    applied once (the change log has one ledger insert each)."""
+    info = stack.load()
+    assert info is not None and info.redis_pid is not None
+    monkeypatch.setattr(channel_module, "IO_TIMEOUT", 1.0)
+    db, prefix = unique_names()
+    create_schema(stack, db)
+    rep = Replicator(mirror_settings(stack, db, prefix, changelog_maxlen=100000))
+    task = asyncio.create_task(rep.run())
+    wl = Workload(stack, db, seed=29)
+    ledger_before = wl.ledger
+    try:
+        await _wait(info.redis_url, prefix, master_position(stack))
+        for _ in range(5):
+            wl.step(allow_ddl=False)
+        os.kill(info.redis_pid, signal.SIGSTOP)
+        try:
+            for _ in range(20):
+                wl.step(allow_ddl=False)
+            for _ in range(200):
+                if "SinkError" in (rep.status().errors.last or ""):
+                    break
+                await asyncio.sleep(0.05)
+        finally:
+            os.kill(info.redis_pid, signal.SIGCONT)
+        assert "SinkError" in (rep.status().errors.last or "")
+        await _wait(info.redis_url, prefix, master_position(stack))
+        assert actual(info.redis_url, prefix, db) == expected(stack, db)
+        r = redis_sync.Redis.from_url(info.redis_url)
+        entries = r.xrange(f"{prefix}:__changes")
+        r.close()
+        ids = sorted(
+            int(e[1][b"key"]) for e in entries if e[1][b"table"] == b"ledger" and e[1][b"op"] == b"insert"
+        )
+        assert ids == list(range(ledger_before + 1, wl.ledger + 1))
+    finally:
+        await stop_replicator(rep, task)
+        wl.close()
 
 
 async def test_redis_going_away_is_retried(stack: LocalStack, caplog: pytest.LogCaptureFixture) -> None:
