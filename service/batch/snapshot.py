@@ -37,7 +37,7 @@ from service.sink.plan import checkpoint_fields
 from service.sink.scripts import RELEASE, RENEW
 from service.sink.values import field_value, json_document
 from service.transactions import TableFilter, Transaction
-from service.transport.connection import connect, current_checkpoint, fetch, server_info, ssl_context
+from service.transport.connection import connect, connect_args, current_checkpoint, fetch, server_info
 from service.transport.preflight import check_config
 
 if TYPE_CHECKING:
@@ -142,12 +142,7 @@ def copy_range(settings: Settings, task: KeyRange, chunk_rows: int) -> int:
     base = layout.table_base(task.schema, task.table)
     index = layout.index_key(task.schema, task.table)
     conn = pymysql.connect(
-        host=url.host,
-        port=url.port,
-        user=url.user,
-        password=url.password.get_secret_value(),
-        ssl=ssl_context(settings),
-        autocommit=True,
+        **connect_args(settings, url),
         init_command="SET SESSION time_zone = '+00:00'",  # TIMESTAMPs in UTC, as the binlog has them
     )
     r = redis_sync.Redis.from_url(settings.redis.url.get_secret_value())

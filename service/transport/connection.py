@@ -27,6 +27,7 @@ __all__ = [
     "binlog_files",
     "close_connection",
     "connect",
+    "connect_args",
     "current_checkpoint",
     "fetch",
     "map_errors",
@@ -74,6 +75,18 @@ def ssl_context(settings: Settings) -> ssl.SSLContext | None:
     return ctx
 
 
+def connect_args(settings: Settings, url: MySQLUrl) -> dict[str, Any]:
+    """Where and how to connect, for aiomysql and pymysql alike (autocommit)."""
+    return {
+        "host": url.host,
+        "port": url.port,
+        "user": url.user,
+        "password": url.password.get_secret_value(),
+        "ssl": ssl_context(settings),
+        "autocommit": True,
+    }
+
+
 async def connect(settings: Settings, url: MySQLUrl | None = None) -> aiomysql.Connection:
     """An autocommit connection; mysql_native_password and caching_sha2_password (full auth over
     TLS, or RSA key exchange without TLS; aiomysql fetches the server's public key) both work."""
@@ -86,15 +99,7 @@ async def connect(settings: Settings, url: MySQLUrl | None = None) -> aiomysql.C
             # can swallow a cancellation (service/sink/client.py); aiomysql closes the socket
             # of a handshake cut short.
             async with asyncio.timeout(CONNECT_TIMEOUT):
-                return await aiomysql.connect(
-                    host=url.host,
-                    port=url.port,
-                    user=url.user,
-                    password=url.password.get_secret_value(),
-                    ssl=ssl_context(settings),
-                    autocommit=True,
-                    program_name="binlog-mirror",
-                )
+                return await aiomysql.connect(**connect_args(settings, url), program_name="binlog-mirror")
         except TimeoutError:
             raise SourceError(f"connecting to {url}: no answer within {CONNECT_TIMEOUT:g} s") from None
 
