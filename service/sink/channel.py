@@ -42,8 +42,8 @@ class ScriptChannel:
 
     async def _open(self) -> AbstractConnection:
         # A connection of the client's pool, held until `close` (so closing the client closes it
-        # too), without its socket timeout: redis-py would run each write in a task of its own
-        # (asyncio.wait_for); `send` and `reply` bound their waits themselves.
+        # too), without its socket timeout: `send` and `reply` bound their waits themselves, with
+        # IO_TIMEOUT (an apply call may run longer than the client's other commands may take).
         conn: AbstractConnection = await self._redis.connection_pool.get_connection()  # type: ignore[no-untyped-call]
         self._timeout, conn.socket_timeout = conn.socket_timeout, None
         self._conn = conn
