@@ -79,6 +79,7 @@ class Result:
     seconds: float = 0.0
     cpu_s: float = 0.0
     redis_cpu_s: float = 0.0
+    mariadb_cpu_s: float = 0.0  # the source server's CPU during the run (its binlog dump thread)
     aof_rewrites: int = 0  # automatic AOF rewrites during the run
     rewrite_cpu_s: float = 0.0  # their child processes' CPU (not in redis_cpu_s)
     rss_mb: float = 0.0
@@ -147,6 +148,7 @@ def throughput(
                     settle_aof(r)
                 rewrites, child_cpu = _persistence(r)
                 redis_cpu = cpu_seconds(info.redis_pid or 0)
+                mariadb_cpu = cpu_seconds(info.mysql_pid or 0)
                 try:
                     m = run_measured(cmd, timeout=1800)
                     data = last_json(m.out)
@@ -159,6 +161,7 @@ def throughput(
                 except (RuntimeError, ValueError, KeyError) as exc:
                     res.error = str(exc)[:100]
                 res.redis_cpu_s = cpu_seconds(info.redis_pid or 0) - redis_cpu
+                res.mariadb_cpu_s = cpu_seconds(info.mysql_pid or 0) - mariadb_cpu
                 wait_aof(r)  # a rewrite the run started ends, and its child's CPU counts, here
                 rewrites_after, child_after = _persistence(r)
                 res.aof_rewrites, res.rewrite_cpu_s = rewrites_after - rewrites, child_after - child_cpu
@@ -167,6 +170,7 @@ def throughput(
                 console.print(
                     f"  round {k} {w.name:8} {name:36} rows={res.rows:>9,} {res.seconds:7.2f}s "
                     f"cpu={res.cpu_s:6.2f}s redis-cpu={res.redis_cpu_s:5.2f}s "
+                    f"mariadb-cpu={res.mariadb_cpu_s:5.2f}s "
                     f"aof-rewrites={res.aof_rewrites} ({res.rewrite_cpu_s:.1f}s) "
                     f"keys={res.keys:,} {res.error}"
                 )
@@ -234,12 +238,12 @@ def latency(info: StackInfo, rate: float, seconds: float) -> dict[str, object]:
 
 
 def report(workloads: list[Workload], results: list[Result], env: dict[str, str], repeat: int = 1) -> str:
-    cols = ["workload", "tool", "rows", "seconds", "rows/s", "CPU s", "Redis CPU s", "AOF rewrites (CPU s)"]
-    cols += ["peak RSS MB", "keys after", "vs peer"]
+    cols = ["workload", "tool", "rows", "seconds", "rows/s", "CPU s", "Redis CPU s", "MariaDB CPU s"]
+    cols += ["AOF rewrites (CPU s)", "peak RSS MB", "keys after", "vs peer"]
     rows: list[list[str]] = []
     for r in results:
         if r.error:
-            rows.append([r.workload, r.tool, "-", "-", r.error, *[""] * 6])
+            rows.append([r.workload, r.tool, "-", "-", r.error, *[""] * 7])
             continue
         peer = next((p for p in results if p.workload == r.workload and p.tool == PEER and p.rate), None)
         rows.append(
@@ -251,6 +255,7 @@ def report(workloads: list[Workload], results: list[Result], env: dict[str, str]
                 f"{r.rate:,.0f}",
                 f"{r.cpu_s:.1f}",
                 f"{r.redis_cpu_s:.1f}",
+                f"{r.mariadb_cpu_s:.1f}",
                 f"{r.aof_rewrites} ({r.rewrite_cpu_s:.1f})",
                 f"{r.rss_mb:.0f}",
                 f"{r.keys:,}",
@@ -265,6 +270,36 @@ def report(workloads: list[Workload], results: list[Result], env: dict[str, str]
         table.add_row(*row)
     console.print(table)
     return markdown_table(cols, rows)
+
+
+def cpu_budget(results: list[Result], cores: int) -> str:
+    """Per workload, what 10x the peer leaves on this machine's cores, against the CPU that no
+    client of the same design avoids (MariaDB sending the binlog, Redis running the peer's own
+    plain commands, the AOF rewrites of the peer's run) and the CPU our run used in all."""
+
+    def parts(cpu: tuple[float, ...]) -> str:
+        return " + ".join(f"{c:.1f}" for c in cpu)
+
+    lines = []
+    ok = [r for r in results if not r.error]
+    for peer in (r for r in ok if r.tool == PEER):
+        ours = next((r for r in ok if r.workload == peer.workload and r.tool == OURS), None)
+        servers = (peer.mariadb_cpu_s, peer.redis_cpu_s, peer.rewrite_cpu_s)
+        line = (
+            f"{peer.workload}: 10x the peer = {peer.seconds / 10:.2f} s = "
+            f"{cores * peer.seconds / 10:.1f} CPU-s on {cores} cores; MariaDB + Redis + AOF rewrites "
+            f"for the peer's own commands {sum(servers):.1f} CPU-s ({parts(servers)})"
+        )
+        if ours:
+            used = (ours.cpu_s, ours.mariadb_cpu_s, ours.redis_cpu_s, ours.rewrite_cpu_s)
+            line += (
+                f"; ours {sum(used):.1f} CPU-s in {ours.seconds:.2f} s "
+                f"({parts(used)}: ours + MariaDB + Redis + AOF rewrites)"
+            )
+        lines.append(f"- CPU budget, {line}")
+    text = "\n".join(lines)
+    console.print(text)
+    return text
 
 
 def round_times(workloads: list[Workload], rounds: list[Result]) -> str:
@@ -316,6 +351,7 @@ def main() -> None:
             rounds = throughput(info, workloads, args.only, args.repeat, not args.no_aof_settle)
             results = fastest(workloads, rounds)
             md.append(report(workloads, results, env, args.repeat))
+            md.append(cpu_budget(results, int(env["nproc"])))
             if args.repeat > 1:
                 md.append(round_times(workloads, rounds))
             out["workloads"] = [asdict(w) for w in workloads]
