@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 APT_PACKAGES := mariadb-server mariadb-client redis-server python3-venv default-jre-headless
 
-.PHONY: demo test lint typecheck pytest bench bench-stream bench-e2e bench-fanout bench-memory bench-table-ops fast pure system-packages clean
+.PHONY: demo test lint typecheck pytest bench bench-stream bench-e2e bench-fanout bench-memory bench-table-ops bench-redis-floor fast pure system-packages clean
 
 $(BIN)/binlog-mirror: pyproject.toml
 	@$(PYTHON) -c 'import venv, ensurepip' 2>/dev/null || $(MAKE) system-packages
@@ -59,3 +59,6 @@ bench-stream bench-e2e bench-fanout bench-memory: system-packages $(BIN)/binlog-
 
 bench-table-ops: system-packages $(BIN)/binlog-mirror
 	$(BIN)/python -m benchmarks.table_ops
+
+bench-redis-floor: system-packages $(BIN)/binlog-mirror
+	$(BIN)/python -m benchmarks.redis_floor
