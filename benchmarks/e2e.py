@@ -100,7 +100,7 @@ def _commands(info: StackInfo, w: Workload, prefix: str) -> dict[str, list[str]]
     return {OURS: [*ours, w.file, str(w.start), str(w.end)], PEER: peer}
 
 
-def _persistence(r: redis.Redis) -> tuple[int, float]:
+def aof_persistence(r: redis.Redis) -> tuple[int, float]:
     """AOF rewrites so far, and the CPU seconds of the Redis children reaped so far."""
     info = r.info("persistence", "cpu")
     return int(info.get("aof_rewrites", 0)), info["used_cpu_sys_children"] + info["used_cpu_user_children"]
@@ -146,7 +146,7 @@ def throughput(
                 res = Result(name, w.name, round=k)
                 if settle:
                     settle_aof(r)
-                rewrites, child_cpu = _persistence(r)
+                rewrites, child_cpu = aof_persistence(r)
                 redis_cpu = cpu_seconds(info.redis_pid or 0)
                 mariadb_cpu = cpu_seconds(info.mysql_pid or 0)
                 try:
@@ -163,7 +163,7 @@ def throughput(
                 res.redis_cpu_s = cpu_seconds(info.redis_pid or 0) - redis_cpu
                 res.mariadb_cpu_s = cpu_seconds(info.mysql_pid or 0) - mariadb_cpu
                 wait_aof(r)  # a rewrite the run started ends, and its child's CPU counts, here
-                rewrites_after, child_after = _persistence(r)
+                rewrites_after, child_after = aof_persistence(r)
                 res.aof_rewrites, res.rewrite_cpu_s = rewrites_after - rewrites, child_after - child_cpu
                 res.keys = int(r.dbsize())
                 results.append(res)

@@ -20,7 +20,7 @@ import json
 
 import redis
 
-from benchmarks.e2e import _persistence, settle_aof, wait_aof
+from benchmarks.e2e import aof_persistence, settle_aof, wait_aof
 from benchmarks.harness import bench_stack, cpu_seconds, machine
 from benchmarks.workload import WORK, load_or_generate
 from service.binlog import BinlogDecoder, RowsEvent, XidEvent, scan_binlog_file
@@ -64,7 +64,7 @@ def main() -> None:
         r = redis.Redis.from_url(info.redis_url, socket_timeout=300)
         r.flushdb()
         settle_aof(r)
-        rewrites, child_cpu = _persistence(r)
+        rewrites, child_cpu = aof_persistence(r)
         cpu0 = cpu_seconds(info.redis_pid or 0)
         for txn in txns:
             pipe = r.pipeline(transaction=True)
@@ -73,7 +73,7 @@ def main() -> None:
             pipe.execute()
         redis_cpu = cpu_seconds(info.redis_pid or 0) - cpu0
         wait_aof(r)
-        rewrites_after, child_after = _persistence(r)
+        rewrites_after, child_after = aof_persistence(r)
         result = {
             "workload": w.name,
             "rows": rows,
