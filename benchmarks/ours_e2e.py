@@ -10,7 +10,8 @@ reaches END (or MAX_ROWS row changes were applied: a slice of a workload, for pr
 {"rows", "transactions", "seconds", "checkpoint"}. The prefix is fresh, and its
 `__tables` set is seeded with the bench tables first: without that the first session would
 copy the tables from the source (docs/mirror.md, "No checkpoint yet") while replaying, and this
-benchmark measures binlog -> Redis only.
+benchmark measures binlog -> Redis only. BINLOG_MIRROR_VALUE_MODE=json: the json layout (one
+string per row) instead of the default hash per row.
 
 live: start at the source's current position (on_no_checkpoint = now), print
 {"ready": true, "pid", "port"} once streaming, then run until SIGTERM/SIGINT or until --expect row
@@ -60,6 +61,9 @@ async def replay(
         # thread to leave the server's replica list (a live twin guard; the peer's library has
         # none). A restart of the real service pays that wait once.
         server_id=10_000 + int(file.rsplit(".", 1)[-1]) % 10_000,
+        # Settings() alone reads no environment (the service's load_settings does): the layout
+        # is taken from it here so that BINLOG_MIRROR_VALUE_MODE=json measures the json layout.
+        value_mode=os.environ.get("BINLOG_MIRROR_VALUE_MODE") or "hash",
     )
     layout = KeyLayout(prefix)
     client = Redis.from_url(redis)
