@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+from decimal import Decimal
 
 import aiomysql
 
@@ -42,6 +43,12 @@ async def create_demo_schema(url: MySQLUrl) -> None:
         conn.close()
 
 
+def _cents(lo: int, hi: int) -> Decimal:
+    # A Decimal, not a float: pymysql sends floats as DOUBLE literals ("0.57e0"), which a
+    # DECIMAL(12,2) column stores with a "Data truncated" warning.
+    return Decimal(random.randint(lo, hi)).scaleb(-2)
+
+
 async def demo_writes(url: MySQLUrl, per_second: float = 3.0) -> None:
     """Insert, update and delete a few rows a second until cancelled."""
     conn = await _connect(url)
@@ -55,18 +62,18 @@ async def demo_writes(url: MySQLUrl, per_second: float = 3.0) -> None:
                         (
                             name := random.choice(_NAMES),
                             f"{name}@example.com",
-                            random.randint(0, 10000) / 100,
+                            _cents(0, 10000),
                         ),
                     )
                     await cur.execute(
                         f"INSERT INTO {DEMO_SCHEMA}.orders (customer_id, amount, status) "
                         "VALUES (%s, %s, 'new')",
-                        (cur.lastrowid, random.randint(100, 99999) / 100),
+                        (cur.lastrowid, _cents(100, 99999)),
                     )
                 elif roll < 0.8:
                     await cur.execute(
                         f"UPDATE {DEMO_SCHEMA}.customers SET balance = balance + %s ORDER BY RAND() LIMIT 1",
-                        (random.randint(-500, 500) / 100,),
+                        (_cents(-500, 500),),
                     )
                     await cur.execute(
                         f"UPDATE {DEMO_SCHEMA}.orders SET status = IF(status='new','paid','shipped') "
