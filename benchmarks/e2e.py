@@ -31,6 +31,8 @@ apply time - the writer's commit-return time (one CLOCK_MONOTONIC for all proces
 Replicator's RSS is sampled every 0.5 s to show whether memory stays flat.
 
 --quick: 100,000-row workloads (generated once, in new binlog files) and a 5 s latency run.
+BINLOG_MIRROR_VALUE_MODE=json: binlog-mirror's replay writes the json layout (the peer still writes
+hashes, so that is not the same job).
 """
 
 from __future__ import annotations
