@@ -37,6 +37,7 @@ async def create_demo_schema(url: MySQLUrl) -> None:
     conn = await _connect(url)
     try:
         async with conn.cursor() as cur:
+            await cur.execute("SET SESSION sql_notes = 0")  # no "already exists" note on a rerun
             for sql in _DDL:
                 await cur.execute(sql)
     finally:
