@@ -22,7 +22,7 @@ COPY service ./service
 COPY api ./api
 # The build writes *.so next to their .py; they are package data (pyproject.toml), so they install.
 RUN if [ "$COMPILE" = 1 ]; then \
-      PYTHONPATH=/install/lib/python3.11/site-packages python -m service.build_decoder; \
+      PYTHONPATH=/install/lib/python3.11/site-packages python -m service.devtools.build_decoder; \
     fi \
  && pip install --no-cache-dir --no-deps --prefix=/install .
 

@@ -49,10 +49,10 @@ bench: system-packages $(BIN)/binlog-mirror
 # Optional: compile the decoding core with mypyc (in-place .so files shadow the .py sources;
 # `make pure` removes them). The pure-Python source stays the reference and the fallback.
 fast: $(BIN)/binlog-mirror
-	$(BIN)/python -m service.build_decoder
+	$(BIN)/python -m service.devtools.build_decoder
 
 pure: $(BIN)/binlog-mirror
-	$(BIN)/python -m service.build_decoder --clean
+	$(BIN)/python -m service.devtools.build_decoder --clean
 
 bench-stream bench-e2e bench-fanout bench-memory: system-packages $(BIN)/binlog-mirror
 	$(BIN)/python -m benchmarks.$(@:bench-%=%)

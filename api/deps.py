@@ -17,8 +17,8 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CollectorRegistry
 from starlette.requests import HTTPConnection
 
+from api.broadcast import Broadcaster
 from api.schemas import DetailOut
-from service.pipeline.broadcast import Broadcaster
 from service.pipeline.status import ReplicatorStatus
 from service.settings import Settings
 

@@ -21,10 +21,10 @@ from fastapi import FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse
 
+from api.broadcast import Broadcaster
 from api.deps import StatusSource
 from api.metrics import build_registry, register_pipeline_metrics
 from api.routes import events, health, lag, metrics, position, tables
-from service.pipeline.broadcast import Broadcaster
 from service.pipeline.status import ReplicatorStatus
 from service.settings import Settings, load_settings
 from service.transactions import Transaction

@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from service.pipeline.broadcast import Broadcaster
+from api.broadcast import Broadcaster
 from service.pipeline.status import ReplicatorStatus, State
 from service.transactions import Transaction
 

@@ -20,7 +20,7 @@ from rich.table import Table
 
 from benchmarks.harness import ensure_zongji, run_measured
 from benchmarks.workload import WORK, Workload, load_or_generate
-from service.stack import LocalStack
+from service.devtools.stack import LocalStack
 
 HERE = Path(__file__).resolve().parent
 console = Console()

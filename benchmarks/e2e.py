@@ -66,7 +66,7 @@ from benchmarks.harness import (
     run_measured,
 )
 from benchmarks.workload import WORK, Workload, load_or_generate
-from service.stack import StackInfo
+from service.devtools.stack import StackInfo
 
 console = Console(width=200)
 OURS, PEER = "binlog-mirror (Replicator)", "python-mysql-replication + redis-py"

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.workload import WORK
-from service.stack import LocalStack, StackInfo
+from service.devtools.stack import LocalStack, StackInfo
 
 __all__ = [
     "HERE",

@@ -37,9 +37,9 @@ from redis.asyncio import Redis
 
 from benchmarks.harness import clock
 from service.checkpoint import BinlogPosition
+from service.cli.runtime import tune_gc
 from service.pipeline.replicator import Replicator
 from service.pipeline.status import State
-from service.runtime import tune_gc
 from service.settings import Settings
 from service.sink.keys import KeyLayout
 from service.transactions import Transaction
@@ -85,7 +85,7 @@ async def replay(
 
     replicator.add_applied_hook(on_applied)
     t0 = time.perf_counter()
-    tune_gc()  # as `binlog-mirror run` does (service/run_cli.py)
+    tune_gc()  # as `binlog-mirror run` does (service/cli/run.py)
     await replicator.run()
     stored = {k.decode(): v.decode() for k, v in (await client.hgetall(layout.checkpoint_key)).items()}
     await client.aclose()
@@ -132,7 +132,7 @@ async def live(args: argparse.Namespace) -> None:
             replicator.stop()
 
     replicator.add_applied_hook(on_applied)
-    tune_gc()  # as `binlog-mirror run` does (service/run_cli.py)
+    tune_gc()  # as `binlog-mirror run` does (service/cli/run.py)
     tasks = [asyncio.create_task(replicator.run(), name="replicator")]
     server = None
     if args.api:

@@ -24,7 +24,7 @@ import time
 
 from benchmarks.harness import percentile
 from service.checkpoint import BinlogPosition
-from service.runtime import tune_gc
+from service.cli.runtime import tune_gc
 from service.settings import Settings
 from service.transport.source import BinlogSource
 
@@ -49,7 +49,7 @@ async def main(url: str, file: str, start: int, end: int) -> None:
     t0, cpu0 = time.perf_counter(), time.process_time()
     probe = asyncio.create_task(_probe(lags, cpu_lags))
     async with BinlogSource(settings, BinlogPosition(file, start)) as source:
-        tune_gc()  # as `binlog-mirror stream` does once started (service/stream_cli.py)
+        tune_gc()  # as `binlog-mirror stream` does once started (service/cli/stream.py)
         async for txn in source:
             rows += len(txn.changes)
             txns += 1

@@ -19,7 +19,7 @@ from typing import Any
 
 import pymysql
 
-from service.stack import LocalStack
+from service.devtools.stack import LocalStack
 
 WORK = Path(__file__).resolve().parent / ".work"
 SCHEMA = "bench"

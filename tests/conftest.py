@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from service.stack import LocalStack
+from service.devtools.stack import LocalStack
 
 
 @pytest.fixture(scope="session")

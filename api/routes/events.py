@@ -22,8 +22,8 @@ from fastapi import APIRouter, WebSocket
 from pydantic import BaseModel, ConfigDict, ValidationError
 from starlette.websockets import WebSocketDisconnect, WebSocketState
 
+from api.broadcast import Batch, Broadcaster, Closed, EventFilter, FilterError, Gap, Subscription
 from api.deps import StatusSource, token_ok
-from service.pipeline.broadcast import Batch, Broadcaster, Closed, EventFilter, FilterError, Gap, Subscription
 from service.pipeline.status import State
 from service.settings import Settings
 from service.transactions import TableFilter

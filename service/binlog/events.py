@@ -1,6 +1,6 @@
 """Decoded events: slotted dataclasses, immutable by convention. `Event` is the common base.
 
-Compiled with the rest of the core (python -m service.build_decoder), these are native
+Compiled with the rest of the core (python -m service.devtools.build_decoder), these are native
 classes. The ones the decoder builds for every event or row take an explicit `__init__`
 (`init=False`): mypyc compiles it to a direct C constructor (EventHeader 0.31 -> 0.09 µs),
 while a dataclass-generated one stays interpreted and costs more than before. Not frozen:

@@ -1,6 +1,6 @@
 """`RawEvent`: one whole event's bytes that know where they sit in their file.
 
-A module of its own, left interpreted by the optional mypyc build (service/build_decoder.py):
+A module of its own, left interpreted by the optional mypyc build (service/devtools/build_decoder.py):
 a compiled (native) class cannot subclass bytes. `read_binlog_file` (files.py) is compiled.
 """
 

@@ -1,50 +1,31 @@
-"""The `binlog-mirror` command line: thin wrappers that build settings and call the service."""
+"""The `binlog-mirror` command line: thin wrappers that build settings and call the service.
+
+The CLI is the composition root: the only package that imports both `api` and `service`
+(import-linter contracts in pyproject.toml). One module per command group; `common` holds what
+they share, so no command module imports this one.
+"""
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
-from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
-from service.batch_cli import replay, snapshot
-from service.binlog_cli import decode
-from service.errors import ReplicatorError
-from service.run_cli import run
-from service.stack import LocalStack
-from service.stream_cli import stream
+from service.cli import batch, decode, run, stack, stream
 
 __all__ = ["app"]
 
 app = typer.Typer(
     no_args_is_help=True, add_completion=False, help="Keep a Redis mirror of MySQL tables in sync."
 )
-stack_app = typer.Typer(no_args_is_help=True, help="A throwaway local MariaDB + Redis on 127.0.0.1.")
-app.add_typer(stack_app, name="stack")
-app.command("stream")(stream)
-app.command("decode")(decode)
-app.command("run")(run)
-app.command("snapshot")(snapshot)
-app.command("replay")(replay)
-
-console = Console(stderr=True)
-
-StackDir = Annotated[
-    Path | None,
-    typer.Option(
-        "--dir", envvar="BINLOG_MIRROR_STACK_DIR", help="Where the stack keeps its data (default .stack/)."
-    ),
-]
-
-
-def fail(message: str, code: int = 1) -> typer.Exit:
-    """One clear line on stderr, then exit non-zero."""
-    console.print(f"[red]error:[/red] {message}", highlight=False, markup=True)
-    return typer.Exit(code)
+app.add_typer(stack.stack_app, name="stack")
+app.command("stream")(stream.stream)
+app.command("decode")(decode.decode)
+app.command("run")(run.run)
+app.command("snapshot")(batch.snapshot)
+app.command("replay")(batch.replay)
 
 
 @app.callback()
@@ -54,41 +35,3 @@ def main(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug lo
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-
-
-@stack_app.command("up")
-def stack_up(directory: StackDir = None) -> None:
-    """Start MariaDB (binlog on, ROW, FULL metadata, CRC32, GTID) and Redis (AOF on)."""
-    stack = LocalStack(directory)
-    try:
-        info = stack.up()
-    except ReplicatorError as exc:
-        raise fail(str(exc)) from None
-    for name, url in info.urls().items():
-        typer.echo(f"{name}: {url}")
-
-
-@stack_app.command("down")
-def stack_down(
-    directory: StackDir = None,
-    purge: Annotated[bool, typer.Option("--purge", help="Also delete the stack's data directory.")] = False,
-) -> None:
-    """Stop every process the stack started."""
-    LocalStack(directory).down(purge=purge)
-    typer.echo("stack stopped")
-
-
-@stack_app.command("status")
-def stack_status(
-    directory: StackDir = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
-) -> None:
-    """What the running servers report about themselves."""
-    status = LocalStack(directory).status()
-    if as_json:
-        typer.echo(json.dumps(status, indent=2, default=str))
-    else:
-        for key, value in status.items():
-            typer.echo(f"{key}: {value}")
-    if not status.get("running"):
-        raise typer.Exit(1)

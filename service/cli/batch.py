@@ -6,28 +6,20 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
+from service.cli.common import console, fail, split_globs
 from service.errors import ReplicatorError
 
-__all__ = ["replay", "snapshot", "split_globs"]
-
-console = Console(stderr=True)
+__all__ = ["replay", "snapshot"]
 
 Master = Annotated[
     str, typer.Option("--master", help="Spark master: local[*], local[N], spark://host:7077, yarn, k8s://...")
 ]
 
 
-def split_globs(values: list[str] | None) -> list[str] | None:
-    """Repeated flags and comma-separated lists alike; None when not given (env/file apply)."""
-    return [p.strip() for v in values or [] for p in v.split(",") if p.strip()] or None
-
-
 def _spark_failure(exc: Exception) -> typer.Exit:
     """A failed Spark job: the binlog-mirror error a worker raised, else Spark's own message."""
     from service.batch.session import job_error
-    from service.cli import fail
 
     return fail(job_error(exc) or f"the Spark job failed: {str(exc).splitlines()[0]}")
 
@@ -45,7 +37,6 @@ def replay(
     """Decode archived binlog files into Parquet, one row per row change (one Spark task per file)."""
     from service.batch.replay import binlog_paths, replay_to_parquet
     from service.batch.session import spark_session
-    from service.cli import fail
     from service.transactions import TableFilter
 
     try:
@@ -87,7 +78,6 @@ def snapshot(
     """Copy the selected tables into an empty mirror, then store the checkpoint `run` resumes from."""
     from service.batch.session import spark_session
     from service.batch.snapshot import run_snapshot
-    from service.cli import fail
     from service.settings import load_settings
 
     try:

@@ -15,7 +15,7 @@ from typing import Annotated, Any
 
 import typer
 
-from service.batch_cli import split_globs
+from service.cli.common import fail, split_globs
 from service.errors import ReplicatorError
 from service.settings import MySQLUrl, Settings, load_settings
 
@@ -51,8 +51,6 @@ def run(
     config: Annotated[Path | None, typer.Option("--config", help="TOML config file.")] = None,
 ) -> None:
     """Mirror the selected tables into Redis until SIGTERM/SIGINT."""
-    from service.cli import fail  # the CLI module registers this command; import lazily
-
     try:
         settings = load_settings(
             config,
@@ -76,8 +74,8 @@ def run(
 
 
 def _demo_settings(settings: Settings) -> tuple[Settings, MySQLUrl]:
-    from service.pipeline.demo import DEMO_SCHEMA
-    from service.stack import LocalStack
+    from service.devtools.demo import DEMO_SCHEMA
+    from service.devtools.stack import LocalStack
 
     info = LocalStack().up()
     log.info(
@@ -93,12 +91,12 @@ def _demo_settings(settings: Settings) -> tuple[Settings, MySQLUrl]:
 
 
 async def _main(settings: Settings, *, api: bool, demo_admin: MySQLUrl | None) -> None:
+    from service.cli.runtime import tune_gc
     from service.pipeline.replicator import Replicator
-    from service.runtime import tune_gc
 
     demo_task: asyncio.Task[None] | None = None
     if demo_admin is not None:
-        from service.pipeline.demo import create_demo_schema, demo_writes
+        from service.devtools.demo import create_demo_schema, demo_writes
 
         await create_demo_schema(demo_admin)
         demo_task = asyncio.create_task(demo_writes(demo_admin), name="demo-writes")

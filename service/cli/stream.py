@@ -8,18 +8,17 @@ from typing import Annotated
 
 import orjson
 import typer
-from rich.console import Console
 
 from service.binlog.canonical import row_change_to_dict
 from service.checkpoint import BinlogPosition, parse_start
+from service.cli.common import console
+from service.cli.runtime import tune_gc
 from service.errors import ConfigError, ReplicatorError
-from service.runtime import tune_gc
 from service.settings import load_settings
 from service.transport.source import BinlogSource
 
 __all__ = ["stream"]
 
-console = Console(stderr=True)
 POLL_SECONDS = 0.2
 
 

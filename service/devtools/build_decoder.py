@@ -1,11 +1,12 @@
 """Optional speed-up: compile service.binlog, and the stream's and the sink's per-event layers
 around it (STREAM_MODULES), with mypyc, in place.
 
-    python -m service.build_decoder            # build (about 60 s on 2 cores)
-    python -m service.build_decoder --clean    # remove the compiled modules
+    python -m service.devtools.build_decoder            # build (about 60 s on 2 cores)
+    python -m service.devtools.build_decoder --clean    # remove the compiled modules
 
-It lives outside service/binlog on purpose: running it must not import that package, whose
-stale compiled modules may no longer match its sources.
+It lives outside service/binlog on purpose (in service/devtools, with the other dev tooling):
+running it must not import that package, whose stale compiled modules may no longer match its
+sources.
 
 The build writes one extension module next to each compiled .py (*.so, git-ignored) and
 Python imports it instead of the .py. The .py files stay the reference and the fallback:
@@ -32,7 +33,7 @@ from pathlib import Path
 
 __all__ = ["compiled_modules", "is_compiled", "main"]
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "service" / "binlog"
 INTERPRETED = frozenset({"__init__.py", "rawevent.py", "files.py", "jsonb.py"})
 # The per-event and per-row layers around the decoder (pure code, no I/O): packet splitting, the

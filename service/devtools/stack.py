@@ -24,8 +24,8 @@ from typing import Any
 
 import pymysql
 
+from service.devtools.stack_tls import ensure_tls_files
 from service.errors import StackError
-from service.stack_tls import ensure_tls_files
 
 __all__ = ["LocalStack", "StackInfo", "default_stack_dir"]
 

@@ -28,6 +28,7 @@ import aiomysql
 from prometheus_client import Histogram
 from redis.asyncio import Redis
 
+from service.backoff import Backoff
 from service.binlog.rowchange import Op
 from service.binlog.schema import TableSchema
 from service.checkpoint import Checkpoint, StartPoint, parse_start
@@ -57,7 +58,6 @@ from service.sink.keys import KeyLayout, split_key
 from service.sink.mirror import MirrorOptions, RedisMirror, SentBatch
 from service.sink.plan import ActionKind, TableAction
 from service.transactions import TableFilter, Transaction
-from service.transport.backoff import Backoff
 from service.transport.connection import connect, map_errors
 
 __all__ = ["AppliedHook", "Replicator", "TransactionSource"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from service.transport.backoff import Backoff
+from service.backoff import Backoff
 from service.transport.source import BinlogSource, SourceStats
 
 __all__ = ["Backoff", "BinlogSource", "SourceStats"]

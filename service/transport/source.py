@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 import aiomysql
 
+from service.backoff import Backoff
 from service.binlog import BinlogDecoder, DecodeOptions
 from service.binlog.constants import EventType
 from service.binlog.schema import TableSchema
@@ -42,7 +43,6 @@ from service.errors import ReplicatorError, SourceError
 from service.queues import RowQueue
 from service.settings import Settings
 from service.transactions import TableFilter, Transaction, TransactionAssembler
-from service.transport.backoff import Backoff
 from service.transport.columns import ColumnNames
 from service.transport.connection import (
     ServerInfo,

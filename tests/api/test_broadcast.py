@@ -11,8 +11,7 @@ import orjson
 import pytest
 from apihelpers import change, txn
 
-from service.binlog.rowchange import Op
-from service.pipeline.broadcast import (
+from api.broadcast import (
     CLOSE_GOING_AWAY,
     CLOSE_LAGGING,
     CLOSE_STREAM_RESET,
@@ -27,6 +26,7 @@ from service.pipeline.broadcast import (
     Subscription,
     changes_messages,
 )
+from service.binlog.rowchange import Op
 
 
 def drain(sub: Subscription) -> list[Entry | Gap | Closed]:

@@ -15,8 +15,8 @@ from fastapi.testclient import TestClient
 from starlette.websockets import WebSocketDisconnect
 
 import api.routes.events as events_route
+from api.broadcast import Broadcaster
 from service.binlog.rowchange import Op, RowChange
-from service.pipeline.broadcast import Broadcaster
 from service.pipeline.status import State, TableStatus
 
 

@@ -15,10 +15,10 @@ import redis as redis_sync
 
 from service.binlog.canonical import row_to_json
 from service.checkpoint import BinlogPosition
+from service.devtools.stack import LocalStack
 from service.settings import Settings, load_settings
 from service.sink.keys import KeyLayout
 from service.sink.values import field_value
-from service.stack import LocalStack
 
 TABLES = {
     "items": "CREATE TABLE {db}.items (id INT PRIMARY KEY, name VARCHAR(40), qty INT, price DECIMAL(10,2), "

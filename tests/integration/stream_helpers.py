@@ -14,8 +14,8 @@ from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from service.checkpoint import Checkpoint
+from service.devtools.stack import REPLICATION_USER, LocalStack
 from service.settings import Settings, load_settings
-from service.stack import REPLICATION_USER, LocalStack
 from service.transactions import Transaction
 from service.transport.source import BinlogSource
 

@@ -28,11 +28,11 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from api.main import create_app
 from api.server import ApiServer
 from service.checkpoint import BinlogPosition
+from service.devtools.stack import LocalStack
 from service.pipeline.replicator import Replicator
 from service.settings import Settings, load_settings
-from service.stack import LocalStack
 from service.transport.source import BinlogSource
-from tests.integration.test_stream_util import Proxy
+from tests.integration.stream_helpers import Proxy
 
 pytestmark = pytest.mark.integration
 

@@ -29,11 +29,11 @@ from typing import Any
 
 import aiomysql
 import pytest
-from test_stream_util import admin, changes_of, collect, peer_changes, run_sql, settings_for, unique_db
+from stream_helpers import admin, changes_of, collect, peer_changes, run_sql, settings_for, unique_db
 
 from service.binlog.values import Geometry
 from service.checkpoint import BinlogPosition, Checkpoint
-from service.stack import REPLICATION_USER, LocalStack
+from service.devtools.stack import REPLICATION_USER, LocalStack
 from service.transactions import TableFilter
 from service.transport.source import BinlogSource
 

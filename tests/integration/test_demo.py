@@ -8,9 +8,9 @@ import contextlib
 import pymysql
 import pytest
 
-from service.pipeline.demo import DEMO_SCHEMA, create_demo_schema, demo_writes
+from service.devtools.demo import DEMO_SCHEMA, create_demo_schema, demo_writes
+from service.devtools.stack import LocalStack
 from service.settings import MySQLUrl
-from service.stack import LocalStack
 
 pytestmark = pytest.mark.integration
 

@@ -14,9 +14,9 @@ import pytest
 import redis as redis_sync
 
 from service.checkpoint import BinlogPosition, Checkpoint
+from service.devtools.stack import LocalStack
 from service.pipeline.replicator import Replicator
 from service.sink.values import field_value
-from service.stack import LocalStack
 from service.transactions import Transaction
 from tests.integration.mirror_helpers import (
     master_position,

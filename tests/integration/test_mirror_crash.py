@@ -15,7 +15,7 @@ import pytest
 import redis as redis_sync
 
 from service.checkpoint import BinlogPosition
-from service.stack import LocalStack
+from service.devtools.stack import LocalStack
 from tests.integration.mirror_helpers import (
     Workload,
     actual,

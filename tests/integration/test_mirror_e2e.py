@@ -10,11 +10,11 @@ import pytest
 import redis as redis_sync
 
 from service.checkpoint import BinlogPosition, Checkpoint
+from service.devtools.stack import LocalStack
 from service.pipeline.replicator import Replicator
 from service.pipeline.status import State
 from service.settings import load_settings
 from service.sink import channel as channel_module
-from service.stack import LocalStack
 from tests.integration.mirror_helpers import (
     Workload,
     actual,

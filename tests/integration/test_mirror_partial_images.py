@@ -14,11 +14,11 @@ import pymysql
 import pytest
 import redis as redis_sync
 
+from service.devtools.stack import LocalStack
 from service.pipeline.replicator import Replicator
 from service.settings import load_settings
 from service.sink.keys import KeyLayout
 from service.sink.values import field_value
-from service.stack import LocalStack
 from tests.integration.mirror_helpers import master_position, stop_replicator, unique_names, wait_applied
 
 pytestmark = pytest.mark.integration

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
+from service.devtools.stack import LocalStack
 from service.pipeline.replicator import Replicator
-from service.stack import LocalStack
 from tests.integration.mirror_helpers import (
     actual,
     expected,

@@ -9,8 +9,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from service.devtools.stack import LocalStack, StackInfo
 from service.pipeline.replicator import Replicator
-from service.stack import LocalStack, StackInfo
 from tests.integration.mirror_helpers import (
     actual,
     expected,

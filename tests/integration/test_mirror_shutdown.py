@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import redis as redis_sync
 
-from service.stack import LocalStack
+from service.devtools.stack import LocalStack
 from tests.integration.mirror_helpers import (
     Workload,
     actual,

@@ -21,11 +21,11 @@ from redis.asyncio import Redis
 from service.binlog.canonical import row_to_json
 from service.binlog.rowchange import EventSpan, Op, RowChange
 from service.checkpoint import BinlogPosition, Checkpoint
+from service.devtools.stack import LocalStack
 from service.errors import ConfigError, LeaseLost, RowsMissing, SinkError
 from service.sink.keys import KeyLayout
 from service.sink.mirror import MirrorOptions, RedisMirror
 from service.sink.plan import ActionKind, TableAction
-from service.stack import LocalStack
 from service.transactions import Transaction
 
 pytestmark = pytest.mark.integration

@@ -12,10 +12,10 @@ import pytest
 import redis as redis_sync
 
 from service.checkpoint import BinlogPosition, Checkpoint
+from service.devtools.stack import LocalStack
 from service.errors import ConfigError, PositionLost
 from service.pipeline.replicator import Replicator
 from service.pipeline.status import State
-from service.stack import LocalStack
 from service.transactions import Transaction
 from tests.integration.mirror_helpers import (
     master_position,

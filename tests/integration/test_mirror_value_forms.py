@@ -13,9 +13,9 @@ import redis as redis_sync
 
 from service.binlog.canonical import row_to_json
 from service.checkpoint import BinlogPosition, Checkpoint
+from service.devtools.stack import LocalStack
 from service.pipeline.replicator import Replicator
 from service.settings import load_settings
-from service.stack import LocalStack
 from service.transactions import Transaction
 from tests.integration.mirror_helpers import (
     master_position,

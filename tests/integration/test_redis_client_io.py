@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 from redis import exceptions as rexc
 
+from service.devtools.stack import LocalStack
 from service.sink import channel as channel_module
 from service.sink.channel import ScriptChannel
 from service.sink.client import redis_client
-from service.stack import LocalStack
 
 pytestmark = pytest.mark.integration
 

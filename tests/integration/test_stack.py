@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from service.stack import LocalStack, _alive
+from service.devtools.stack import LocalStack, _alive
 
 pytestmark = pytest.mark.integration
 

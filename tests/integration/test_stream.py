@@ -8,7 +8,7 @@ import sys
 
 import orjson
 import pytest
-from test_stream_util import (
+from stream_helpers import (
     changes_of,
     collect,
     expected_changes,
@@ -20,7 +20,7 @@ from test_stream_util import (
 )
 
 from service.checkpoint import BinlogPosition, Checkpoint, MariadbGtidPos, parse_gtid_set
-from service.stack import LocalStack
+from service.devtools.stack import LocalStack
 from service.transactions import TableFilter
 from service.transport.source import BinlogSource
 

@@ -7,7 +7,7 @@ import asyncio
 import random
 
 import pytest
-from test_stream_util import (
+from stream_helpers import (
     Proxy,
     changes_of,
     expected_changes,
@@ -18,9 +18,9 @@ from test_stream_util import (
     workload,
 )
 
-from service.stack import LocalStack
+from service.backoff import Backoff
+from service.devtools.stack import LocalStack
 from service.transactions import TableFilter, Transaction
-from service.transport.backoff import Backoff
 from service.transport.source import BinlogSource
 
 pytestmark = pytest.mark.integration

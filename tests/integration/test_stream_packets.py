@@ -12,12 +12,12 @@ from collections.abc import Iterable, Iterator
 
 import aiomysql
 import pytest
-from test_stream_util import admin, make_tables, run_sql, settings_for, unique_db, workload
+from stream_helpers import admin, make_tables, run_sql, settings_for, unique_db, workload
 
 from service.binlog.constants import EventType
 from service.checkpoint import BinlogPosition
+from service.devtools.stack import LocalStack
 from service.errors import SourceError
-from service.stack import LocalStack
 from service.transactions import TableFilter
 from service.transport.connection import connect, server_info
 from service.transport.packets import BUFFER_SIZE, MAX_PAYLOAD, DumpBuffer

@@ -6,11 +6,11 @@ import ssl
 import uuid
 
 import pytest
-from test_stream_util import admin, run_sql, settings_for, unique_db
+from stream_helpers import admin, run_sql, settings_for, unique_db
 
+from service.devtools.stack import LocalStack
 from service.errors import PreflightError
 from service.settings import load_settings
-from service.stack import LocalStack
 from service.transport.connection import ServerInfo, ssl_context
 from service.transport.preflight import check_config, check_grants
 from service.transport.source import BinlogSource

@@ -8,7 +8,7 @@ import inspect
 
 import aiomysql
 import pytest
-from test_stream_util import (
+from stream_helpers import (
     admin,
     changes_of,
     collect,
@@ -25,8 +25,8 @@ from service.binlog import BinlogDecoder
 from service.binlog.constants import EventType
 from service.binlog.events import HeartbeatEvent
 from service.checkpoint import BinlogPosition, Checkpoint
+from service.devtools.stack import LocalStack
 from service.errors import SourceError
-from service.stack import LocalStack
 from service.transactions import TableFilter
 from service.transport.connection import close_connection, connect, current_checkpoint, server_info
 from service.transport.source import BinlogSource

@@ -14,8 +14,8 @@ import pytest
 
 from service.batch.replay import binlog_paths, replay_to_parquet
 from service.binlog.canonical import row_to_json
+from service.devtools.stack import LocalStack
 from service.errors import ConfigError
-from service.stack import LocalStack
 from service.transactions import TableFilter
 from tests.integration.mirror_helpers import unique_names
 

@@ -12,10 +12,10 @@ import redis as redis_sync
 
 from service.batch.snapshot import run_snapshot
 from service.checkpoint import BinlogPosition, Checkpoint
+from service.devtools.stack import LocalStack
 from service.errors import ConfigError, SinkError
 from service.pipeline.replicator import Replicator
 from service.sink.keys import KeyLayout
-from service.stack import LocalStack
 from tests.integration.mirror_helpers import (
     Workload,
     actual,

@@ -1,6 +1,6 @@
 """The unit tests (tests/unit) pass in the mypyc-compiled build too.
 
-Why this exists: `python -m service.build_decoder` compiles service/binlog and the stream's
+Why this exists: `python -m service.devtools.build_decoder` compiles service/binlog and the stream's
 position tracker, assembler and packet splitter with mypyc, but the
 rest of the suite runs whatever build the working tree holds (normally pure Python), so a bug
 only the compiled build had (a hint missing from an error message) went unnoticed. This test
@@ -57,7 +57,7 @@ def test_unit_tests_pass_in_the_compiled_build(tmp_path: Path) -> None:
         assert done.returncode == 0, f"{args} failed:\n{done.stdout[-6000:]}\n{done.stderr[-6000:]}"
         return done.stdout
 
-    check = "import service, service.build_decoder as b; print(service.__file__, b.is_compiled())"
+    check = "import service, service.devtools.build_decoder as b; print(service.__file__, b.is_compiled())"
 
     def install(target: Path) -> list[str]:
         """`pip install` the copy (no dependencies) into target; import it from another directory."""
@@ -77,7 +77,7 @@ def test_unit_tests_pass_in_the_compiled_build(tmp_path: Path) -> None:
 
     pure = tmp_path / "pure"  # installed before the build: no .so, the pure-Python build
     assert install(pure) == [f"{pure}/service/__init__.py", "False", f"{pure}/service/transport/pump.py"]
-    run("-m", "service.build_decoder", timeout=900)
+    run("-m", "service.devtools.build_decoder", timeout=900)
     assert run("-c", check, timeout=60).split() == [str(copy / "service" / "__init__.py"), "True"]
     built = sorted(so.relative_to(copy).as_posix() for so in copy.glob("service/**/*.so"))
     assert {so.rsplit("/", 1)[0] for so in built} == {"service", *(f"service/{p}" for p in PACKAGES)}

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from service import run_cli
 from service.cli import app
+from service.cli import run as run_cli
 from service.settings import Settings
 
 URLS = ["--mysql", "mysql://repl:pw@db:3306", "--redis", "redis://cache:6379/0"]

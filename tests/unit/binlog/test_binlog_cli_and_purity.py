@@ -13,7 +13,7 @@ from binlog_text import FIXTURES, VECTORS
 
 import service.binlog
 
-RUN = [sys.executable, "-c", "import typer; from service.binlog_cli import decode; typer.run(decode)"]
+RUN = [sys.executable, "-c", "import typer; from service.cli.decode import decode; typer.run(decode)"]
 FORBIDDEN = {"asyncio", "aiomysql", "redis", "pydantic", "pydantic_settings", "fastapi", "orjson", "pyspark"}
 
 

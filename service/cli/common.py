@@ -1,0 +1,21 @@
+"""What every command module of the CLI shares: the stderr console, `fail`, `split_globs`."""
+
+from __future__ import annotations
+
+import typer
+from rich.console import Console
+
+__all__ = ["console", "fail", "split_globs"]
+
+console = Console(stderr=True)
+
+
+def fail(message: str, code: int = 1) -> typer.Exit:
+    """One clear line on stderr, then exit non-zero."""
+    console.print(f"[red]error:[/red] {message}", highlight=False, markup=True)
+    return typer.Exit(code)
+
+
+def split_globs(values: list[str] | None) -> list[str] | None:
+    """Repeated flags and comma-separated lists alike; None when not given (env/file apply)."""
+    return [p.strip() for v in values or [] for p in v.split(",") if p.strip()] or None
