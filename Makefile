@@ -30,6 +30,7 @@ demo: system-packages $(BIN)/binlog-mirror
 lint: $(BIN)/binlog-mirror
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 
 typecheck: $(BIN)/binlog-mirror
 	$(BIN)/mypy
