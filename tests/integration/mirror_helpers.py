@@ -256,14 +256,27 @@ def table_keys(redis_url: str, prefix: str, db: str, table: str) -> list[str]:
         r.close()
 
 
-def wait_applied(get_checkpoint: Any, target: BinlogPosition, timeout: float = 30.0) -> None:
+def stored_position(redis_url: str, prefix: str) -> BinlogPosition | None:
+    """The position of the checkpoint the mirror stored under `prefix`: None before the first one,
+    or while Redis is unreachable (the crash tests restart it)."""
+    try:
+        with redis_sync.Redis.from_url(redis_url) as r:
+            raw = r.hgetall(f"{prefix}:__checkpoint")
+    except redis_sync.RedisError:
+        return None
+    return BinlogPosition(raw[b"file"].decode(), int(raw[b"pos"])) if raw else None
+
+
+def wait_applied(redis_url: str, prefix: str, target: BinlogPosition | None, timeout: float = 30.0) -> None:
+    """Until the checkpoint stored in Redis reaches `target` (None: until there is one). It blocks:
+    async tests run it in `asyncio.to_thread`, so the replicator on their loop keeps applying."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        cp = get_checkpoint()
-        if cp is not None and not cp.position < target:
+        at = stored_position(redis_url, prefix)
+        if at is not None and (target is None or not at < target):
             return
         time.sleep(0.05)
-    raise AssertionError(f"mirror did not reach {target} (at {get_checkpoint()})")
+    raise AssertionError(f"mirror did not reach {target} (at {stored_position(redis_url, prefix)})")
 
 
 async def settle(rep: Any, stack: LocalStack, timeout: float = 30.0) -> None:

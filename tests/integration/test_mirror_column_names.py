@@ -13,7 +13,6 @@ import pymysql
 import pytest
 import redis as redis_sync
 
-from service.checkpoint import BinlogPosition, Checkpoint
 from service.devtools.stack import LocalStack
 from service.pipeline.replicator import Replicator
 from service.sink.values import field_value
@@ -71,18 +70,9 @@ def _source(stack: LocalStack) -> dict[str, dict[bytes, bytes]]:
         conn.close()
 
 
-def _stored(redis_url: str) -> Checkpoint | None:
-    r = redis_sync.Redis.from_url(redis_url)
-    try:
-        raw = r.hgetall(f"{PREFIX}:__checkpoint")
-    finally:
-        r.close()
-    return Checkpoint(BinlogPosition(raw[b"file"].decode(), int(raw[b"pos"]))) if raw else None
-
-
 async def _caught_up(stack: LocalStack, rep: Replicator, redis_url: str) -> None:
     target = master_position(stack)  # less a trailing BINLOG_CHECKPOINT, which no transaction passes
-    await asyncio.to_thread(wait_applied, lambda: _stored(redis_url), target)
+    await asyncio.to_thread(wait_applied, redis_url, PREFIX, target)
     await wait_hooks(rep, target)
     for _ in range(200):
         if not any(t.resync for t in rep.status().tables):

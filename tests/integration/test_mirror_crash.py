@@ -22,7 +22,9 @@ from tests.integration.mirror_helpers import (
     create_schema,
     expected,
     master_position,
+    stored_position,
     unique_names,
+    wait_applied,
 )
 
 pytestmark = pytest.mark.integration
@@ -48,26 +50,6 @@ def _start(
         return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
 
 
-def _checkpoint(redis_url: str, prefix: str) -> BinlogPosition | None:
-    try:
-        r = redis_sync.Redis.from_url(redis_url)
-        raw = r.hgetall(f"{prefix}:__checkpoint")
-        r.close()
-    except redis_sync.RedisError:
-        return None
-    return BinlogPosition(raw[b"file"].decode(), int(raw[b"pos"])) if raw else None
-
-
-def _wait(redis_url: str, prefix: str, target: BinlogPosition | None, timeout: float = 40.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        cp = _checkpoint(redis_url, prefix)
-        if cp is not None and (target is None or not cp < target):
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"mirror did not reach {target} (at {_checkpoint(redis_url, prefix)})")
-
-
 def _ledger_ids(redis_url: str, prefix: str) -> list[int]:
     r = redis_sync.Redis.from_url(redis_url)
     entries = r.xrange(f"{prefix}:__changes")
@@ -91,7 +73,7 @@ def _wait_advance(redis_url: str, prefix: str, since: BinlogPosition | None, tim
     """Until the checkpoint moves past `since`: the current process has taken the lease and applies."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        cp = _checkpoint(redis_url, prefix)
+        cp = stored_position(redis_url, prefix)
         if cp is not None and (since is None or since < cp):
             return
         time.sleep(0.02)
@@ -128,18 +110,19 @@ def test_sigkill_at_random_moments(stack: LocalStack, tmp_path: Path) -> None:
     log = tmp_path / "run.log"
     rng = random.Random(7)
     proc = _start(stack, db, prefix, log)
-    _wait(info.redis_url, prefix, None)  # bootstrapped: from here every write goes through the binlog
+    # bootstrapped: from here every write goes through the binlog
+    wait_applied(info.redis_url, prefix, None, timeout=40)
     wl = Workload(stack, db, seed=3)
     writer = _Writer(wl)
     writer.start()
     kills = 0
     try:
         for i in range(22):
-            _wait_advance(info.redis_url, prefix, _checkpoint(info.redis_url, prefix))
+            _wait_advance(info.redis_url, prefix, stored_position(info.redis_url, prefix))
             if i == 7:
                 stack.stop_redis()
                 stack.start_redis()
-                _wait_advance(info.redis_url, prefix, _checkpoint(info.redis_url, prefix))
+                _wait_advance(info.redis_url, prefix, stored_position(info.redis_url, prefix))
             if i == 14:
                 with writer.lock:
                     wl.close()
@@ -147,7 +130,7 @@ def test_sigkill_at_random_moments(stack: LocalStack, tmp_path: Path) -> None:
                     stack.start_mysql()
                     wl.conn = stack.root_connection(db)
                     wl.conn.autocommit(False)
-                _wait_advance(info.redis_url, prefix, _checkpoint(info.redis_url, prefix))
+                _wait_advance(info.redis_url, prefix, stored_position(info.redis_url, prefix))
             time.sleep(rng.uniform(0.0, 0.3))
             proc.kill()
             proc.wait()
@@ -163,7 +146,7 @@ def test_sigkill_at_random_moments(stack: LocalStack, tmp_path: Path) -> None:
             cur.execute("INSERT INTO ledger VALUES (%s, 'last')", (wl.ledger,))
         wl.conn.commit()
         try:
-            _wait(info.redis_url, prefix, master_position(stack), timeout=60)
+            wait_applied(info.redis_url, prefix, master_position(stack), timeout=60)
         except AssertionError as exc:  # seen once in ~12 runs: keep what the processes logged
             raise AssertionError(
                 f"{exc}\n--- run.log (tail) ---\n{log.read_text(errors='replace')[-6000:]}"
@@ -194,10 +177,10 @@ def test_two_instances_one_writer_and_takeover(stack: LocalStack, tmp_path: Path
     b = _start(stack, db, prefix, tmp_path / "b.log")
     wl = Workload(stack, db, seed=5)
     try:
-        _wait(info.redis_url, prefix, None)
+        wait_applied(info.redis_url, prefix, None, timeout=40)
         for _ in range(30):
             wl.step(allow_ddl=False)
-        _wait(info.redis_url, prefix, master_position(stack))
+        wait_applied(info.redis_url, prefix, master_position(stack), timeout=40)
         r = redis_sync.Redis.from_url(info.redis_url)
         holder = r.get(f"{prefix}:__lease")
         r.close()
@@ -212,7 +195,7 @@ def test_two_instances_one_writer_and_takeover(stack: LocalStack, tmp_path: Path
         assert len(standby) == 1, logs  # exactly one instance waited
         assert "bootstrap at" not in logs[standby[0]]  # ... and wrote nothing
         leader, other = (b, a) if standby == ["a"] else (a, b)
-        before = _checkpoint(info.redis_url, prefix)  # the source's position: only a writer moves it
+        before = stored_position(info.redis_url, prefix)  # the source's position: only a writer moves it
         killed = time.monotonic()
         leader.kill()
         leader.wait()
@@ -221,7 +204,7 @@ def test_two_instances_one_writer_and_takeover(stack: LocalStack, tmp_path: Path
         _wait_advance(info.redis_url, prefix, before, timeout=20)
         takeover = time.monotonic() - killed
         assert takeover < 5, f"the standby applied its first transaction {takeover:.1f}s after the kill"
-        _wait(info.redis_url, prefix, master_position(stack), timeout=20)
+        wait_applied(info.redis_url, prefix, master_position(stack), timeout=20)
         assert actual(info.redis_url, prefix, db) == expected(stack, db)
         assert _ledger_ids(info.redis_url, prefix) == list(range(1, wl.ledger + 1))
         assert other.poll() is None

@@ -9,7 +9,6 @@ import signal
 import pytest
 import redis as redis_sync
 
-from service.checkpoint import BinlogPosition, Checkpoint
 from service.devtools.stack import LocalStack
 from service.pipeline.replicator import Replicator
 from service.pipeline.status import State
@@ -24,30 +23,11 @@ from tests.integration.mirror_helpers import (
     mirror_settings,
     stop_replicator,
     unique_names,
+    wait_applied,
     wait_hooks,
 )
 
 pytestmark = pytest.mark.integration
-
-
-def _stored(redis_url: str, prefix: str) -> Checkpoint | None:
-    r = redis_sync.Redis.from_url(redis_url)
-    raw = r.hgetall(f"{prefix}:__checkpoint")
-    r.close()
-    if not raw:
-        return None
-    return Checkpoint(BinlogPosition(raw[b"file"].decode(), int(raw[b"pos"])))
-
-
-async def _wait(redis_url: str, prefix: str, target: BinlogPosition, timeout: float = 30.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while loop.time() < deadline:
-        cp = _stored(redis_url, prefix)
-        if cp is not None and not cp.position < target:
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"mirror did not reach {target} (at {_stored(redis_url, prefix)})")
 
 
 @pytest.mark.parametrize(
@@ -98,7 +78,7 @@ async def test_random_workload_mirrors_exactly(
         cur.execute("INSERT INTO ledger VALUES (%s, 'bulk')", (wl.ledger,))
         wl.conn.commit()
         target = master_position(stack)
-        await _wait(info.redis_url, prefix, target)
+        await asyncio.to_thread(wait_applied, info.redis_url, prefix, target)
         for _ in range(100):  # resyncs may still be running
             if not any(t.resync for t in rep.status().tables):
                 break
@@ -139,7 +119,7 @@ async def test_a_redis_that_stops_answering_is_retried(
     wl = Workload(stack, db, seed=29)
     ledger_before = wl.ledger
     try:
-        await _wait(info.redis_url, prefix, master_position(stack))
+        await asyncio.to_thread(wait_applied, info.redis_url, prefix, master_position(stack))
         for _ in range(5):
             wl.step(allow_ddl=False)
         os.kill(info.redis_pid, signal.SIGSTOP)
@@ -153,7 +133,7 @@ async def test_a_redis_that_stops_answering_is_retried(
         finally:
             os.kill(info.redis_pid, signal.SIGCONT)
         assert "SinkError" in (rep.status().errors.last or "")
-        await _wait(info.redis_url, prefix, master_position(stack))
+        await asyncio.to_thread(wait_applied, info.redis_url, prefix, master_position(stack))
         assert actual(info.redis_url, prefix, db) == expected(stack, db)
         r = redis_sync.Redis.from_url(info.redis_url)
         entries = r.xrange(f"{prefix}:__changes")
@@ -185,7 +165,7 @@ async def test_redis_going_away_is_retried(stack: LocalStack, caplog: pytest.Log
     task = asyncio.create_task(rep.run())
     wl = Workload(stack, db, seed=23)
     try:
-        await _wait(info.redis_url, prefix, master_position(stack))
+        await asyncio.to_thread(wait_applied, info.redis_url, prefix, master_position(stack))
         for _ in range(10):
             wl.step(allow_ddl=False)
         await asyncio.to_thread(stack.stop_redis)
@@ -199,7 +179,7 @@ async def test_redis_going_away_is_retried(stack: LocalStack, caplog: pytest.Log
         assert st.state == State.RECONNECTING and not st.redis_reachable
         assert "SinkError" in (st.errors.last or "")
         await asyncio.to_thread(stack.start_redis)
-        await _wait(info.redis_url, prefix, master_position(stack))
+        await asyncio.to_thread(wait_applied, info.redis_url, prefix, master_position(stack))
         assert actual(info.redis_url, prefix, db) == expected(stack, db)
         assert any("replication interrupted" in r.message for r in caplog.records)
     finally:

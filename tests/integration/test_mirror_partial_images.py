@@ -8,7 +8,6 @@ columns the statement did not touch."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import pymysql
 import pytest
@@ -130,14 +129,8 @@ async def test_partial_row_images_mirror_exactly(stack: LocalStack, image: str) 
     task = asyncio.create_task(rep.run())
     r = redis_sync.Redis.from_url(info.redis_url)
 
-    def stored() -> Any:
-        from service.checkpoint import BinlogPosition, Checkpoint
-
-        raw = r.hgetall(f"{prefix}:__checkpoint")
-        return Checkpoint(BinlogPosition(raw[b"file"].decode(), int(raw[b"pos"]))) if raw else None
-
     try:
-        await asyncio.to_thread(wait_applied, stored, master_position(stack))
+        await asyncio.to_thread(wait_applied, info.redis_url, prefix, master_position(stack))
         for _ in range(100):  # the (empty) tables' bootstrap copy
             if not any(t.resync for t in rep.status().tables):
                 break
@@ -147,7 +140,7 @@ async def test_partial_row_images_mirror_exactly(stack: LocalStack, image: str) 
             await asyncio.to_thread(_run, stack, db, image, [sql])
         await asyncio.to_thread(_run, stack, db, image, ["DELETE FROM t", "DELETE FROM pairs"])
         await asyncio.to_thread(_run, stack, db, image, WORKLOAD)
-        await asyncio.to_thread(wait_applied, stored, master_position(stack))
+        await asyncio.to_thread(wait_applied, info.redis_url, prefix, master_position(stack))
         assert _actual(info.redis_url, prefix, db) == _expected(stack, db)
         # the rows really came from the stream, through partial images
         t_status = next(t for t in rep.status().tables if t.table == "t")

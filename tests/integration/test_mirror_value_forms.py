@@ -12,7 +12,6 @@ import pytest
 import redis as redis_sync
 
 from service.binlog.canonical import row_to_json
-from service.checkpoint import BinlogPosition, Checkpoint
 from service.devtools.stack import LocalStack
 from service.pipeline.replicator import Replicator
 from service.settings import load_settings
@@ -65,16 +64,12 @@ async def test_resync_and_stream_store_the_same_form(stack: LocalStack, mode: st
     task = asyncio.create_task(rep.run())
     r = redis_sync.Redis.from_url(info.redis_url)
 
-    def stored() -> Checkpoint | None:
-        raw = r.hgetall(f"{prefix}:__checkpoint")
-        return Checkpoint(BinlogPosition(raw[b"file"].decode(), int(raw[b"pos"]))) if raw else None
-
     def row(key: str) -> Any:
         name = f"{prefix}:{db}:v:{key}"
         return orjson.loads(r.get(name)) if mode == "json" else r.hgetall(name)
 
     try:
-        await asyncio.to_thread(wait_applied, stored, master_position(stack))
+        await asyncio.to_thread(wait_applied, info.redis_url, prefix, master_position(stack))
         for _ in range(200):
             if r.exists(f"{prefix}:{db}:v:1") and not any(t.resync for t in rep.status().tables):
                 break
@@ -82,7 +77,7 @@ async def test_resync_and_stream_store_the_same_form(stack: LocalStack, mode: st
         with conn.cursor() as cur:
             cur.execute(f"INSERT INTO {db}.v VALUES (2, {VALUES})")  # same values, from the binlog
         conn.commit()
-        await asyncio.to_thread(wait_applied, stored, master_position(stack))
+        await asyncio.to_thread(wait_applied, info.redis_url, prefix, master_position(stack))
         await wait_hooks(rep, master_position(stack))
         copied, streamed = row("1"), row("2")
         if mode == "json":
