@@ -1,17 +1,13 @@
+"""The Redis sink's planner (service/sink/plan.py): row ops, chunks, table actions and work, resume."""
+
 from __future__ import annotations
 
-import datetime as dt
-import itertools
-from decimal import Decimal
-
-import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from service.binlog.canonical import value_to_json
 from service.binlog.rowchange import EventSpan, Op, RowChange
 from service.checkpoint import BinlogPosition, Checkpoint
-from service.sink.keys import KeyLayout, escape, split_key, unescape
+from service.sink.keys import KeyLayout
 from service.sink.plan import (
     ActionKind,
     Arg,
@@ -22,71 +18,8 @@ from service.sink.plan import (
     unit_ids,
     work_op,
 )
-from service.sink.values import field_value, key_text
+from service.sink.values import field_value
 from service.transactions import Transaction
-
-PARTS = ["", ":", "\\", "a:b", "a\\:b", "__keys", "\\__keys", "_", "__", "a", "ab", "\\\\", "::", "x:"]
-
-
-@pytest.mark.parametrize("part", PARTS)
-def test_escape_round_trips(part: str) -> None:
-    assert unescape(escape(part)) == part
-
-
-def test_composite_keys_never_collide() -> None:
-    lay = KeyLayout("m")
-    seen: dict[str, tuple[str, ...]] = {}
-    for n in (1, 2, 3):
-        for combo in itertools.product(PARTS, repeat=n):
-            key = lay.row_key("db", "t", combo)
-            assert seen.setdefault(key, combo) == combo, (key, combo, seen[key])
-            assert split_key(key) == ["m", "db", "t", *combo]
-
-
-def test_row_key_never_equals_meta_keys() -> None:
-    lay = KeyLayout("m")
-    metas = {lay.index_key("db", "t"), lay.touched_key("db", "t"), lay.stale_key("db", "t")}
-    for pk in ("__keys", "__touched", "__stale", "\\__keys"):
-        assert lay.row_key("db", "t", [pk]) not in metas
-    # a schema or table called like a meta key cannot produce a global key either
-    assert lay.row_key("__checkpoint", "x", ["y"]) != lay.checkpoint_key
-    assert not lay.row_key("__checkpoint", "x", ["y"]).startswith(lay.checkpoint_key)
-
-
-@pytest.mark.parametrize(
-    ("value", "text"),
-    [
-        (5, "5"),
-        (-(2**63), "-9223372036854775808"),
-        (2**64 - 1, "18446744073709551615"),
-        (0.1, "0.1"),
-        (Decimal("12.50"), "12.50"),
-        (dt.datetime(2024, 1, 2, 3, 4, 5, 600), "2024-01-02 03:04:05.000600"),
-        (dt.datetime(2024, 1, 2, 3, 4, 5, 600, tzinfo=dt.UTC), "2024-01-02 03:04:05.000600"),  # TIMESTAMP
-        (dt.datetime(2024, 1, 2, 3, 4, 5, tzinfo=dt.timezone(dt.timedelta(hours=2))), "2024-01-02 01:04:05"),
-        (dt.date(2024, 1, 2), "2024-01-02"),
-        (dt.timedelta(hours=-838, minutes=-59, seconds=-59), "-838:59:59"),
-        (dt.timedelta(seconds=1, microseconds=5), "00:00:01.000005"),
-        ({"b": 1, "a": [1, 2]}, '{"a":[1,2],"b":1}'),
-        ("héllo", "héllo"),
-    ],
-)
-def test_field_values(value: object, text: str) -> None:
-    assert field_value(value) == text
-
-
-@given(st.datetimes(timezones=st.just(dt.UTC)))
-def test_timestamp_text_is_the_naive_isoformat(value: dt.datetime) -> None:
-    """A TIMESTAMP's hash field and JSON text (built field by field, not by isoformat()) agree
-    with isoformat() for every datetime, years below 1000 and whole seconds included."""
-    naive = value.replace(tzinfo=None)
-    assert field_value(value) == field_value(naive) == naive.isoformat(" ")
-    assert value_to_json(value) == naive.isoformat("T") + "Z"
-
-
-def test_binary_values() -> None:
-    assert field_value(b"\x00\xff") == b"\x00\xff"
-    assert key_text(b"\x00\xff") == "0x00ff"
 
 
 def _txn(*changes: RowChange) -> Transaction:
