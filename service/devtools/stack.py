@@ -18,6 +18,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -147,8 +148,11 @@ class StackInfo:
 
 
 class LocalStack:
-    def __init__(self, directory: Path | str | None = None) -> None:
+    def __init__(self, directory: Path | str | None = None, mariadb_options: Sequence[str] = ()) -> None:
+        """`mariadb_options`: extra `name=value` lines for MariaDB's option file, after (so over)
+        the stack's own; the fixture recorder (tests/fixtures/make_mariadb_binlogs.py) uses them."""
         self.dir = Path(directory).resolve() if directory else default_stack_dir()
+        self.mariadb_options = tuple(mariadb_options)
         self.state_file = self.dir / "stack.json"
         self.mysql_dir = self.dir / "mariadb"
         self.redis_dir = self.dir / "redis"
@@ -312,6 +316,7 @@ class LocalStack:
                     f"ssl_ca={ca}",
                     f"ssl_cert={cert}",
                     f"ssl_key={key}",
+                    *self.mariadb_options,
                     "",
                 ]
             )
