@@ -1,4 +1,5 @@
-"""Reconnect delays: a pure value object (the loop that sleeps lives in `source.py`)."""
+"""Reconnect delays: a pure value object, shared by the transport's reconnect loop and the
+pipeline's retry loop (each owns its sleeping); hence outside both packages."""
 
 from __future__ import annotations
 

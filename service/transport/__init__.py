@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from service.backoff import Backoff
 from service.transport.source import BinlogSource, SourceStats
 
-__all__ = ["Backoff", "BinlogSource", "SourceStats"]
+__all__ = ["BinlogSource", "SourceStats"]
