@@ -1,0 +1,31 @@
+"""The command line's shape: the `binlog-mirror` entry point (`service.cli:app`) and
+`python -m service` reach every command group of the service/cli package."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from typer.testing import CliRunner
+
+from service.cli import app
+
+COMMANDS = ("stream", "decode", "run", "snapshot", "replay", "stack")
+
+
+def test_the_app_registers_every_command_group() -> None:
+    result = CliRunner().invoke(app, ["--help"])
+    assert result.exit_code == 0, result.output
+    for command in COMMANDS:
+        assert command in result.output
+    stack = CliRunner().invoke(app, ["stack", "--help"])
+    assert stack.exit_code == 0, stack.output
+    for command in ("up", "down", "status"):
+        assert command in stack.output
+
+
+def test_python_m_service_runs_the_same_app() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "service", "stack", "--help"], check=True, capture_output=True, text=True
+    ).stdout
+    assert "binlog-mirror stack" in out and "status" in out
