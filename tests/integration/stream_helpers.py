@@ -1,4 +1,4 @@
-"""Helpers for the replication-stream tests (no tests here): settings, workloads, a TCP proxy."""
+"""Helpers for the replication-stream tests: settings, workloads, a TCP proxy."""
 
 from __future__ import annotations
 
