@@ -18,14 +18,14 @@ from tests.integration.mirror_helpers import (
     create_schema,
     expected,
     master_position,
+    stored_position,
     unique_names,
+    wait_applied,
 )
 from tests.integration.test_mirror_crash import (
-    _checkpoint,
     _ledger_ids,
     _start,
     _stop,
-    _wait,
     _wait_advance,
     _Writer,
 )
@@ -35,7 +35,7 @@ pytestmark = pytest.mark.integration
 
 def _settle(redis_url: str, prefix: str, stack: LocalStack, db: str, json: bool) -> None:
     """Catch up with the source, then Redis == SELECT * (a resync after the last ALTER may still run)."""
-    _wait(redis_url, prefix, master_position(stack), timeout=40)
+    wait_applied(redis_url, prefix, master_position(stack), timeout=40)
     mirror = actual_json if json else actual
     for _ in range(100):
         if mirror(redis_url, prefix, db) == expected(stack, db, json=json):
@@ -72,10 +72,10 @@ def test_signal_stops_cleanly_under_load_and_restart_resumes(
     wl = Workload(stack, db, seed=17)
     writer = _Writer(wl)
     try:
-        _wait(info.redis_url, prefix, None)  # bootstrapped
+        wait_applied(info.redis_url, prefix, None, timeout=40)  # bootstrapped
         writer.start()
         for _ in range(3):  # applying the workload, several batches in
-            _wait_advance(info.redis_url, prefix, _checkpoint(info.redis_url, prefix))
+            _wait_advance(info.redis_url, prefix, stored_position(info.redis_url, prefix))
             time.sleep(0.2)
         sent = time.monotonic()
         proc.send_signal(sig)
@@ -91,7 +91,7 @@ def test_signal_stops_cleanly_under_load_and_restart_resumes(
         assert f"{sig.name} received" in text and "stopped cleanly at" in text, text[-3000:]
         assert "writer lease released" in text and "Traceback" not in text, text[-3000:]
 
-        stopped_at = _checkpoint(info.redis_url, prefix)
+        stopped_at = stored_position(info.redis_url, prefix)
         restarted = time.monotonic()
         proc = _start(stack, db, prefix, log, *args, lease_ttl=30)
         _wait_advance(info.redis_url, prefix, stopped_at, timeout=20)  # the writer kept committing
