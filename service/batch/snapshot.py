@@ -32,11 +32,11 @@ from service.checkpoint import Checkpoint
 from service.errors import ConfigError, PreflightError, SinkError, SourceError
 from service.pipeline.catalog import Catalog, TableInfo
 from service.settings import Settings
+from service.sink.checkpoints import checkpoint_fields
 from service.sink.keys import KeyLayout
-from service.sink.plan import checkpoint_fields
 from service.sink.scripts import RELEASE, RENEW
 from service.sink.values import field_value, json_document
-from service.transactions import TableFilter, Transaction
+from service.transactions import TableFilter
 from service.transport.connection import connect, connect_args, current_checkpoint, fetch, server_info
 from service.transport.preflight import check_config
 
@@ -294,7 +294,7 @@ def run_snapshot(
             if lease.lost:
                 raise SinkError("the snapshot lost its writer lease while copying; run it again")
             # the same checkpoint hash the service writes after a transaction ending at P
-            fields = checkpoint_fields(Transaction((), (), None, position.ts, position), settings.value_mode)
+            fields = checkpoint_fields(position, None, settings.value_mode)
             args: list[Any] = [lease.token, len(fields)]
             for k, v in fields.items():
                 args += [k, str(v)]

@@ -35,6 +35,7 @@ from redis.asyncio import Redis
 from service.checkpoint import BinlogPosition, Checkpoint
 from service.errors import ConfigError, LeaseLost, RowsMissing, SinkError
 from service.sink.channel import ScriptChannel
+from service.sink.checkpoints import checkpoint_fields, decode_checkpoint
 from service.sink.keys import KeyLayout
 from service.sink.plan import (
     Arg,
@@ -43,7 +44,6 @@ from service.sink.plan import (
     TableAction,
     TableWork,
     checkpoint_args,
-    checkpoint_fields,
     unit_ids,
     work_op,
 )
@@ -203,22 +203,24 @@ class RedisMirror:
         self.planner.resyncing = {_s(k) for k in marks} - {"__gen"}
         self.planner.settling = {_s(k): BinlogPosition.parse(_s(v)) for k, v in settle.items()}
         self._resume = _Progress.parse({_s(k): _s(v) for k, v in progress.items()})
-        if not raw:
+        stored = decode_checkpoint(raw)
+        if stored is None:
             self._prev = ""
             return None
-        f = {_s(k): _s(v) for k, v in raw.items()}
         mode = self._values
-        if f.get("values", mode) != mode:
+        if stored.values not in (None, mode):
             # the script would meet keys of the other type in the middle of a call
             raise ConfigError(
                 f"the rows under key prefix {self.layout.prefix!r} were written with "
-                f"value_mode={f['values']}, and value_mode={mode} is set: keep value_mode="
-                f"{f['values']}, or mirror into a new key_prefix (copy the tables there with "
+                f"value_mode={stored.values}, and value_mode={mode} is set: keep value_mode="
+                f"{stored.values}, or mirror into a new key_prefix (copy the tables there with "
                 "`binlog-mirror snapshot`)"
             )
-        self._prev = f["id"]
-        position = BinlogPosition(f["file"], int(f["pos"]))
-        return Checkpoint(position, f.get("gtid_set", ""), int(f.get("ts", 0)))
+        self._prev = stored.id
+        return stored.checkpoint
+
+    def _fields(self, txn: Transaction) -> dict[str, str]:
+        return checkpoint_fields(txn.end, txn.gtid, self._values, txn.ts)
 
     async def check_server(self) -> None:
         """Refuse a Redis Cluster node or a Redis that may evict keys, and warn (once) when it
@@ -356,7 +358,7 @@ class RedisMirror:
     ) -> None:
         txn_id = str(last.end.position)
         args = self._header(txn_id, 0, True, size) + self.planner.checks() + ops
-        args += checkpoint_args(self.layout, checkpoint_fields(last, self._values))
+        args += checkpoint_args(self.layout, self._fields(last))
         many = f"{len(offsets)} transactions up to " if len(offsets) > 1 else "transaction "
         await self._send(sent, args, f"applying {many}{txn_id}", offsets)
         self._prev = txn_id
@@ -368,7 +370,7 @@ class RedisMirror:
         `__progress` how many changes of each table are done. Planned one chunk ahead, never
         whole: a transaction of millions of rows would otherwise hold every row's arguments."""
         txn_id = str(txn.end.position)
-        cp = checkpoint_args(self.layout, checkpoint_fields(txn, self._values))
+        cp = checkpoint_args(self.layout, self._fields(txn))
         size = self.options.chunk_size
         todo: Sequence[int] = range(len(txn.changes))
         if resume is not None:  # its table actions went with its first chunk

@@ -13,8 +13,9 @@ import pymysql
 import pytest
 import redis as redis_sync
 
-from service.checkpoint import BinlogPosition, Checkpoint
+from service.checkpoint import Checkpoint
 from service.pipeline.replicator import Replicator
+from service.sink.checkpoints import decode_checkpoint
 from service.sink.values import field_value
 from service.stack import LocalStack
 from service.transactions import Transaction
@@ -77,7 +78,7 @@ def _stored(redis_url: str) -> Checkpoint | None:
         raw = r.hgetall(f"{PREFIX}:__checkpoint")
     finally:
         r.close()
-    return Checkpoint(BinlogPosition(raw[b"file"].decode(), int(raw[b"pos"]))) if raw else None
+    return Checkpoint(s.checkpoint.position) if (s := decode_checkpoint(raw)) else None
 
 
 async def _caught_up(stack: LocalStack, rep: Replicator, redis_url: str) -> None:

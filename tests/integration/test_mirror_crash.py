@@ -15,6 +15,7 @@ import pytest
 import redis as redis_sync
 
 from service.checkpoint import BinlogPosition
+from service.sink.checkpoints import decode_checkpoint
 from service.stack import LocalStack
 from tests.integration.mirror_helpers import (
     Workload,
@@ -55,7 +56,7 @@ def _checkpoint(redis_url: str, prefix: str) -> BinlogPosition | None:
         r.close()
     except redis_sync.RedisError:
         return None
-    return BinlogPosition(raw[b"file"].decode(), int(raw[b"pos"])) if raw else None
+    return s.checkpoint.position if (s := decode_checkpoint(raw)) else None
 
 
 def _wait(redis_url: str, prefix: str, target: BinlogPosition | None, timeout: float = 40.0) -> None:

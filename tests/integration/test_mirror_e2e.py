@@ -14,6 +14,7 @@ from service.pipeline.replicator import Replicator
 from service.pipeline.status import State
 from service.settings import load_settings
 from service.sink import channel as channel_module
+from service.sink.checkpoints import decode_checkpoint
 from service.stack import LocalStack
 from tests.integration.mirror_helpers import (
     Workload,
@@ -36,7 +37,7 @@ def _stored(redis_url: str, prefix: str) -> Checkpoint | None:
     r.close()
     if not raw:
         return None
-    return Checkpoint(BinlogPosition(raw[b"file"].decode(), int(raw[b"pos"])))
+    return Checkpoint(s.checkpoint.position) if (s := decode_checkpoint(raw)) else None
 
 
 async def _wait(redis_url: str, prefix: str, target: BinlogPosition, timeout: float = 30.0) -> None:

@@ -131,10 +131,11 @@ async def test_partial_row_images_mirror_exactly(stack: LocalStack, image: str) 
     r = redis_sync.Redis.from_url(info.redis_url)
 
     def stored() -> Any:
-        from service.checkpoint import BinlogPosition, Checkpoint
+        from service.checkpoint import Checkpoint
+        from service.sink.checkpoints import decode_checkpoint
 
         raw = r.hgetall(f"{prefix}:__checkpoint")
-        return Checkpoint(BinlogPosition(raw[b"file"].decode(), int(raw[b"pos"]))) if raw else None
+        return Checkpoint(s.checkpoint.position) if (s := decode_checkpoint(raw)) else None
 
     try:
         await asyncio.to_thread(wait_applied, stored, master_position(stack))

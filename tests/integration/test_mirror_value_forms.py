@@ -12,9 +12,10 @@ import pytest
 import redis as redis_sync
 
 from service.binlog.canonical import row_to_json
-from service.checkpoint import BinlogPosition, Checkpoint
+from service.checkpoint import Checkpoint
 from service.pipeline.replicator import Replicator
 from service.settings import load_settings
+from service.sink.checkpoints import decode_checkpoint
 from service.stack import LocalStack
 from service.transactions import Transaction
 from tests.integration.mirror_helpers import (
@@ -67,7 +68,7 @@ async def test_resync_and_stream_store_the_same_form(stack: LocalStack, mode: st
 
     def stored() -> Checkpoint | None:
         raw = r.hgetall(f"{prefix}:__checkpoint")
-        return Checkpoint(BinlogPosition(raw[b"file"].decode(), int(raw[b"pos"]))) if raw else None
+        return Checkpoint(s.checkpoint.position) if (s := decode_checkpoint(raw)) else None
 
     def row(key: str) -> Any:
         name = f"{prefix}:{db}:v:{key}"
