@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 
 from service.checkpoint import Checkpoint
-from service.errors import DecodeError, SinkError
+from service.errors import DecodeError, ReplicatorError, SinkError
 from service.pipeline.status import ErrorStatus, ResyncStatus, State
 from service.transactions import Transaction
 
@@ -54,7 +54,7 @@ class Progress:
             self.state, self.since = state, time.time()
 
     def error(self, exc: BaseException) -> None:
-        retriable = bool(getattr(exc, "retriable", False))  # any exception: ours carry the flag
+        retriable = isinstance(exc, ReplicatorError) and exc.retriable
         self.errors = ErrorStatus(self.errors.count + 1, repr(exc), time.time(), retriable)
         if isinstance(exc, SinkError):
             self.redis_ok = False
