@@ -35,6 +35,7 @@ from service.errors import ConfigError, LeaseLost, PreflightError, SinkError, So
 from service.pipeline.catalog import Catalog, TableInfo
 from service.settings import Settings
 from service.sink.bulk import clear_table, write_rows
+from service.sink.checkpoints import decode_checkpoint
 from service.sink.client import redis_client
 from service.sink.keys import KeyLayout
 from service.sink.mirror import MirrorOptions, RedisMirror
@@ -50,6 +51,10 @@ __all__ = ["KeyRange", "SnapshotResult", "copy_range", "plan_ranges", "run_snaps
 
 log = logging.getLogger(__name__)
 
+_IN_SYNC = (
+    "{key} exists: this mirror is already kept in sync by the service. "
+    "To copy it again, delete the mirror's keys ({prefix}:*) first"
+)
 _INTEGER = ("TINYINT", "SMALLINT", "MEDIUMINT", "INT", "BIGINT")
 
 
@@ -200,7 +205,15 @@ def run_snapshot(
     if settings.mysql is None or settings.redis is None:
         raise ConfigError("snapshot needs --mysql and --redis (or their env vars / config file)")
     started = time.monotonic()
+    layout = KeyLayout(settings.key_prefix)
     try:
+        # first, and without an event loop: a call from async code is refused as it always was
+        r = redis_sync.Redis.from_url(settings.redis.url.get_secret_value())
+        try:
+            if decode_checkpoint(r.hgetall(layout.checkpoint_key)) is not None:
+                raise ConfigError(_IN_SYNC.format(key=layout.checkpoint_key, prefix=layout.prefix))
+        finally:
+            r.close()
         position, tables, rows = asyncio.run(_snapshot(spark, settings, chunk_rows, progress))
     except redis_sync.RedisError as exc:
         raise SinkError(f"snapshot: {exc}") from exc
@@ -223,10 +236,7 @@ async def _snapshot(
     mirror = RedisMirror(redis, layout, catalog.key_columns, options, token=token)
     try:
         if await mirror.load_checkpoint() is not None:
-            raise ConfigError(
-                f"{layout.checkpoint_key} exists: this mirror is already kept in sync by the service. "
-                f"To copy it again, delete the mirror's keys ({layout.prefix}:*) first"
-            )
+            raise ConfigError(_IN_SYNC.format(key=layout.checkpoint_key, prefix=layout.prefix))
         if not await mirror.acquire_lease():
             holder = await redis.get(layout.lease_key)
             raise SinkError(f"{layout.lease_key} is held by {holder!r}: stop the running binlog-mirror first")
