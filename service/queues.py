@@ -62,6 +62,12 @@ class RowQueue(Generic[T]):
             await _wait(self._putters)
         self.put_nowait(item, rows)
 
+    def peek(self) -> T:
+        """The item `get_nowait()` would return, left in the queue."""
+        if not self._items:
+            raise asyncio.QueueEmpty
+        return self._items[0][0]
+
     def get_nowait(self) -> T:
         if not self._items:
             raise asyncio.QueueEmpty

@@ -107,7 +107,7 @@ class Settings(BaseSettings):
     start: str = "now"  # now | start | FILE:POS | GTID set
     on_no_checkpoint: Literal["now", "start", "refuse"] = "now"
     heartbeat_seconds: float = Field(default=5.0, gt=0, le=3600)
-    queue_size: int = Field(default=256, ge=1)  # transactions read ahead (per queue: reader, applier)
+    queue_size: int = Field(default=256, ge=1)  # transactions read ahead (the source's queue)
     queue_rows: int = Field(default=20_000, ge=1)  # and at most this many of their rows (memory bound)
     api_host: str = "127.0.0.1"
     api_port: int = Field(default=8080, ge=0, le=65535)

@@ -2,12 +2,14 @@
 
 The protocol (docs/pipeline.md, "Snapshot"):
 1. refuse when the mirror already has a checkpoint (the service keeps such a mirror in sync) or
-   another instance holds the writer lease; take the lease and renew it from a thread, so a
-   service started meanwhile waits as a standby;
+   another instance holds the writer lease; take the lease and renew it while the copy runs, so
+   a service started meanwhile waits as a standby (all through the sink's `RedisMirror`);
 2. note the source's position P (end of binlog and GTID set) BEFORE reading any row;
 3. clear what an earlier, failed snapshot left of each table, then read every table in key
-   ranges, one Spark task per range, writing rows in the service's key layout and value form;
-4. store P as the checkpoint, with the tables registered, in one fenced script; release the lease.
+   ranges, one Spark task per range, writing rows in the service's key layout and value form
+   (`service.sink.bulk`);
+4. store P as the checkpoint, with the tables registered, in one fenced apply (`RedisMirror.apply`
+   of an empty transaction ending at P, as the service's own bootstrap); release the lease.
 The service then resumes at P and re-applies every change made since. Each row read here is at
 least as new as P, and re-applying a change onto a newer row only rewinds it until the later
 changes are applied again, so the mirror equals the source once the service has caught up.
@@ -16,10 +18,10 @@ changes are applied again, so the mirror equals the source once the service has 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import logging
 import secrets
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -29,13 +31,15 @@ import pymysql
 import redis as redis_sync
 
 from service.checkpoint import Checkpoint
-from service.errors import ConfigError, PreflightError, SinkError, SourceError
+from service.errors import ConfigError, LeaseLost, PreflightError, SinkError, SourceError
 from service.pipeline.catalog import Catalog, TableInfo
 from service.settings import Settings
+from service.sink.bulk import clear_table, write_rows
+from service.sink.checkpoints import decode_checkpoint
+from service.sink.client import redis_client
 from service.sink.keys import KeyLayout
-from service.sink.plan import checkpoint_fields
-from service.sink.scripts import RELEASE, RENEW
-from service.sink.values import field_value, json_document
+from service.sink.mirror import MirrorOptions, RedisMirror
+from service.sink.plan import ActionKind, TableAction
 from service.transactions import TableFilter, Transaction
 from service.transport.connection import connect, connect_args, current_checkpoint, fetch, server_info
 from service.transport.preflight import check_config
@@ -47,19 +51,10 @@ __all__ = ["KeyRange", "SnapshotResult", "copy_range", "plan_ranges", "run_snaps
 
 log = logging.getLogger(__name__)
 
-# Fence, then the checkpoint and the table registrations: ARGV = token, n_fields, fields..., tables...
-HANDOVER = """
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
-  return redis.error_reply('LEASE_LOST the snapshot lost its writer lease')
-end
-local n = tonumber(ARGV[2])
-redis.call('DEL', KEYS[2], KEYS[3])
-redis.call('HSET', KEYS[2], unpack(ARGV, 3, 2 + 2 * n))
-for i = 3 + 2 * n, #ARGV do redis.call('SADD', KEYS[3], ARGV[i]) end
-return 1
-"""
-
-
+_IN_SYNC = (
+    "{key} exists: this mirror is already kept in sync by the service. "
+    "To copy it again, delete the mirror's keys ({prefix}:*) first"
+)
 _INTEGER = ("TINYINT", "SMALLINT", "MEDIUMINT", "INT", "BIGINT")
 
 
@@ -139,8 +134,6 @@ def copy_range(settings: Settings, task: KeyRange, chunk_rows: int) -> int:
     assert url is not None and settings.redis is not None
     layout = KeyLayout(settings.key_prefix)
     json_mode = settings.value_mode == "json"
-    base = layout.table_base(task.schema, task.table)
-    index = layout.index_key(task.schema, task.table)
     conn = pymysql.connect(
         **connect_args(settings, url),
         init_command="SET SESSION time_zone = '+00:00'",  # TIMESTAMPs in UTC, as the binlog has them
@@ -149,25 +142,12 @@ def copy_range(settings: Settings, task: KeyRange, chunk_rows: int) -> int:
     written = 0
     try:
         for rows in _read(conn, task, chunk_rows):
-            pipe = r.pipeline(transaction=False)
-            suffixes = []
             for row in rows:
                 for c in task.utc_columns:
                     v = row.get(c)
                     if isinstance(v, dt.datetime):
                         row[c] = v.replace(tzinfo=dt.UTC)
-                suffix = layout.row_suffix([row[c] for c in task.key])
-                suffixes.append(suffix)
-                key = f"{base}:{suffix}"
-                if json_mode:
-                    pipe.set(key, json_document(row))
-                    continue
-                pipe.delete(key)
-                present = {k: field_value(v) for k, v in row.items() if v is not None}
-                if present:
-                    pipe.hset(key, mapping=present)  # type: ignore[arg-type]
-            pipe.sadd(index, *suffixes)
-            pipe.execute()
+            write_rows(r, layout, task.schema, task.table, task.key, rows, json_mode=json_mode)
             written += len(rows)
     finally:
         conn.close()
@@ -176,7 +156,9 @@ def copy_range(settings: Settings, task: KeyRange, chunk_rows: int) -> int:
 
 
 # -- driver side -----------------------------------------------------------------------------------
-async def _prepare(settings: Settings, chunk_rows: int) -> tuple[Checkpoint, list[TableInfo], list[KeyRange]]:
+async def _prepare(
+    settings: Settings, chunk_rows: int, catalog: Catalog
+) -> tuple[Checkpoint, list[TableInfo], list[KeyRange]]:
     conn = await connect(settings)
     try:
         info = await server_info(conn)
@@ -186,7 +168,6 @@ async def _prepare(settings: Settings, chunk_rows: int) -> tuple[Checkpoint, lis
         position = await current_checkpoint(conn, info)  # P: before any row is read
         now = await fetch(conn, "SELECT UNIX_TIMESTAMP()")
         position = Checkpoint(position.position, position.gtid_set, int(now[0][0]))
-        catalog = Catalog(TableFilter.from_lists(settings.tables, settings.exclude_tables))
         tables = [await catalog.load(conn, s, t) for s, t in await catalog.wanted_tables(conn)]
         ranges: list[KeyRange] = []
         for t in tables:
@@ -214,50 +195,6 @@ async def _prepare(settings: Settings, chunk_rows: int) -> tuple[Checkpoint, lis
         conn.close()
 
 
-class _Lease:
-    """The mirror's writer lease, held by the snapshot (renewed from a daemon thread)."""
-
-    def __init__(self, r: redis_sync.Redis, layout: KeyLayout, ttl: float) -> None:
-        self.r, self.key, self.ttl_ms = r, layout.lease_key, int(ttl * 1000)
-        self.token = "snapshot-" + secrets.token_hex(6)
-        self._stop = threading.Event()
-        self.lost = False
-        if not r.set(self.key, self.token, nx=True, px=self.ttl_ms):
-            holder = r.get(self.key)
-            raise SinkError(f"{self.key} is held by {holder!r}: stop the running binlog-mirror first")
-        self._thread = threading.Thread(target=self._renew, name="snapshot-lease", daemon=True)
-        self._thread.start()
-
-    def _renew(self) -> None:
-        renew = self.r.register_script(RENEW)
-        while not self._stop.wait(self.ttl_ms / 3000):
-            try:
-                if not renew(keys=[self.key], args=[self.token, self.ttl_ms]):
-                    self.lost = True
-                    return
-            except redis_sync.RedisError as exc:
-                log.warning("renewing the snapshot's lease: %s", exc)
-
-    def release(self) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.r.register_script(RELEASE)(keys=[self.key], args=[self.token])
-
-
-def _clear(r: redis_sync.Redis, layout: KeyLayout, schema: str, table: str) -> None:
-    """Remove the rows an earlier snapshot or mirror left for this table."""
-    index, base = layout.index_key(schema, table), layout.table_base(schema, table)
-    batch: list[str] = []
-    for member in r.sscan_iter(index, count=1000):
-        batch.append(f"{base}:{member.decode()}")
-        if len(batch) >= 1000:
-            r.delete(*batch)
-            batch = []
-    if batch:
-        r.delete(*batch)
-    r.unlink(index)  # a big set is freed off Redis' main thread
-
-
 def run_snapshot(
     spark: SparkSession,
     settings: Settings,
@@ -269,47 +206,94 @@ def run_snapshot(
         raise ConfigError("snapshot needs --mysql and --redis (or their env vars / config file)")
     started = time.monotonic()
     layout = KeyLayout(settings.key_prefix)
-    r = redis_sync.Redis.from_url(settings.redis.url.get_secret_value())
     try:
+        # first, and without an event loop: a call from async code is refused as it always was
+        r = redis_sync.Redis.from_url(settings.redis.url.get_secret_value())
         try:
-            if r.exists(layout.checkpoint_key):
-                raise ConfigError(
-                    f"{layout.checkpoint_key} exists: this mirror is already kept in sync by the service. "
-                    f"To copy it again, delete the mirror's keys ({layout.prefix}:*) first"
-                )
-            lease = _Lease(r, layout, settings.lease_ttl_seconds)
-        except redis_sync.RedisError as exc:
-            raise SinkError(f"snapshot: {exc}") from exc
-        try:
-            position, tables, ranges = asyncio.run(_prepare(settings, chunk_rows))
-            gtid = position.gtid_set or "no GTID"
-            progress(f"source at {position.position} ({gtid}): {len(tables)} tables, {len(ranges)} ranges")
-            for t in tables:
-                _clear(r, layout, t.schema, t.table)
-            tasks = spark.sparkContext.parallelize(ranges, max(1, len(ranges)))
-            counts = tasks.map(lambda kr: ((kr.schema, kr.table), copy_range(settings, kr, chunk_rows)))
-            rows: dict[tuple[str, str], int] = {(t.schema, t.table): 0 for t in tables if t.key}
-            for table, n in counts.collect():
-                rows[table] += n
-            if lease.lost:
-                raise SinkError("the snapshot lost its writer lease while copying; run it again")
-            # the same checkpoint hash the service writes after a transaction ending at P
-            fields = checkpoint_fields(Transaction((), (), None, position.ts, position), settings.value_mode)
-            args: list[Any] = [lease.token, len(fields)]
-            for k, v in fields.items():
-                args += [k, str(v)]
-            # every selected table, keyless ones too (as the service registers them): a table
-            # missing from `__tables` would be copied again by the service as newly selected
-            args += [layout.table_id(t.schema, t.table) for t in tables]
-            keys = [layout.lease_key, layout.checkpoint_key, layout.tables_key]
-            r.register_script(HANDOVER)(keys=keys, args=args)
+            if decode_checkpoint(r.hgetall(layout.checkpoint_key)) is not None:
+                raise ConfigError(_IN_SYNC.format(key=layout.checkpoint_key, prefix=layout.prefix))
         finally:
-            lease.release()
+            r.close()
+        position, tables, rows = asyncio.run(_snapshot(spark, settings, chunk_rows, progress))
     except redis_sync.RedisError as exc:
         raise SinkError(f"snapshot: {exc}") from exc
     except pymysql.MySQLError as exc:
         raise SourceError(f"snapshot: {exc}") from exc
-    finally:
-        r.close()
     skipped = [(t.schema, t.table) for t in tables if not t.key]
     return SnapshotResult(position, rows, skipped, time.monotonic() - started)
+
+
+async def _snapshot(
+    spark: SparkSession, settings: Settings, chunk_rows: int, progress: Callable[[str], None]
+) -> tuple[Checkpoint, list[TableInfo], dict[tuple[str, str], int]]:
+    assert settings.redis is not None
+    url = settings.redis.url.get_secret_value()
+    layout = KeyLayout(settings.key_prefix)
+    catalog = Catalog(TableFilter.from_lists(settings.tables, settings.exclude_tables))
+    redis = redis_client(url, socket_timeout=10, socket_connect_timeout=5)
+    options = MirrorOptions(json_mode=settings.value_mode == "json", lease_ttl=settings.lease_ttl_seconds)
+    token = "snapshot-" + secrets.token_hex(6)
+    mirror = RedisMirror(redis, layout, catalog.key_columns, options, token=token)
+    try:
+        if await mirror.load_checkpoint() is not None:
+            raise ConfigError(_IN_SYNC.format(key=layout.checkpoint_key, prefix=layout.prefix))
+        if not await mirror.acquire_lease():
+            holder = await redis.get(layout.lease_key)
+            raise SinkError(f"{layout.lease_key} is held by {holder!r}: stop the running binlog-mirror first")
+        lease = asyncio.create_task(_keep_lease(mirror, settings.lease_ttl_seconds), name="snapshot-lease")
+        try:
+            position, tables, ranges = await _prepare(settings, chunk_rows, catalog)
+            gtid = position.gtid_set or "no GTID"
+            progress(f"source at {position.position} ({gtid}): {len(tables)} tables, {len(ranges)} ranges")
+            rows = await asyncio.to_thread(_copy, spark, settings, layout, tables, ranges, chunk_rows)
+            if lease.done():
+                raise SinkError("the snapshot lost its writer lease while copying; run it again")
+            # every selected table, keyless ones too (as the service registers them): a table
+            # missing from `__tables` would be copied again by the service as newly selected
+            actions = [TableAction(ActionKind.REGISTER, t.schema, t.table) for t in tables]
+            await mirror.apply([(Transaction((), (), None, position.ts, position), actions)])
+        finally:
+            lease.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await lease
+            await mirror.release_lease()
+    finally:
+        await mirror.close()
+        await redis.aclose()
+    return position, tables, rows
+
+
+async def _keep_lease(mirror: RedisMirror, ttl: float) -> None:
+    """Renew every ttl/3; returns when the lease is lost (Redis errors are retried)."""
+    while True:
+        await asyncio.sleep(ttl / 3)
+        try:
+            await mirror.renew_lease()
+        except LeaseLost:
+            return
+        except SinkError as exc:
+            log.warning("renewing the snapshot's lease: %s", exc)
+
+
+def _copy(
+    spark: SparkSession,
+    settings: Settings,
+    layout: KeyLayout,
+    tables: list[TableInfo],
+    ranges: list[KeyRange],
+    chunk_rows: int,
+) -> dict[tuple[str, str], int]:
+    """Clear what an earlier copy left, then copy every range (Spark tasks); rows per table."""
+    assert settings.redis is not None
+    r = redis_sync.Redis.from_url(settings.redis.url.get_secret_value())
+    try:
+        for t in tables:
+            clear_table(r, layout, t.schema, t.table)
+    finally:
+        r.close()
+    tasks = spark.sparkContext.parallelize(ranges, max(1, len(ranges)))
+    counts = tasks.map(lambda kr: ((kr.schema, kr.table), copy_range(settings, kr, chunk_rows)))
+    rows: dict[tuple[str, str], int] = {(t.schema, t.table): 0 for t in tables if t.key}
+    for table, n in counts.collect():
+        rows[table] += n
+    return rows

@@ -41,6 +41,7 @@ INTERPRETED = frozenset({"__init__.py", "rawevent.py", "files.py", "jsonb.py"})
 # Redis sink's planner.
 STREAM_MODULES = (
     "service/checkpoint.py",
+    "service/gtids.py",
     "service/queues.py",
     "service/transactions.py",
     "service/transport/packets.py",

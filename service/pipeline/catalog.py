@@ -67,6 +67,10 @@ class Catalog:
         for k in [k for k in self._tables if k[0] == schema and (table is None or k[1] == table)]:
             del self._tables[k]
 
+    def put(self, info: TableInfo) -> None:
+        """Use `info` for its table (what `load` does after reading information_schema)."""
+        self._tables[(info.schema, info.table)] = info
+
     def known(self, schema: str, table: str) -> bool:
         return (schema, table) in self._tables
 

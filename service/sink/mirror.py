@@ -15,7 +15,7 @@ chunk size or table selection after the restart (see docs/mirror.md).
 Work on whole tables (the rows of a DROP, TRUNCATE or RENAME, the copy a resync starts with) runs
 before its transaction's call, in bounded calls waited for one by one (`_run_table_work`).
 
-Redis errors become SinkError here and only here.
+Redis errors become SinkError in service/sink/replies.py (map_redis_errors) and only there.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import logging
 import secrets
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -33,8 +33,9 @@ from redis import exceptions as rexc
 from redis.asyncio import Redis
 
 from service.checkpoint import BinlogPosition, Checkpoint
-from service.errors import ConfigError, LeaseLost, RowsMissing, SinkError
+from service.errors import ConfigError, LeaseLost, SinkError
 from service.sink.channel import ScriptChannel
+from service.sink.checkpoints import checkpoint_fields, decode_checkpoint
 from service.sink.keys import KeyLayout
 from service.sink.plan import (
     Arg,
@@ -43,10 +44,10 @@ from service.sink.plan import (
     TableAction,
     TableWork,
     checkpoint_args,
-    checkpoint_fields,
     unit_ids,
     work_op,
 )
+from service.sink.replies import SentBatch, map_redis_errors
 from service.sink.scripts import APPLY, RELEASE, RENEW, RESYNC_FINISH, RESYNC_REREAD, RESYNC_ROWS
 from service.sink.values import field_value, json_document
 from service.transactions import Transaction
@@ -54,36 +55,6 @@ from service.transactions import Transaction
 __all__ = ["MirrorOptions", "RedisMirror", "SentBatch", "map_redis_errors"]
 
 log = logging.getLogger(__name__)
-
-
-@contextlib.contextmanager
-def map_redis_errors(what: str) -> Iterator[None]:
-    try:
-        yield
-    except rexc.ResponseError as exc:
-        if str(exc).startswith("LEASE_LOST"):
-            raise LeaseLost(f"{what}: {exc}") from exc
-        if str(exc).startswith("ROWS_MISSING "):
-            raise _rows_missing(what, str(exc)) from exc
-        if isinstance(exc, rexc.OutOfMemoryError):  # refused at the call's first write
-            raise SinkError(f"{what}: Redis is full (maxmemory), nothing was written: OOM {exc}") from exc
-        raise SinkError(f"{what}: {exc}") from exc
-    except (rexc.RedisError, OSError, TimeoutError) as exc:
-        # str, not repr: redis-py's exceptions repr as just "network:ConnectionError"
-        raise SinkError(f"{what}: {type(exc).__name__}: {exc}") from exc
-
-
-def _rows_missing(what: str, reply: str) -> RowsMissing:
-    """From `ROWS_MISSING resync {n}:{table id}` or `ROWS_MISSING row {n}:{table id} {key}`
-    (n: the table id's length in bytes)."""
-    kind, rest = reply.removeprefix("ROWS_MISSING ").split(" ", 1)
-    size, named = rest.split(":", 1)
-    raw = named.encode()
-    tid, key = raw[: int(size)].decode(), raw[int(size) + 1 :].decode()
-    why = f"table {tid} is being resynced" if kind == "resync" else f"no row at {key}"
-    return RowsMissing(
-        f"{what}: updates sent without whole rows, but {why}: nothing was written", tid, kind == "resync"
-    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,48 +82,6 @@ class _Progress:
             return None
         tables = {k[2:]: int(v) for k, v in raw.items() if k.startswith("t:")}
         return cls(raw["txn"], int(raw["rows"]), int(raw.get("first", -1)), tables)
-
-
-@dataclass(slots=True)
-class SentBatch:
-    """The script calls written for one batch, in order: `replies()` waits for them."""
-
-    channel: ScriptChannel
-    epoch: int  # the channel's connection they were written on
-    planner: Planner  # told which tables' updates must carry whole rows (RowsMissing)
-    calls: list[tuple[str, Sequence[int]]] = field(default_factory=list)  # what; offsets of its txns
-
-    async def replies(self) -> list[int]:
-        """The first change sequence number of each transaction; raises the first call's error
-        (SinkError, LeaseLost): the later calls of the batch then applied nothing either."""
-        firsts: list[int] = []
-        calls, self.calls = self.calls, []
-        for what, offsets in calls:
-            try:
-                with map_redis_errors(what):
-                    if self.channel.epoch != self.epoch:
-                        raise rexc.ConnectionError("the connection was closed before the reply came")
-                    first = int(await self.channel.reply())
-            except RowsMissing as exc:
-                _whole_rows_for(self.planner, exc)
-                raise
-            firsts += [first + o for o in offsets]
-        return firsts
-
-
-def _whole_rows_for(planner: Planner, exc: RowsMissing) -> None:
-    """After RowsMissing, the table's updates carry whole rows (until its resync ends)."""
-    if exc.resync:
-        planner.resyncing.add(exc.table_id)
-    else:
-        planner.gaps.add(exc.table_id)
-        log.warning(
-            "%s. The mirror of %s lacked a row that an UPDATE changed: it was not in sync with the "
-            "source (keys removed outside binlog-mirror?). Its updates now carry whole rows, which "
-            "fills in each row they change; a resync of the table restores the rest",
-            exc,
-            exc.table_id,
-        )
 
 
 class RedisMirror:
@@ -203,22 +132,24 @@ class RedisMirror:
         self.planner.resyncing = {_s(k) for k in marks} - {"__gen"}
         self.planner.settling = {_s(k): BinlogPosition.parse(_s(v)) for k, v in settle.items()}
         self._resume = _Progress.parse({_s(k): _s(v) for k, v in progress.items()})
-        if not raw:
+        stored = decode_checkpoint(raw)
+        if stored is None:
             self._prev = ""
             return None
-        f = {_s(k): _s(v) for k, v in raw.items()}
         mode = self._values
-        if f.get("values", mode) != mode:
+        if stored.values not in (None, mode):
             # the script would meet keys of the other type in the middle of a call
             raise ConfigError(
                 f"the rows under key prefix {self.layout.prefix!r} were written with "
-                f"value_mode={f['values']}, and value_mode={mode} is set: keep value_mode="
-                f"{f['values']}, or mirror into a new key_prefix (copy the tables there with "
+                f"value_mode={stored.values}, and value_mode={mode} is set: keep value_mode="
+                f"{stored.values}, or mirror into a new key_prefix (copy the tables there with "
                 "`binlog-mirror snapshot`)"
             )
-        self._prev = f["id"]
-        position = BinlogPosition(f["file"], int(f["pos"]))
-        return Checkpoint(position, f.get("gtid_set", ""), int(f.get("ts", 0)))
+        self._prev = stored.id
+        return stored.checkpoint
+
+    def _fields(self, txn: Transaction) -> dict[str, str]:
+        return checkpoint_fields(txn.end, txn.gtid, self._values, txn.ts)
 
     async def check_server(self) -> None:
         """Refuse a Redis Cluster node or a Redis that may evict keys, and warn (once) when it
@@ -356,7 +287,7 @@ class RedisMirror:
     ) -> None:
         txn_id = str(last.end.position)
         args = self._header(txn_id, 0, True, size) + self.planner.checks() + ops
-        args += checkpoint_args(self.layout, checkpoint_fields(last, self._values))
+        args += checkpoint_args(self.layout, self._fields(last))
         many = f"{len(offsets)} transactions up to " if len(offsets) > 1 else "transaction "
         await self._send(sent, args, f"applying {many}{txn_id}", offsets)
         self._prev = txn_id
@@ -368,7 +299,7 @@ class RedisMirror:
         `__progress` how many changes of each table are done. Planned one chunk ahead, never
         whole: a transaction of millions of rows would otherwise hold every row's arguments."""
         txn_id = str(txn.end.position)
-        cp = checkpoint_args(self.layout, checkpoint_fields(txn, self._values))
+        cp = checkpoint_args(self.layout, self._fields(txn))
         size = self.options.chunk_size
         todo: Sequence[int] = range(len(txn.changes))
         if resume is not None:  # its table actions went with its first chunk

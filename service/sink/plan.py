@@ -536,21 +536,6 @@ def work_op(key: str, uid: str, w: TableWork, limit: int, cursor: Arg = "") -> l
     return ["CP", key, uid, limit, cursor, w.index, w.to_index, w.if_resync]
 
 
-def checkpoint_fields(txn: Transaction, values: str = "hash") -> dict[str, Any]:
-    """The checkpoint hash after `txn`; `values` records the value mode its rows were written in
-    (`hash` or `json`, checked by `RedisMirror.load_checkpoint`)."""
-    end = txn.end
-    return {
-        "id": str(end.position),
-        "file": end.position.file,
-        "pos": end.position.pos,
-        "gtid_set": end.gtid_set,
-        "ts": end.ts or txn.ts,
-        "gtid": txn.gtid or "",
-        "values": values,
-    }
-
-
 def checkpoint_args(layout: KeyLayout, fields: Mapping[str, Any]) -> list[Arg]:
     out: list[Arg] = ["H", layout.checkpoint_key, len(fields)]
     for k, v in fields.items():

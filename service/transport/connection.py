@@ -126,7 +126,7 @@ async def fetch(
 
 @dataclass(frozen=True, slots=True)
 class ServerInfo:
-    flavor: Literal["mysql", "mariadb"]
+    flavour: Literal["mysql", "mariadb"]
     version: tuple[int, int, int]
     version_string: str
     server_id: int
@@ -134,7 +134,7 @@ class ServerInfo:
 
     @property
     def mariadb(self) -> bool:
-        return self.flavor == "mariadb"
+        return self.flavour == "mariadb"
 
     @property
     def status_statement(self) -> str:
@@ -178,7 +178,7 @@ async def server_info(conn: aiomysql.Connection) -> ServerInfo:
     found = await fetch(conn, f"SHOW GLOBAL VARIABLES WHERE Variable_name IN ({placeholders})", _VARIABLES)
     variables = {str(k).lower(): "" if v is None else str(v) for k, v in found}
     return ServerInfo(
-        flavor="mariadb" if "mariadb" in version_string.lower() else "mysql",
+        flavour="mariadb" if "mariadb" in version_string.lower() else "mysql",
         version=(version[0], version[1], version[2]),
         version_string=version_string,
         server_id=int(variables.get("server_id") or 0),

@@ -17,7 +17,7 @@ from service.binlog import BinlogDecoder
 from service.binlog.constants import EventType
 from service.binlog.events import Event, TableMapEvent, TransactionPayloadEvent
 from service.binlog.schema import TableSchema
-from service.checkpoint import BinlogPosition, Checkpoint
+from service.checkpoint import BinlogPosition
 from service.queues import RowQueue
 from service.transactions import Transaction, TransactionAssembler
 
@@ -34,8 +34,8 @@ class EventPump:
     returns the one the caller must deliver itself (awaiting room, or after its own work for a
     DDL when `hold_ddl`). Transactions ending at or before `skip_until` (already delivered
     before a reconnect) are dropped; it clears at the first one past it.
-    `seen` (events of the last run), `delivered` (transactions it queued), `last_end` (the end
-    of the last of them) and `last_ts` are for the caller to publish. TRANSACTION_PAYLOAD is
+    `seen` (events of the last run), `delivered` (transactions it queued), `last` (the last of
+    them) and `last_ts` are for the caller to publish. TRANSACTION_PAYLOAD is
     flattened here as `BinlogDecoder.decode_events` does, without its generator per event."""
 
     def __init__(
@@ -56,7 +56,7 @@ class EventPump:
         self.hold_ddl = hold_ddl
         self.seen = 0  # events decoded by the last run() (payloads' inner events included)
         self.delivered = 0  # transactions the last run() put in the queue
-        self.last_end: Checkpoint | None = None  # end of the last transaction put in the queue
+        self.last: Transaction | None = None  # the last transaction put in the queue
         self.last_ts = 0  # timestamp of the latest event that had one
         self._raws: list[bytes] = []
         self._next = 0
@@ -126,7 +126,7 @@ class EventPump:
             return False
         queue.put_nowait(txn, rows)
         self.delivered += 1
-        self.last_end = txn.end
+        self.last = txn
         return True
 
 

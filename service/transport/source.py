@@ -6,7 +6,9 @@
             ...                             # txn.end is the Checkpoint to store with the rows
 
 A reader task reads the socket continuously into a bounded queue (backpressure: when the
-consumer is slow the task stops reading and TCP pushes back on the server). On a retriable
+consumer is slow the task stops reading and TCP pushes back on the server). That queue is the
+only buffer between the source and the replicator's applier, which takes from it directly
+(`__anext__`, then `take_nowait()` to fill a batch). On a retriable
 error (network, server restart, heartbeat timeout, killed dump thread) the task reconnects with
 exponential backoff + jitter and resumes at the end of the last transaction it put in the queue,
 with a new decoder: no transaction is lost or repeated. Non-retriable errors (PositionLost,
@@ -139,6 +141,7 @@ class BinlogSource:
         self.stats = SourceStats()
         self.info: ServerInfo | None = None
         self.start_checkpoint: Checkpoint | None = None  # the resolved start
+        self.received: Transaction | None = None  # the last transaction put in the queue
         self._queue: RowQueue[object] = RowQueue(
             queue_size or settings.queue_size, queue_rows or settings.queue_rows
         )
@@ -221,6 +224,21 @@ class BinlogSource:
         assert isinstance(item, Transaction)
         return item
 
+    def take_nowait(self) -> Transaction | None:
+        """The next transaction when one is queued, else None (also when the queue's head is the
+        end or an error: the next `__anext__` raises it). For the applier, which fills a batch
+        from what is already waiting."""
+        queue = self._queue
+        if self._done or not queue.qsize() or not isinstance(queue.peek(), Transaction):
+            return None
+        item = queue.get_nowait()
+        assert isinstance(item, Transaction)
+        return item
+
+    def waiting(self) -> tuple[int, int]:
+        """(transactions, rows) read and queued, not yet taken."""
+        return self._queue.qsize(), self._queue.rows
+
     # -- position and lag ------------------------------------------------------------------------
     @property
     def position(self) -> Checkpoint | None:
@@ -282,7 +300,7 @@ class BinlogSource:
             return _Resume(start, gtid_mode=True)
         if isinstance(start, MysqlGtidSet | MariadbGtidPos):
             if isinstance(start, MariadbGtidPos) != info.mariadb:
-                raise SourceError(f"GTID set {start} is not in the {info.flavor} form")
+                raise SourceError(f"GTID set {start} is not in the {info.flavour} form")
             return _Resume(Checkpoint(BinlogPosition("", 4), str(start)), gtid_mode=True)
         if start == "now":
             return _Resume(await current_checkpoint(ctl, info), gtid_mode=False)
@@ -435,8 +453,8 @@ class BinlogSource:
                 stats.read_position = tracker.position
                 resume.skip_until = pump.skip_until
                 if pump.delivered:
-                    assert pump.last_end is not None
-                    self._delivered(session, pump.delivered, pump.last_end)
+                    assert pump.last is not None
+                    self._delivered(session, pump.delivered, pump.last)
                 if txn is not None:
                     await self._deliver(session, txn)
                 if clock() > slice_end:
@@ -456,15 +474,16 @@ class BinlogSource:
                 await self._columns.refresh(await self._control(), [s for s in schemas if s] or None)
         # The consumer may be behind: waiting here stops reading (TCP pushes back).
         await self._queue.put(txn, len(txn.changes))
-        self._delivered(session, 1, txn.end)
+        self._delivered(session, 1, txn)
 
-    def _delivered(self, session: _Session, count: int, end: Checkpoint) -> None:
-        # Only now is it safe to resume after `end`: the transaction is in the consumer's hands.
+    def _delivered(self, session: _Session, count: int, last: Transaction) -> None:
+        # Only now is it safe to resume after `last`: the transaction is in the consumer's hands.
         assert self._resume is not None
-        self._resume.checkpoint = end
+        self._resume.checkpoint = last.end
         session.delivered_any = True
+        self.received = last
         self.stats.transactions += count
-        self.stats.delivered = end
+        self.stats.delivered = last.end
 
 
 def _type_names(dstats: DecoderStats) -> Counter[str]:

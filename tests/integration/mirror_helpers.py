@@ -17,6 +17,7 @@ from service.binlog.canonical import row_to_json
 from service.checkpoint import BinlogPosition
 from service.devtools.stack import LocalStack
 from service.settings import Settings, load_settings
+from service.sink.checkpoints import decode_checkpoint
 from service.sink.keys import KeyLayout
 from service.sink.values import field_value
 
@@ -264,7 +265,7 @@ def stored_position(redis_url: str, prefix: str) -> BinlogPosition | None:
             raw = r.hgetall(f"{prefix}:__checkpoint")
     except redis_sync.RedisError:
         return None
-    return BinlogPosition(raw[b"file"].decode(), int(raw[b"pos"])) if raw else None
+    return stored.checkpoint.position if (stored := decode_checkpoint(raw)) else None
 
 
 def wait_applied(redis_url: str, prefix: str, target: BinlogPosition | None, timeout: float = 30.0) -> None:

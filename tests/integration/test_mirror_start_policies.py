@@ -16,6 +16,7 @@ from service.devtools.stack import LocalStack
 from service.errors import ConfigError, PositionLost
 from service.pipeline.replicator import Replicator
 from service.pipeline.status import State
+from service.sink.checkpoints import decode_checkpoint
 from service.transactions import Transaction
 from tests.integration.mirror_helpers import (
     master_position,
@@ -49,7 +50,7 @@ def _stored(redis_url: str, prefix: str) -> Checkpoint | None:
         raw = r.hgetall(f"{prefix}:__checkpoint")
     finally:
         r.close()
-    return Checkpoint(BinlogPosition(raw[b"file"].decode(), int(raw[b"pos"]))) if raw else None
+    return Checkpoint(s.checkpoint.position) if (s := decode_checkpoint(raw)) else None
 
 
 def _master(stack: LocalStack) -> BinlogPosition:

@@ -11,10 +11,11 @@ import pytest
 import redis as redis_sync
 
 from service.batch.snapshot import run_snapshot
-from service.checkpoint import BinlogPosition, Checkpoint
+from service.checkpoint import Checkpoint
 from service.devtools.stack import LocalStack
 from service.errors import ConfigError, SinkError
 from service.pipeline.replicator import Replicator
+from service.sink.checkpoints import decode_checkpoint
 from service.sink.keys import KeyLayout
 from tests.integration.mirror_helpers import (
     Workload,
@@ -36,7 +37,7 @@ def _checkpoint(redis_url: str, prefix: str) -> Checkpoint | None:
     r = redis_sync.Redis.from_url(redis_url)
     raw = r.hgetall(f"{prefix}:__checkpoint")
     r.close()
-    return Checkpoint(BinlogPosition(raw[b"file"].decode(), int(raw[b"pos"]))) if raw else None
+    return Checkpoint(s.checkpoint.position) if (s := decode_checkpoint(raw)) else None
 
 
 async def test_snapshot_under_writes_then_the_service_converges(stack: LocalStack, spark: Any) -> None:

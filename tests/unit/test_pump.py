@@ -95,7 +95,7 @@ def test_pump_queues_the_assemblers_transactions(path: Path, deadline: float) ->
     txns = _drain(queue)
     assert _summary(txns) == _summary(expected)
     assert delivered == len(expected)
-    assert pump.last_end == (expected[-1].end if expected else None)
+    assert pump.last == (expected[-1] if expected else None)
     assert seen == n_events
     assert maps.keys() == expected_maps.keys()
     if deadline < 0:  # a past deadline ends a run at each transaction's end and every 8 events

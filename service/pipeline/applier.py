@@ -1,0 +1,235 @@
+"""The applier: transactions from the source's queue, in batches, to Redis, two in flight.
+
+    source queue ──> batch (≤ BATCH_MAX txns, ≤ BATCH_ROWS rows; a DDL alone) ──> plan (table
+    actions, catalog, partial INSERTs completed) ──> mirror.send ──> replies ──> progress,
+    table actions followed (resyncs), on_applied hooks (in order)
+
+Batch N+1 is planned and written while Redis runs batch N (safe: every call checks the
+checkpoint chain, so after a failure the later calls apply nothing). A batch is finished
+(replies read, hooks run) as soon as nothing else is queued; a DDL batch before and after it is
+sent, as the table actions and catalog of the batches after it depend on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+from prometheus_client import Histogram
+
+from service.binlog.rowchange import Op
+from service.pipeline.catalog import Catalog
+from service.pipeline.ddl import ddl_actions
+from service.pipeline.progress import Progress, TableCounters
+from service.pipeline.resyncs import Resyncs
+from service.pipeline.sources import TableDefinitions, TransactionSource
+from service.sink.mirror import RedisMirror, SentBatch
+from service.sink.plan import ActionKind, TableAction
+from service.transactions import TableFilter, Transaction
+
+__all__ = ["BATCH_MAX", "BATCH_ROWS", "AppliedHook", "Applier"]
+
+log = logging.getLogger("service.pipeline.replicator")
+
+AppliedHook = Callable[[Transaction, int], None]
+# A batch takes up to BATCH_MAX transactions but stops adding once it holds BATCH_ROWS rows. Its
+# small transactions share script calls of up to `chunk_rows` changes (RedisMirror.send).
+BATCH_MAX = 1000
+BATCH_ROWS = 10_000
+
+
+@dataclass(slots=True)
+class _Flight:
+    """A batch written to Redis whose replies are not read yet."""
+
+    units: list[tuple[Transaction, list[TableAction]]]
+    started: float  # perf_counter when its planning began
+    sent: SentBatch
+
+    @property
+    def ddl(self) -> bool:
+        return any(txn.ddl for txn, _ in self.units)
+
+
+class Applier:
+    def __init__(
+        self,
+        mirror: RedisMirror,
+        catalog: Catalog,
+        table_filter: TableFilter,
+        progress: Progress,
+        resyncs: Resyncs,
+        hooks: list[AppliedHook],
+        apply_seconds: Histogram,
+    ) -> None:
+        self.mirror, self.catalog, self.filter = mirror, catalog, table_filter
+        self.progress, self.resyncs, self.hooks = progress, resyncs, hooks
+        self.apply_seconds = apply_seconds
+        self.definitions: TableDefinitions | None = None  # the session's, set by the replicator
+
+    async def load(self, schema: str, table: str) -> None:
+        assert self.definitions is not None
+        await self.definitions.load(schema, table)
+
+    async def run(self, source: TransactionSource, stop: asyncio.Event) -> None:
+        """Until stop is set (after finishing the batch in flight) or the source ends; raises the
+        source's error."""
+        self.progress.in_flight = (0, 0)
+        flight: _Flight | None = None
+        carry: Transaction | None = None  # taken from the queue, starts the next batch
+        while not stop.is_set():
+            if flight is not None and (flight.ddl or carry is None and not source.waiting()[0]):
+                await self._finish(flight)
+                flight = None
+                continue
+            if carry is None:
+                carry = source.take_nowait()
+            if carry is None:
+                get = asyncio.ensure_future(anext(source))
+                halt = asyncio.ensure_future(stop.wait())
+                try:
+                    await asyncio.wait({get, halt}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    halt.cancel()
+                if not get.done():
+                    get.cancel()  # the queue is left as it was (RowQueue.get)
+                    continue
+                try:
+                    carry = get.result()
+                except StopAsyncIteration:  # a non-blocking source reached the end of the binlog
+                    break
+                except BaseException:  # the source failed: what Redis already has is finished first
+                    if flight is not None:
+                        await self._finish(flight)
+                    raise
+            batch, carry = self._next_batch(carry, source)
+            if batch[0].ddl and flight is not None:
+                await self._finish(flight)
+                flight = None
+            sent = await self._send(batch)
+            if flight is not None:
+                await self._finish(flight)
+            flight = sent
+        if flight is not None:  # stopping: wait for the batch in flight, never abandon it half-read
+            await self._finish(flight)
+
+    @staticmethod
+    def _next_batch(
+        first: Transaction, source: TransactionSource
+    ) -> tuple[list[Transaction], Transaction | None]:
+        """`first` and what is queued behind it, up to BATCH_MAX transactions or BATCH_ROWS rows;
+        a DDL transaction is a batch of its own (returned second when it ends the batch)."""
+        batch = [first]
+        rows = len(first.changes)
+        while len(batch) < BATCH_MAX and rows < BATCH_ROWS and not first.ddl:
+            nxt = source.take_nowait()
+            if nxt is None:
+                break
+            if nxt.ddl:
+                return batch, nxt
+            rows += len(nxt.changes)
+            batch.append(nxt)
+        return batch, None
+
+    async def _send(self, batch: list[Transaction]) -> _Flight:
+        # Empty transactions (all rows filtered out) only move the checkpoint: keep the last one.
+        batch = [t for i, t in enumerate(batch) if t.changes or t.ddl or i == len(batch) - 1]
+        for schema, table in {(ch.schema, ch.table) for txn in batch for ch in txn.changes}:
+            if not self.catalog.known(schema, table):
+                await self.load(schema, table)
+        inserted = {
+            (c.schema, c.table) for t in batch for i in t.partial if (c := t.changes[i]).op is Op.INSERT
+        }
+        for schema, table in inserted:
+            info = self.catalog.get(schema, table)
+            if info is not None and info.unknown_defaults:  # read when the table was empty
+                await self.load(schema, table)
+        batch = [self._complete_inserts(t) if t.partial else t for t in batch]
+        mirrored = self.progress.mirrored
+        units = [(txn, [a for d in txn.ddl for a in ddl_actions(d, self.filter, mirrored)]) for txn in batch]
+        flight = _Flight(units, time.perf_counter(), await self.mirror.send(units))
+        txns, rows = self.progress.in_flight
+        self.progress.in_flight = (txns + len(batch), rows + sum(len(t.changes) for t in batch))
+        return flight
+
+    async def _finish(self, flight: _Flight) -> None:
+        units = flight.units
+        firsts = await flight.sent.replies()
+        self.apply_seconds.observe(time.perf_counter() - flight.started)
+        progress = self.progress
+        txns, rows = progress.in_flight
+        progress.in_flight = (txns - len(units), rows - sum(len(t.changes) for t, _ in units))
+        progress.redis_ok = True
+        tables = progress.tables
+        for (txn, actions), first in zip(units, firsts, strict=True):
+            progress.applied, progress.applied_ts = txn.end, txn.ts
+            progress.txns_applied += 1
+            progress.rows_applied += len(txn.changes)
+            for ch in txn.changes:  # once per row: plain attribute updates
+                key = (ch.schema, ch.table)
+                c = tables.get(key)
+                if c is None:
+                    c = tables[key] = TableCounters()
+                op = ch.op
+                if op is Op.INSERT:
+                    c.inserts += 1
+                elif op is Op.UPDATE:
+                    c.updates += 1
+                else:
+                    c.deletes += 1
+                c.last_change_ts = ch.ts
+            if txn.ddl:
+                for d in txn.ddl:
+                    for s, t in d.tables:
+                        self.catalog.forget(s, t or None)
+                self.note_actions(actions)
+            for hook in self.hooks:
+                try:
+                    hook(txn, first)
+                except Exception:  # a broken hook must not stop replication
+                    log.exception("on_applied hook %r failed", hook)
+
+    def _complete_inserts(self, txn: Transaction) -> Transaction:
+        """A partial INSERT image (MINIMAL) omits the columns the statement left at their default:
+        fill them from the catalog, so the row in Redis equals the row on the source. (Partial
+        UPDATE/DELETE images need nothing: the planner merges the present columns.)"""
+        changes = list(txn.changes)
+        for i in txn.partial:
+            ch = changes[i]
+            if ch.op is not Op.INSERT or ch.after is None:
+                continue
+            info = self.catalog.get(ch.schema, ch.table)
+            missing = {k: v for k, v in info.defaults.items() if k not in ch.after} if info else {}
+            if missing:
+                changes[i] = replace(ch, after={**missing, **ch.after})
+        return replace(txn, changes=tuple(changes))
+
+    def note_actions(self, actions: Sequence[TableAction]) -> None:
+        """Follow applied table actions. A resync in flight was restarted (TRUNCATE), moved
+        (RENAME) or ended (DROP) by the apply script itself, under a new generation: its task
+        follows here; a write it still has in flight is refused by that generation. After a
+        TRUNCATE or RENAME a copy starts whether or not a task was seen running (one may have
+        just stopped at the fence before it): it ends at once if there is no mark."""
+        mirrored, resyncs = self.progress.mirrored, self.resyncs
+        for a in actions:
+            key = (a.schema, a.table)
+            if a.kind is ActionKind.DROP:
+                mirrored.discard(key)
+                resyncs.cancel(key)
+            elif a.kind is ActionKind.RENAME:
+                mirrored.discard(key)
+                resyncs.cancel(key)
+                assert a.new_schema is not None and a.new_table is not None
+                new = (a.new_schema, a.new_table)
+                mirrored.add(new)
+                self.catalog.forget(*new)
+                resyncs.start(new)
+            elif a.kind is ActionKind.TRUNCATE:
+                resyncs.start(key)
+            elif a.kind in (ActionKind.REGISTER, ActionKind.RESYNC):
+                mirrored.add(key)
+            if a.kind is ActionKind.RESYNC:
+                resyncs.start(key)

@@ -1,0 +1,139 @@
+"""Status assembly: the replicator's `Progress`, its current source and the counters of earlier
+sessions' sources, into one frozen `ReplicatorStatus` (service/pipeline/status.py)."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+
+from service.binlog.schema import TableSchema
+from service.pipeline.catalog import Catalog, with_table_map
+from service.pipeline.progress import Progress, TableCounters
+from service.pipeline.sources import TransactionSource
+from service.pipeline.status import ReplicatorStatus, SourceStatus, TableStatus
+from service.settings import Settings
+from service.sink.mirror import RedisMirror
+
+__all__ = ["PastSources", "build_status"]
+
+
+class PastSources:
+    """Counters of the sources of finished sessions (a source lives for one session)."""
+
+    def __init__(self) -> None:
+        self.reconnects = 0
+        self.events: Counter[str] = Counter()
+        self.ignorable = self.invalid = 0
+        self.bytes = self.heartbeats = 0
+        self.maps: dict[tuple[str, str], TableSchema] = {}  # latest TABLE_MAP per table
+
+    def fold(self, source: TransactionSource) -> None:
+        stats = source.stats
+        self.reconnects += stats.reconnects
+        self.bytes += stats.bytes
+        self.heartbeats += stats.heartbeats
+        self.maps.update(stats.table_maps)
+        by_type, ignorable, invalid = source.decoder_totals()
+        self.events.update(by_type)
+        self.ignorable += ignorable
+        self.invalid += invalid
+
+
+def build_status(
+    settings: Settings,
+    progress: Progress,
+    mirror: RedisMirror,
+    catalog: Catalog,
+    source: TransactionSource | None,
+    past: PastSources,
+) -> ReplicatorStatus:
+    now = time.time()
+    stats = source.stats if source is not None else None
+    info = source.info if source is not None else None
+    queued, queued_rows = source.waiting() if source is not None else (0, 0)
+    waiting = queued + progress.in_flight[0]
+    rows_waiting = queued_rows + progress.in_flight[1]
+    last_event_ts = (stats.last_event_ts if stats else 0) or None
+    last_packet = stats.last_event_at if stats else 0.0
+    applied = progress.applied
+    lag: float | None = None
+    if progress.applied_ts is not None or applied is not None:
+        fresh = last_packet and now - last_packet < 3 * settings.heartbeat_seconds
+        if waiting == 0 and fresh:
+            lag = 0.0
+        elif progress.applied_ts:
+            lag = max(0.0, now - progress.applied_ts)
+        elif last_packet:
+            lag = max(0.0, now - last_packet)
+    maps = {**past.maps, **(stats.table_maps if stats else {})}
+    names_from = stats.column_names if stats else "binlog"
+    planner = mirror.planner
+    settling = planner.settling
+    tables = []
+    for key in sorted(set(progress.tables) | progress.mirrored):
+        c = progress.tables.get(key, TableCounters())
+        t = catalog.get(*key)
+        table_map = maps.get(key)
+        tables.append(
+            TableStatus(
+                schema=key[0],
+                table=key[1],
+                table_id=table_map.table_id if table_map else None,
+                columns=with_table_map(t.columns, table_map, names_from) if t else (),
+                primary_key=(t.key or ()) if t else (),
+                key_source=t.key_source if t else "primary",
+                mirrored=bool(t is None or t.key),
+                inserts=c.inserts,
+                updates=c.updates,
+                deletes=c.deletes,
+                skipped_rows=planner.skipped.rows.get(key, 0),
+                last_change_ts=c.last_change_ts,
+                resync=c.resync,
+                settle_until=settling.get(mirror.layout.table_id(*key)) if settling else None,
+            )
+        )
+    received = (source.received if source is not None else None) or progress.received
+    events = Counter(past.events)
+    ignorable, invalid = past.ignorable, past.invalid
+    reconnects = progress.restarts + past.reconnects
+    if source is not None:
+        by_type, more_ignorable, more_invalid = source.decoder_totals()
+        events.update(by_type)
+        ignorable += more_ignorable
+        invalid += more_invalid
+        reconnects += source.stats.reconnects
+    return ReplicatorStatus(
+        state=progress.state,
+        since=progress.since,
+        source=SourceStatus(
+            flavour=info.flavour if info else None,
+            version=info.version_string if info else None,
+            server_id=info.server_id if info else None,
+            connected=bool(stats and stats.connected),
+            url=settings.mysql.redacted() if settings.mysql else None,
+        ),
+        received_position=received.end.position if received else None,
+        received_gtid=received.gtid if received else None,
+        received_gtid_set=received.end.gtid_set if received else None,
+        applied=applied,
+        last_event_ts=last_event_ts,
+        lag_seconds=lag,
+        bytes_behind=progress.bytes_behind,
+        transactions_waiting=waiting,
+        rows_waiting=rows_waiting,
+        transactions_applied=progress.txns_applied,
+        rows_applied=progress.rows_applied,
+        redis_reachable=progress.redis_ok,
+        leader=progress.leader,
+        instance_id=mirror.token,
+        errors=progress.errors,
+        tables=tuple(tables),
+        reconnects=reconnects,
+        decode_errors=progress.decode_errors,
+        events_by_type=tuple(sorted(events.items())),
+        skipped_ignorable_events=ignorable,
+        invalid_text_values=invalid,
+        bytes_received=past.bytes + (stats.bytes if stats else 0),
+        heartbeats=past.heartbeats + (stats.heartbeats if stats else 0),
+        last_packet_at=last_packet or None,
+    )

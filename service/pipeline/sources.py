@@ -1,0 +1,107 @@
+"""What the replicator needs from its source of transactions, and from the tables' definitions.
+
+`TransactionSource` is everything the replicator reads of `service.transport.source.BinlogSource`
+(no `getattr`): the source owns the one bounded queue between the binlog reader and the applier.
+`TableDefinitions` is where a session reads table definitions and the selected tables
+(information_schema on the source, by default). Both are seams: a test passes its own factories
+(`Replicator(source_factory=..., definitions_factory=...)`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from typing import Any, Protocol
+
+import aiomysql
+
+from service.checkpoint import BinlogPosition, Checkpoint, StartPoint
+from service.pipeline.catalog import Catalog, TableInfo
+from service.settings import Settings
+from service.transactions import TableFilter, Transaction
+from service.transport.connection import ServerInfo, connect, map_errors
+from service.transport.source import SourceStats
+
+__all__ = [
+    "DefinitionsFactory",
+    "SourceDefinitions",
+    "SourceFactory",
+    "TableDefinitions",
+    "TransactionSource",
+    "default_source",
+]
+
+
+class TransactionSource(Protocol):
+    """Committed transactions in order, each once; see `BinlogSource`."""
+
+    start_checkpoint: Checkpoint | None  # the resolved start, once entered
+    info: ServerInfo | None  # the server, once connected
+    stats: SourceStats  # counters of the reader (read live by status())
+    received: Transaction | None  # the last transaction put in the queue
+
+    async def __aenter__(self) -> Any: ...
+    async def __aexit__(self, *exc: object) -> None: ...
+    def __aiter__(self) -> AsyncIterator[Transaction]: ...
+    async def __anext__(self) -> Transaction: ...
+
+    def take_nowait(self) -> Transaction | None:
+        """The next queued transaction, or None when none is ready (never waits)."""
+        ...
+
+    def waiting(self) -> tuple[int, int]:
+        """(transactions, rows) in the queue."""
+        ...
+
+    async def lag_bytes(self, since: BinlogPosition) -> int | None: ...
+    async def source_position(self) -> Checkpoint: ...
+    def decoder_totals(self) -> tuple[dict[str, int], int, int]: ...
+
+
+SourceFactory = Callable[[Settings, StartPoint, TableFilter], TransactionSource]
+
+
+def default_source(settings: Settings, start: StartPoint, flt: TableFilter) -> TransactionSource:
+    from service.transport.source import BinlogSource
+
+    return BinlogSource(settings, start, table_filter=flt)
+
+
+class TableDefinitions(Protocol):
+    """Table definitions for one session: `load` puts what it reads in the catalog."""
+
+    async def open(self) -> None: ...
+    def close(self) -> None: ...
+    async def wanted_tables(self) -> list[tuple[str, str]]: ...
+    async def load(self, schema: str, table: str) -> TableInfo: ...
+
+
+DefinitionsFactory = Callable[[Settings, Catalog], TableDefinitions]
+
+
+class SourceDefinitions:
+    """information_schema of the source, on a side connection of its own (UTC session)."""
+
+    def __init__(self, settings: Settings, catalog: Catalog) -> None:
+        self.settings, self.catalog = settings, catalog
+        self._conn: aiomysql.Connection | None = None
+
+    async def open(self) -> None:
+        self._conn = await connect(self.settings)
+        with map_errors("preparing the catalog session"):
+            async with self._conn.cursor() as cur:  # TIMESTAMP defaults in UTC, as decoded
+                await cur.execute("SET SESSION time_zone = '+00:00'")
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    async def wanted_tables(self) -> list[tuple[str, str]]:
+        assert self._conn is not None
+        with map_errors("listing the source's tables"):
+            return await self.catalog.wanted_tables(self._conn)
+
+    async def load(self, schema: str, table: str) -> TableInfo:
+        assert self._conn is not None
+        with map_errors(f"reading the definition of {schema}.{table}"):
+            return await self.catalog.load(self._conn, schema, table)

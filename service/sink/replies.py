@@ -1,0 +1,91 @@
+"""Redis errors mapped to the error tree (here and only here, for the sink), and the replies of
+the script calls a batch wrote (`SentBatch`), read after later calls were written."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+from redis import exceptions as rexc
+
+from service.errors import LeaseLost, RowsMissing, SinkError
+from service.sink.channel import ScriptChannel
+from service.sink.plan import Planner
+
+__all__ = ["SentBatch", "map_redis_errors"]
+
+log = logging.getLogger("service.sink.mirror")
+
+
+@contextlib.contextmanager
+def map_redis_errors(what: str) -> Iterator[None]:
+    try:
+        yield
+    except rexc.ResponseError as exc:
+        if str(exc).startswith("LEASE_LOST"):
+            raise LeaseLost(f"{what}: {exc}") from exc
+        if str(exc).startswith("ROWS_MISSING "):
+            raise _rows_missing(what, str(exc)) from exc
+        if isinstance(exc, rexc.OutOfMemoryError):  # refused at the call's first write
+            raise SinkError(f"{what}: Redis is full (maxmemory), nothing was written: OOM {exc}") from exc
+        raise SinkError(f"{what}: {exc}") from exc
+    except (rexc.RedisError, OSError, TimeoutError) as exc:
+        # str, not repr: redis-py's exceptions repr as just "network:ConnectionError"
+        raise SinkError(f"{what}: {type(exc).__name__}: {exc}") from exc
+
+
+def _rows_missing(what: str, reply: str) -> RowsMissing:
+    """From `ROWS_MISSING resync {n}:{table id}` or `ROWS_MISSING row {n}:{table id} {key}`
+    (n: the table id's length in bytes)."""
+    kind, rest = reply.removeprefix("ROWS_MISSING ").split(" ", 1)
+    size, named = rest.split(":", 1)
+    raw = named.encode()
+    tid, key = raw[: int(size)].decode(), raw[int(size) + 1 :].decode()
+    why = f"table {tid} is being resynced" if kind == "resync" else f"no row at {key}"
+    return RowsMissing(
+        f"{what}: updates sent without whole rows, but {why}: nothing was written", tid, kind == "resync"
+    )
+
+
+@dataclass(slots=True)
+class SentBatch:
+    """The script calls written for one batch, in order: `replies()` waits for them."""
+
+    channel: ScriptChannel
+    epoch: int  # the channel's connection they were written on
+    planner: Planner  # told which tables' updates must carry whole rows (RowsMissing)
+    calls: list[tuple[str, Sequence[int]]] = field(default_factory=list)  # what; offsets of its txns
+
+    async def replies(self) -> list[int]:
+        """The first change sequence number of each transaction; raises the first call's error
+        (SinkError, LeaseLost): the later calls of the batch then applied nothing either."""
+        firsts: list[int] = []
+        calls, self.calls = self.calls, []
+        for what, offsets in calls:
+            try:
+                with map_redis_errors(what):
+                    if self.channel.epoch != self.epoch:
+                        raise rexc.ConnectionError("the connection was closed before the reply came")
+                    first = int(await self.channel.reply())
+            except RowsMissing as exc:
+                _whole_rows_for(self.planner, exc)
+                raise
+            firsts += [first + o for o in offsets]
+        return firsts
+
+
+def _whole_rows_for(planner: Planner, exc: RowsMissing) -> None:
+    """After RowsMissing, the table's updates carry whole rows (until its resync ends)."""
+    if exc.resync:
+        planner.resyncing.add(exc.table_id)
+    else:
+        planner.gaps.add(exc.table_id)
+        log.warning(
+            "%s. The mirror of %s lacked a row that an UPDATE changed: it was not in sync with the "
+            "source (keys removed outside binlog-mirror?). Its updates now carry whole rows, which "
+            "fills in each row they change; a resync of the table restores the rest",
+            exc,
+            exc.table_id,
+        )

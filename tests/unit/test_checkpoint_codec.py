@@ -1,0 +1,49 @@
+"""The checkpoint hash's one codec (service/sink/checkpoints.py): the stored form is unchanged, so
+mirrors written before it keep loading."""
+
+from __future__ import annotations
+
+import pytest
+
+from service.checkpoint import BinlogPosition, Checkpoint
+from service.sink.checkpoints import checkpoint_fields, decode_checkpoint
+
+END = Checkpoint(BinlogPosition("mysql-bin.000003", 1234), "0-1-100,1-2-5", 1_700_000_000)
+
+
+def test_fields_are_the_stored_form() -> None:
+    # field for field, in order, as the apply script and the snapshot always wrote them
+    assert list(checkpoint_fields(END, "0-1-100", "json").items()) == [
+        ("id", "mysql-bin.000003:1234"),
+        ("file", "mysql-bin.000003"),
+        ("pos", "1234"),
+        ("gtid_set", "0-1-100,1-2-5"),
+        ("ts", "1700000000"),
+        ("gtid", "0-1-100"),
+        ("values", "json"),
+    ]
+
+
+def test_ts_falls_back_to_the_transactions() -> None:
+    no_ts = Checkpoint(END.position, "", 0)
+    assert checkpoint_fields(no_ts, None, ts=7)["ts"] == "7"
+    assert checkpoint_fields(no_ts)["ts"] == "0" and checkpoint_fields(no_ts)["gtid"] == ""
+
+
+@pytest.mark.parametrize("as_bytes", [True, False], ids=["hgetall-bytes", "decoded-str"])
+def test_round_trip(as_bytes: bool) -> None:
+    fields = checkpoint_fields(END, "0-1-100", "hash")
+    raw = {k.encode(): v.encode() for k, v in fields.items()} if as_bytes else fields
+    stored = decode_checkpoint(raw)
+    assert stored is not None
+    assert stored.checkpoint == END and stored.id == "mysql-bin.000003:1234" and stored.values == "hash"
+
+
+def test_a_hash_written_before_values_was_recorded() -> None:
+    stored = decode_checkpoint({b"id": b"b.000001:4", b"file": b"b.000001", b"pos": b"4"})
+    assert stored is not None
+    assert stored.checkpoint == Checkpoint(BinlogPosition("b.000001", 4)) and stored.values is None
+
+
+def test_no_checkpoint() -> None:
+    assert decode_checkpoint({}) is None
