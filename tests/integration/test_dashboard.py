@@ -8,15 +8,22 @@ BINLOG_MIRROR_DASHBOARD_SCREENSHOT=docs/dashboard.png to save the screenshot the
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import shutil
+import time
 from collections.abc import AsyncIterator
 from urllib.parse import urlsplit
 
 import pytest
 
+from api.main import create_app
+from api.server import ApiServer
+from service.pipeline.status import ErrorStatus, ResyncStatus, State, TableStatus
+from service.settings import Settings
 from service.stack import LocalStack
+from tests.api.apihelpers import StatusDouble, streaming_status
 from tests.integration.test_api import TOKEN, Running, running
 
 pytestmark = pytest.mark.integration
@@ -26,6 +33,36 @@ Browser, Page, expect = pw_api.Browser, pw_api.Page, pw_api.expect
 
 SCREENSHOT = os.environ.get("BINLOG_MIRROR_DASHBOARD_SCREENSHOT")
 WAIT_MS = 30_000  # generous: the machine is shared; nothing here is timed
+
+
+# Every visible text against its background (WCAG AA: 4.5:1), and a name on every input/chart.
+A11Y_PROBLEMS = """() => {
+  const rgb = (c) => c.match(/[\\d.]+/g).map(Number);
+  const lum = ([r, g, b]) => {
+    const f = (c) => ((c /= 255) <= 0.03928 ? c / 12.92 : ((c + 0.055) / 1.055) ** 2.4);
+    return 0.2126 * f(r) + 0.7152 * f(g) + 0.0722 * f(b);
+  };
+  const bg = (el) => {
+    for (; el; el = el.parentElement) {
+      const c = rgb(getComputedStyle(el).backgroundColor);
+      if (c.length < 4 || c[3] > 0) return c;
+    }
+    return [255, 255, 255];
+  };
+  const bad = [];
+  for (const el of document.querySelectorAll("body *")) {
+    if (!el.getClientRects().length) continue;
+    if (![...el.childNodes].some((n) => n.nodeType === 3 && n.textContent.trim())) continue;
+    const [hi, lo] = [lum(rgb(getComputedStyle(el).color)), lum(bg(el))].sort((x, y) => y - x);
+    const ratio = (hi + 0.05) / (lo + 0.05);
+    if (ratio < 4.5) bad.push(el.tagName + "#" + el.id + "." + el.className + " " + ratio.toFixed(2));
+  }
+  for (const el of document.querySelectorAll("input, progress, button, canvas")) {
+    const named = (el.labels && el.labels.length) || el.getAttribute("aria-label") || el.textContent.trim();
+    if (!named) bad.push("no accessible name: " + el.tagName + "#" + el.id);
+  }
+  return bad;
+}"""
 
 
 def chromium() -> str:
@@ -164,6 +201,8 @@ async def test_dashboard_shows_the_live_mirror(stack: LocalStack, browser: Brows
         await expect(page.locator("#source")).to_contain_text("mariadb")
         await expect(page.locator("#redis-url")).to_have_text(re.compile(r"^redis://127\.0\.0\.1:\d+"))
 
+        assert await page.evaluate(A11Y_PROBLEMS) == []
+
         if SCREENSHOT:
             await screenshots(page, run, SCREENSHOT)
 
@@ -196,3 +235,50 @@ async def test_wrong_token_is_asked_again(stack: LocalStack, browser: Browser) -
         await expect(page.locator("#token-error")).to_have_text("That token was refused.", timeout=WAIT_MS)
         await expect(page.locator("#main")).to_be_hidden()
         await page.close()
+
+
+async def test_standby_resync_and_error_panels(browser: Browser) -> None:
+    """What the writes above cannot show on demand: a standby, a resync in flight, an error.
+
+    A real uvicorn serves the app over a status double; no token is set, so none is asked.
+    """
+    resync = ResyncStatus(started_ts=time.time(), rows_done=40, rows_total=100, reason="ALTER TABLE orders")
+    orders = TableStatus(schema="shop", table="orders", primary_key=("id",), resync=resync)
+    nokey = TableStatus(schema="shop", table="log", key_source="none", mirrored=False, skipped_rows=3)
+    snapshot = streaming_status(
+        state=State.RESYNCING,
+        leader=False,
+        tables=(nokey, orders),
+        errors=ErrorStatus(count=2, last="SinkError('redis down')", last_ts=time.time(), retriable=True),
+    )
+    settings = Settings(api_port=0, redis="redis://:pw-secret@cache:6380/2")
+    server = ApiServer(create_app(settings, StatusDouble(snapshot)), settings)
+    task = asyncio.create_task(server.serve())
+    try:
+        async with asyncio.timeout(15):
+            await server.started.wait()
+        page = await browser.new_page(viewport={"width": 390, "height": 844})
+        await page.goto(f"http://127.0.0.1:{server.port}/")
+        await expect(page.locator("#state")).to_have_text("resyncing", timeout=WAIT_MS)
+        await expect(page.locator("#role")).to_have_text("standby")
+        await expect(page.locator("#login")).to_be_hidden()
+        await expect(page.locator("#redis-url")).to_have_text("redis://***@cache:6380/2")
+        row = page.locator('#tables tbody tr[data-table="shop.orders"]')
+        bar = row.get_by_role("progressbar", name="resync of shop.orders")
+        assert (await bar.get_attribute("max"), await bar.evaluate("b => b.value")) == ("100", 40)
+        await expect(row.locator("td").nth(7)).to_have_text(" 40 / 100")
+        skipped = page.locator('#tables tbody tr[data-table="shop.log"]')
+        await expect(skipped.locator("td").nth(0)).to_have_text("skipped: no usable key")
+        await expect(skipped.locator("td").nth(5)).to_have_text("3")
+        await expect(page.locator("#err-count")).to_have_text("2")
+        await expect(page.locator("#err-last")).to_have_text("SinkError('redis down')")
+        await expect(page.locator("#err-retriable")).to_have_text("yes (retried with backoff)")
+        await expect(page.locator("#reasons")).to_contain_text("not the writer")
+        assert await page.evaluate(A11Y_PROBLEMS) == []
+        overflow = await page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+        assert overflow <= 0
+        await page.close()
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
