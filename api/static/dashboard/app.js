@@ -15,6 +15,7 @@
   const history = []; // {t, lag, rows, txns}
   let last = null; // previous {t, rows, txns} for the rates
   let keys = new Map(); // "schema.table" -> primary key columns
+  let keysSig = "";
 
   // ---------- formatting ----------
   const nf = new Intl.NumberFormat();
@@ -106,6 +107,7 @@
     const failed = results.filter((r) => r.status === "rejected");
     try {
       render(position, lag, tables, info, ready);
+      if (results[0].status === "rejected") badge("state", "API unreachable", "bad");
       text("updated", failed.length ? "update failed: " + failed[0].reason.message : "updated " + new Date().toLocaleTimeString());
     } finally {
       pollTimer = setTimeout(poll, POLL_MS);
@@ -268,6 +270,9 @@
     }
     if (!list.length) body.append(el("tr", null, el("td", { colspan: "9", class: "muted", text: "no tables yet" })));
     $("tables").tBodies[0].replaceWith(body);
+    const sig = JSON.stringify([...keys]);
+    if (sig !== keysSig && !renderQueued && !paused) { renderQueued = true; requestAnimationFrame(renderTail); }
+    keysSig = sig; // the tail's key column reads `keys`
   }
 
   // ---------- live tail (websocket) ----------
