@@ -3,7 +3,8 @@
 "use strict";
 (() => {
   const POLL_MS = 2000;
-  const HISTORY = 150; // samples kept for the charts: 5 minutes at POLL_MS
+  const WINDOW_MS = 5 * 60 * 1000; // what the charts show
+  const HISTORY = 600; // samples kept at most (5 minutes of polls, with room for faster ones)
   const TAIL_KEEP = 500; // changes kept in memory for the tail
   const TAIL_SHOW = 100; // rows rendered
   const TOKEN_KEY = "binlog-mirror.token";
@@ -11,6 +12,7 @@
   const $ = (id) => document.getElementById(id);
   let token = sessionStorage.getItem(TOKEN_KEY) || "";
   let pollTimer = null;
+  let pollChain = 0; // a new token starts a new chain; an older one stops at its next turn
   let stopped = false; // waiting for a token
   const history = []; // {t, lag, rows, txns}
   let last = null; // previous {t, rows, txns} for the rates
@@ -56,8 +58,7 @@
     return e;
   }
   function short(v) {
-    let s = v === null ? "NULL" : typeof v === "string" ? JSON.stringify(v) : JSON.stringify(v);
-    if (s === undefined) s = String(v);
+    const s = v === null ? "NULL" : JSON.stringify(v) ?? String(v);
     return s.length > 40 ? s.slice(0, 39) + "…" : s;
   }
 
@@ -90,13 +91,14 @@
     $("login").hidden = true;
     $("main").hidden = false;
     stopped = false;
-    poll();
+    clearTimeout(pollTimer);
+    poll(++pollChain);
     openSocket();
   });
 
   // ---------- polling ----------
-  async function poll() {
-    if (stopped) return;
+  async function poll(chain) {
+    if (stopped || chain !== pollChain) return;
     const paths = ["/position", "/lag", "/tables", "/dashboard/info", "/health/ready"];
     const results = await Promise.allSettled(paths.map(get));
     if (results.some((r) => r.status === "rejected" && r.reason instanceof Unauthorized)) {
@@ -110,7 +112,7 @@
       if (results[0].status === "rejected") badge("state", "API unreachable", "bad");
       text("updated", failed.length ? "update failed: " + failed[0].reason.message : "updated " + new Date().toLocaleTimeString());
     } finally {
-      pollTimer = setTimeout(poll, POLL_MS);
+      if (!stopped && chain === pollChain) pollTimer = setTimeout(poll, POLL_MS, chain);
     }
   }
 
@@ -173,7 +175,7 @@
     }
     if (p) last = { t, rows: p.rows_applied, txns: p.transactions_applied };
     history.push({ t, lag: l ? l.seconds_behind : null, rows, txns });
-    while (history.length > HISTORY) history.shift();
+    while (history.length > HISTORY || (history.length && history[0].t < t - WINDOW_MS)) history.shift();
     text("rows-rate", rate(rows));
     text("txn-rate", rate(txns));
     drawCharts();
@@ -186,7 +188,7 @@
     for (const m of [1, 2, 2.5, 5, 10]) if (m * p >= v) return m * p;
     return 10 * p;
   }
-  function drawChart(canvas, series, unit) {
+  function drawChart(canvas, times, series, unit) {
     const dpr = window.devicePixelRatio || 1;
     const w = canvas.clientWidth, h = canvas.clientHeight;
     if (!w || !h) return;
@@ -196,7 +198,7 @@
     g.clearRect(0, 0, w, h);
     const style = getComputedStyle(document.documentElement);
     const left = 44, right = 6, top = 6, bottom = 18;
-    const pw = w - left - right, ph = h - top - bottom;
+    const pw = w - left - right, ph = h - top - bottom, now = Date.now();
     let max = 0, points = 0;
     for (const s of series) for (const v of s.values) if (v !== null) { max = Math.max(max, v); points++; }
     const ymax = niceMax(max);
@@ -219,7 +221,7 @@
       let pen = false;
       s.values.forEach((v, i) => {
         if (v === null) { pen = false; return; }
-        const x = left + pw - ((s.values.length - 1 - i) * pw) / (HISTORY - 1);
+        const x = left + pw - (Math.min(WINDOW_MS, now - times[i]) * pw) / WINDOW_MS;
         const y = top + ph - (Math.min(v, ymax) / ymax) * ph;
         if (pen) g.lineTo(x, y); else g.moveTo(x, y);
         pen = true;
@@ -231,9 +233,9 @@
   }
   function drawCharts() {
     const lags = history.map((h) => h.lag);
-    const rows = history.map((h) => h.rows), txns = history.map((h) => h.txns);
-    drawChart($("lag-chart"), [{ values: lags, color: "--c1" }], "s");
-    drawChart($("rate-chart"), [{ values: rows, color: "--c1" }, { values: txns, color: "--c2" }], "");
+    const rows = history.map((h) => h.rows), txns = history.map((h) => h.txns), times = history.map((h) => h.t);
+    drawChart($("lag-chart"), times, [{ values: lags, color: "--c1" }], "s");
+    drawChart($("rate-chart"), times, [{ values: rows, color: "--c1" }, { values: txns, color: "--c2" }], "");
     const lastOf = (a) => { for (let i = a.length - 1; i >= 0; i--) if (a[i] !== null) return a[i]; return null; };
     $("lag-chart").setAttribute("aria-label", "Lag in seconds, last 5 minutes; now " + seconds(lastOf(lags)));
     $("rate-chart").setAttribute("aria-label", "Applied rows per second, last 5 minutes; now " + rate(lastOf(rows)) + " rows/s, " + rate(lastOf(txns)) + " transactions/s");
@@ -378,6 +380,6 @@
   });
 
   renderTail();
-  poll();
+  poll(pollChain);
   openSocket();
 })();
