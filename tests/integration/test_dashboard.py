@@ -136,10 +136,10 @@ def tail_rows(page: Page, table: str) -> pw_api.Locator:
 
 async def test_dashboard_shows_the_live_mirror(stack: LocalStack, browser: Browser) -> None:
     async with running(stack) as run:
-        port = urlsplit(str(run.http.base_url)).netloc
+        service = urlsplit(str(run.http.base_url)).netloc  # host:port of the API
         page = await browser.new_page(viewport={"width": 1366, "height": 768})
         watch = Watch(page)
-        await page.goto(f"http://{port}/")
+        await page.goto(f"http://{service}/")
         await log_in(page)
         assert all("401" in e for e in watch.errors)  # the first reads, before the token
         watch.errors.clear()
@@ -219,16 +219,16 @@ async def test_dashboard_shows_the_live_mirror(stack: LocalStack, browser: Brows
         assert await page.evaluate("sessionStorage.getItem('binlog-mirror.token')") == TOKEN
 
         await page.close()
-        assert watch.foreign(port) == [], "the page asked another host"
+        assert watch.foreign(service) == [], "the page asked another host"
         assert any(urlsplit(u).scheme == "ws" for u in watch.urls)
         assert watch.errors == []
 
 
 async def test_wrong_token_is_asked_again(stack: LocalStack, browser: Browser) -> None:
     async with running(stack) as run:
-        port = urlsplit(str(run.http.base_url)).netloc
+        service = urlsplit(str(run.http.base_url)).netloc  # host:port of the API
         page = await browser.new_page()
-        await page.goto(f"http://{port}/")
+        await page.goto(f"http://{service}/")
         await expect(page.locator("#login")).to_be_visible(timeout=WAIT_MS)
         await page.get_by_label("This service needs its API token").fill("not-the-token")
         await page.get_by_role("button", name="Connect").click()
