@@ -4,7 +4,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-APT_PACKAGES := mariadb-server mariadb-client redis-server python3-venv default-jre-headless
+APT_PACKAGES := mariadb-server mariadb-client redis-server python3-venv default-jre-headless chromium
 
 .PHONY: demo test lint typecheck pytest bench bench-stream bench-e2e bench-fanout bench-memory bench-table-ops bench-redis-floor fast pure system-packages clean
 
@@ -16,7 +16,7 @@ $(BIN)/binlog-mirror: pyproject.toml
 	@touch $@
 
 system-packages:
-	@missing=""; for b in mariadbd redis-server mariadb-binlog java; do \
+	@missing=""; for b in mariadbd redis-server mariadb-binlog java chromium; do \
 	  command -v $$b >/dev/null || [ -x /usr/sbin/$$b ] || missing=1; done; \
 	$(PYTHON) -c 'import venv, ensurepip' 2>/dev/null || missing=1; \
 	if [ -n "$$missing" ]; then \

@@ -21,6 +21,7 @@ from fastapi import FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse
 
+from api import dashboard, log_redaction
 from api.broadcast import Broadcaster
 from api.deps import StatusSource
 from api.metrics import build_registry, register_pipeline_metrics
@@ -90,6 +91,8 @@ def create_app(
     app.add_exception_handler(Exception, _internal_error)
     for module in (health, position, lag, tables, metrics, events):
         app.include_router(module.router)
+    app.include_router(dashboard.router)
+    log_redaction.install()  # the dashboard sends its token as /ws/events?token=
     return app
 
 

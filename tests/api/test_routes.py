@@ -237,5 +237,6 @@ def test_openapi_documents_every_endpoint(client: TestClient) -> None:
         "/tables",
         "/tables/{schema}/{table}",
         "/metrics",
+        "/dashboard/info",
     }
     assert client.get("/docs").status_code == 200
