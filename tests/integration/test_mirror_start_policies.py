@@ -100,7 +100,7 @@ async def test_start_replays_from_the_oldest_binlog_then_a_purged_checkpoint_sto
             # less a trailing BINLOG_CHECKPOINT: the one the FLUSH asks for may come after the
             # last commit (a slow machine), and no transaction moves the mirror past it
             target = master_position(own)
-            await asyncio.to_thread(wait_applied, lambda: _stored(info.redis_url, prefix), target)
+            await asyncio.to_thread(wait_applied, info.redis_url, prefix, target)
             await wait_hooks(rep, target)
             assert applied and applied[0].end.position.file == oldest
             r = redis_sync.Redis.from_url(info.redis_url)

@@ -11,11 +11,9 @@ import pytest
 import redis as redis_sync
 
 from service.batch.snapshot import run_snapshot
-from service.checkpoint import Checkpoint
 from service.devtools.stack import LocalStack
 from service.errors import ConfigError, SinkError
 from service.pipeline.replicator import Replicator
-from service.sink.checkpoints import decode_checkpoint
 from service.sink.keys import KeyLayout
 from tests.integration.mirror_helpers import (
     Workload,
@@ -31,13 +29,6 @@ from tests.integration.mirror_helpers import (
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
-
-
-def _checkpoint(redis_url: str, prefix: str) -> Checkpoint | None:
-    r = redis_sync.Redis.from_url(redis_url)
-    raw = r.hgetall(f"{prefix}:__checkpoint")
-    r.close()
-    return Checkpoint(s.checkpoint.position) if (s := decode_checkpoint(raw)) else None
 
 
 async def test_snapshot_under_writes_then_the_service_converges(stack: LocalStack, spark: Any) -> None:
@@ -83,7 +74,7 @@ async def test_snapshot_under_writes_then_the_service_converges(stack: LocalStac
     task = asyncio.create_task(rep.run())
     try:
         target = master_position(stack)
-        await asyncio.to_thread(wait_applied, lambda: _checkpoint(info.redis_url, prefix), target)
+        await asyncio.to_thread(wait_applied, info.redis_url, prefix, target)
         await wait_hooks(rep, target)
         assert not any(t.resync for t in rep.status().tables)  # the snapshot's tables are not copied again
         assert actual(info.redis_url, prefix, db) == expected(stack, db)
