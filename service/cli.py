@@ -15,6 +15,7 @@ from service.batch_cli import replay, snapshot
 from service.binlog_cli import decode
 from service.errors import ReplicatorError
 from service.run_cli import run
+from service.schema_cli import schema_app
 from service.stack import LocalStack
 from service.stream_cli import stream
 
@@ -25,6 +26,7 @@ app = typer.Typer(
 )
 stack_app = typer.Typer(no_args_is_help=True, help="A throwaway local MariaDB + Redis on 127.0.0.1.")
 app.add_typer(stack_app, name="stack")
+app.add_typer(schema_app, name="schema")
 app.command("stream")(stream)
 app.command("decode")(decode)
 app.command("run")(run)

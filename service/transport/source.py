@@ -311,7 +311,9 @@ class BinlogSource:
     def _decode_options(self) -> DecodeOptions:
         skip_rows = self.table_filter.skips
         if self._names_from_schema:
-            return DecodeOptions(skip_rows=skip_rows, column_names=self._columns)
+            return DecodeOptions(
+                skip_rows=skip_rows, column_names=self._columns, column_charsets=self._columns.charsets
+            )
         return DecodeOptions(skip_rows=skip_rows)
 
     async def _open(self) -> _Session:
