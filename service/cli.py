@@ -18,6 +18,7 @@ from service.run_cli import run
 from service.schema_cli import schema_app
 from service.stack import LocalStack
 from service.stream_cli import stream
+from service.verify_cli import verify
 
 __all__ = ["app"]
 
@@ -32,6 +33,7 @@ app.command("decode")(decode)
 app.command("run")(run)
 app.command("snapshot")(snapshot)
 app.command("replay")(replay)
+app.command("verify")(verify)
 
 console = Console(stderr=True)
 
