@@ -201,6 +201,8 @@ class Replicator:
                         break
                     await self._session()
                 except LeaseLost as exc:
+                    # #24: say what happened (FLUSHALL, expiry, another instance)
+                    exc = await self.mirror.lease_lost(exc)
                     self._error(exc)
                     self._leader = False
                     log.warning("lost the writer lease (%s); back to standby", exc)

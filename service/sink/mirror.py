@@ -35,7 +35,8 @@ from redis.asyncio import Redis
 from service.checkpoint import BinlogPosition, Checkpoint
 from service.errors import ConfigError, LeaseLost, RowsMissing, SinkError
 from service.sink.channel import ScriptChannel
-from service.sink.keys import KeyLayout
+from service.sink.diagnose import lease_loss, rows_keyed_otherwise
+from service.sink.keys import KeyLayout, split_key
 from service.sink.plan import (
     Arg,
     KeyColumns,
@@ -121,6 +122,7 @@ class SentBatch:
     epoch: int  # the channel's connection they were written on
     planner: Planner  # told which tables' updates must carry whole rows (RowsMissing)
     calls: list[tuple[str, Sequence[int]]] = field(default_factory=list)  # what; offsets of its txns
+    redis: Redis | None = None  # to say why a row was missing (diagnose.rows_keyed_otherwise)
 
     async def replies(self) -> list[int]:
         """The first change sequence number of each transaction; raises the first call's error
@@ -134,21 +136,39 @@ class SentBatch:
                         raise rexc.ConnectionError("the connection was closed before the reply came")
                     first = int(await self.channel.reply())
             except RowsMissing as exc:
-                _whole_rows_for(self.planner, exc)
+                await _whole_rows_for(self.planner, exc, self.redis)
                 raise
             firsts += [first + o for o in offsets]
         return firsts
 
 
-def _whole_rows_for(planner: Planner, exc: RowsMissing) -> None:
+async def _whole_rows_for(planner: Planner, exc: RowsMissing, redis: Redis | None) -> None:
     """After RowsMissing, the table's updates carry whole rows (until its resync ends)."""
     if exc.resync:
         planner.resyncing.add(exc.table_id)
-    else:
-        planner.gaps.add(exc.table_id)
+        return
+    planner.gaps.add(exc.table_id)
+    parts = split_key(exc.table_id)
+    key = planner.key_columns(parts[0], parts[1]) if len(parts) == 2 else None
+    if (
+        redis is not None
+        and key
+        and await rows_keyed_otherwise(redis, planner.layout, parts[0], parts[1], key, planner.json_mode)
+    ):
         log.warning(
-            "%s. The mirror of %s lacked a row that an UPDATE changed: it was not in sync with the "
-            "source (keys removed outside binlog-mirror?). Its updates now carry whole rows, which "
+            "%s. The rows of %s in Redis are keyed by other columns than its current key (%s): a DDL "
+            "that changed its primary key lies ahead in the binlog (the mirror is catching up, and "
+            "information_schema already gives the new key). Its updates now carry whole rows; the "
+            "resync that DDL starts rebuilds the table under the new key",
+            exc,
+            exc.table_id,
+            ", ".join(key),
+        )
+    else:
+        log.warning(
+            "%s. The mirror of %s lacked a row that an UPDATE changed, and its other rows are keyed "
+            "as its current key says: the row was removed from Redis outside binlog-mirror (deleted "
+            "by hand, or evicted). Its updates now carry whole rows, which "
             "fills in each row they change; a resync of the table restores the rest",
             exc,
             exc.table_id,
@@ -262,7 +282,15 @@ class RedisMirror:
         with map_redis_errors("renewing the writer lease"):
             ok = await self._renew(keys=[self.layout.lease_key], args=[self.token, ttl])
         if not ok:
-            raise LeaseLost("the writer lease expired or was taken by another instance")
+            raise await self.lease_lost(
+                LeaseLost("the writer lease expired or was taken by another instance")
+            )
+
+    async def lease_lost(self, exc: LeaseLost) -> LeaseLost:
+        """`exc` saying what happened to the lease, as Redis shows it now: another instance holds
+        it, it expired, or Redis lost the mirror's keys (FLUSHALL, a restart without persistence)."""
+        why = await lease_loss(self.redis, self.layout, self.token, had_checkpoint=bool(self._prev))
+        return exc if why is None else LeaseLost(why)
 
     async def release_lease(self) -> bool:
         """Delete the lease if this instance holds it; False if not held or Redis is unreachable."""
@@ -308,7 +336,7 @@ class RedisMirror:
         them all or none and stores the last one's checkpoint; a larger one is sent chunk by chunk.
         Each call is written as soon as it is planned, so Redis runs it while the next is planned.
         """
-        sent = SentBatch(self._channel, self._channel.epoch, self.planner)
+        sent = SentBatch(self._channel, self._channel.epoch, self.planner, redis=self.redis)
         limit = self.options.chunk_size
         group: list[Arg] = []  # ops of the call being planned
         offsets: list[int] = []  # of its transactions' first changes
