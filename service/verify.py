@@ -26,7 +26,7 @@ import asyncio
 import datetime as dt
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -463,16 +463,23 @@ class _Run:
         log.info("repaired %d rows of %s.%s", done, t.schema, t.table)
         return done
 
-    async def repair_orphans(self, schema: str, table: str, extras: Iterable[str]) -> int:
-        """Delete the row keys of a mirrored table the source does not have (by key, directly:
-        the table has no definition to plan with), fenced by the lease like every write."""
+    async def repair_orphans(self, schema: str, table: str, extras: Sequence[str]) -> int:
+        """Delete the row keys of a mirrored table the source does not have. Not through the
+        planner (the table has no definition to key it by): one MULTI/EXEC under WATCH of the
+        lease, so it writes nothing unless this run still holds the lease."""
         await self._lease()
-        base = self.layout.table_base(schema, table)
+        lay = self.layout
+        base = lay.table_base(schema, table)
         keys = [f"{base}:{s}" for s in extras]
         with map_redis_errors(f"repairing {schema}.{table}"):
             async with self.redis.pipeline(transaction=True) as pipe:
+                await pipe.watch(lay.lease_key)
+                if _s(await pipe.get(lay.lease_key) or b"") != self.mirror.token:
+                    raise LeaseHeld("cannot repair: the writer lease was lost during the repair")
+                pipe.multi()  # type: ignore[no-untyped-call]
                 pipe.delete(*keys)
-                pipe.srem(self.layout.index_key(schema, table), *extras)
+                pipe.srem(lay.index_key(schema, table), *extras)
+                pipe.srem(lay.tables_key, lay.table_id(schema, table))
                 await pipe.execute()
         return len(keys)
 

@@ -143,6 +143,18 @@ async def test_verify_finds_and_repairs_differences(stack: LocalStack, mode: str
         assert _independent(stack, info.redis_url, db, prefix, mode)
         assert not r.exists(lay.lease_key)  # released
 
+        # a mirrored table the source does not have: all its keys are extra, and repaired
+        gone = lay.row_key(db, "gone", [1])
+        r.sadd(lay.tables_key, lay.table_id(db, "gone"))
+        r.sadd(lay.index_key(db, "gone"), "1")
+        r.hset(gone, "id", "1") if mode == "hash" else r.set(gone, b'{"id":1}')
+        result = await _verify(stack, db, prefix, mode)
+        assert result.exit_code == 1 and f"extra    {gone}" in result.output.splitlines(), result.output
+        result = await _verify(stack, db, prefix, mode, "--repair")
+        assert result.exit_code == 0 and "1 repaired" in result.output, result.output
+        assert not r.exists(gone, lay.index_key(db, "gone"))
+        assert not r.sismember(lay.tables_key, lay.table_id(db, "gone"))
+
         # the service resumes from the same checkpoint over the repaired rows
         rep = Replicator(settings)
         task = asyncio.create_task(rep.run())
