@@ -94,7 +94,12 @@ def _decoder(
     if schema is None:
         options = DecodeOptions(skip_rows=skip_rows)
     else:
-        options = DecodeOptions(skip_rows=skip_rows, column_names=schema, column_charsets=schema.charsets)
+        options = DecodeOptions(
+            skip_rows=skip_rows,
+            column_names=schema,
+            column_charsets=schema.charsets,
+            column_members=schema.members,
+        )
     decoder = BinlogDecoder(options, file=path.name)
     return decoder
 

@@ -189,6 +189,7 @@ def parse_table_map(
     fmt: StreamFormat,
     column_names: Callable[[TableSchema], Sequence[str] | None] | None = None,
     column_charsets: Callable[[TableSchema], Sequence[int | None] | None] | None = None,
+    column_members: Callable[[TableSchema], Sequence[tuple[str, ...] | None] | None] | None = None,
 ) -> TableSchema:
     r = ByteReader(body, base=HEADER_LEN)
     table_id = r.uint(fmt.table_id_width)
@@ -307,6 +308,11 @@ def parse_table_map(
         supplied_cs = column_charsets(result)
         if supplied_cs is not None and len(supplied_cs) == ncols:
             result = _with_charsets(result, character, supplied_cs)
+    lacking = (opt.enum_values is None and enums) or (opt.set_values is None and sets)
+    if column_members is not None and lacking:
+        supplied_m = column_members(result)
+        if supplied_m is not None and len(supplied_m) == ncols:
+            result = _with_members(result, supplied_m)
     return result
 
 
@@ -325,6 +331,22 @@ def _with_charsets(schema: TableSchema, character: list[int], charsets: Sequence
     for i in character:
         if cols[i].charset is None and charsets[i] is not None:
             cols[i] = replace(cols[i], charset=charsets[i])
+    return replace(schema, columns=tuple(cols))
+
+
+def _with_members(schema: TableSchema, members: Sequence[tuple[str, ...] | None]) -> TableSchema:
+    """ENUM and SET columns the TABLE_MAP left without values get the supplied ones."""
+    from dataclasses import replace
+
+    cols = list(schema.columns)
+    for i, col in enumerate(cols):
+        values = members[i]
+        if values is None:
+            continue
+        if col.type == T.ENUM and col.enum_values is None:
+            cols[i] = replace(col, enum_values=tuple(values))
+        elif col.type == T.SET and col.set_values is None:
+            cols[i] = replace(col, set_values=tuple(values))
     return replace(schema, columns=tuple(cols))
 
 

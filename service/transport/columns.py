@@ -62,6 +62,7 @@ class _Column:
     name: str
     data_type: str  # information_schema DATA_TYPE, lower case
     charset: str | None  # CHARACTER_SET_NAME; None for binary and non-text types
+    members: tuple[str, ...] | None = None  # ENUM/SET: the values, from COLUMN_TYPE
 
 
 SCHEMA_FORMAT = "binlog-mirror-schema/1"
@@ -91,6 +92,21 @@ class ColumnNames:
             else BINARY_COLLATION
             if info.charset is None
             else collation_for_charset(info.charset)
+            for col, info in zip(table.columns, columns, strict=True)
+        ]
+
+    def members(self, table: TableSchema) -> Sequence[tuple[str, ...] | None] | None:
+        """The values of each ENUM and SET column (None for the others); None for all when the
+        definition is not the TABLE_MAP's. Without them such values decode as their index or
+        bitmask, while a copy of the table reads the strings."""
+        columns = self._matching(table)
+        if columns is None:
+            return None
+        return [
+            info.members
+            if (col.type == T.ENUM and info.data_type == "enum")
+            or (col.type == T.SET and info.data_type == "set")
+            else None
             for col, info in zip(table.columns, columns, strict=True)
         ]
 
@@ -135,7 +151,7 @@ class ColumnNames:
         Raises PreflightError when a wanted table has a text column in a character set without a
         codec (binlog_row_metadata=FULL would not help: the decoder cannot read that charset)."""
         sql = (
-            "SELECT TABLE_SCHEMA, TABLE_NAME, COLUMN_NAME, DATA_TYPE, CHARACTER_SET_NAME "
+            "SELECT TABLE_SCHEMA, TABLE_NAME, COLUMN_NAME, DATA_TYPE, CHARACTER_SET_NAME, COLUMN_TYPE "
             "FROM information_schema.COLUMNS "
             f"WHERE TABLE_SCHEMA NOT IN ({','.join(['%s'] * len(SYSTEM_SCHEMAS))})"
         )
@@ -145,9 +161,11 @@ class ColumnNames:
             args += list(schemas)
         rows = await fetch(conn, sql + " ORDER BY TABLE_SCHEMA, TABLE_NAME, ORDINAL_POSITION", args)
         found: dict[tuple[str, str], list[_Column]] = {}
-        for schema, table, column, data_type, charset in rows:
+        for schema, table, column, data_type, charset, column_type in rows:
             if self._filter.wants(schema, table):
-                col = _Column(str(column), str(data_type).lower(), str(charset) if charset else None)
+                dtype = str(data_type).lower()
+                members = _members(str(column_type)) if dtype in ("enum", "set") else None
+                col = _Column(str(column), dtype, str(charset) if charset else None, members)
                 found.setdefault((str(schema), str(table)), []).append(col)
         if schemas:
             for key in [k for k in self._columns if k[0] in schemas]:
@@ -179,7 +197,9 @@ class ColumnNames:
                     "schema": schema,
                     "table": table,
                     "columns": [
-                        {"name": c.name, "data_type": c.data_type, "charset": c.charset} for c in cols
+                        {"name": c.name, "data_type": c.data_type, "charset": c.charset}
+                        | ({"members": list(c.members)} if c.members is not None else {})
+                        for c in cols
                     ],
                 }
                 for (schema, table), cols in sorted(self._columns.items())
@@ -195,10 +215,53 @@ class ColumnNames:
         try:
             for entry in doc["tables"]:
                 cols = tuple(
-                    _Column(str(c["name"]), str(c["data_type"]).lower(), c["charset"] and str(c["charset"]))
+                    _Column(
+                        str(c["name"]),
+                        str(c["data_type"]).lower(),
+                        c["charset"] and str(c["charset"]),
+                        tuple(str(m) for m in c["members"]) if c.get("members") is not None else None,
+                    )
                     for c in entry["columns"]
                 )
                 out._columns[(str(entry["schema"]), str(entry["table"]))] = cols
         except (KeyError, TypeError) as exc:
             raise ValueError(f"malformed schema file: {exc!r}") from None
         return out
+
+
+def _members(column_type: str) -> tuple[str, ...] | None:
+    """`enum('a','it''s','back\\\\slash')` -> ('a', "it's", 'back\\slash'): information_schema
+    doubles a quote and a backslash inside a value."""
+    start = column_type.find("(")
+    if start < 0 or not column_type.endswith(")"):
+        return None
+    body = column_type[start + 1 : -1]
+    out: list[str] = []
+    i, n = 0, len(body)
+    while i < n:
+        if body[i] != "'":
+            return None
+        i += 1
+        value: list[str] = []
+        while True:
+            if i >= n:
+                return None
+            ch = body[i]
+            if ch == "\\" and i + 1 < n:
+                value.append(body[i + 1])
+                i += 2
+            elif ch == "'" and i + 1 < n and body[i + 1] == "'":
+                value.append("'")
+                i += 2
+            elif ch == "'":
+                i += 1
+                break
+            else:
+                value.append(ch)
+                i += 1
+        out.append("".join(value))
+        if i < n:
+            if body[i] != ",":
+                return None
+            i += 1
+    return tuple(out)

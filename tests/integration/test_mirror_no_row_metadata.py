@@ -63,8 +63,10 @@ async def test_binary_and_latin1_values_and_keys_are_exact(
             own,
             f"CREATE DATABASE {DB} CHARACTER SET utf8mb4",
             f"CREATE TABLE {DB}.bin (k VARBINARY(8) PRIMARY KEY, b BLOB, b4 BINARY(4), "
-            "l VARCHAR(20) CHARACTER SET latin1, u VARCHAR(20), n INT)",
-            f"INSERT INTO {DB}.bin VALUES (X'01', X'00FF', 'x', 'd\xe9j\xe0', 'copied', 0)",  # bootstrap
+            "l VARCHAR(20) CHARACTER SET latin1, u VARCHAR(20), n INT, "
+            "e ENUM('x', 'it''s', 'ñ') CHARACTER SET latin1, s SET('p', 'q r'))",
+            # copied by the bootstrap, not through the binlog
+            f"INSERT INTO {DB}.bin VALUES (X'01', X'00FF', 'x', 'd\xe9j\xe0', 'copied', 0, 'ñ', 'p')",
         )
         rep = Replicator(mirror_settings(own, DB, PREFIX, server_id=4343))
         task = asyncio.create_task(rep.run())
@@ -72,13 +74,14 @@ async def test_binary_and_latin1_values_and_keys_are_exact(
             await settle(rep, own)
             _sql(
                 own,
-                f"INSERT INTO {DB}.bin VALUES (X'FF', {PNG}, 'ab', 'ñandú', 'ñandú ☃', 1), "
-                "(X'FE', X'FEFF', X'DEADBEEF', 'plain', 'plain', 2), ('abc', 'abc', 'abc', 'abc', 'abc', 3)",
+                f"INSERT INTO {DB}.bin VALUES (X'FF', {PNG}, 'ab', 'ñandú', 'ñandú ☃', 1, 'it''s', 'p,q r'), "
+                "(X'FE', X'FEFF', X'DEADBEEF', 'plain', 'plain', 2, 'x', ''), "
+                "('abc', 'abc', 'abc', 'abc', 'abc', 3, NULL, NULL)",
             )
             # updates and deletes find their row by the binary key: 0xFF and 0xFE stay apart
             _sql(
                 own,
-                f"UPDATE {DB}.bin SET b = X'C328', l = 'ÿ€', b4 = 'a', n = 10 WHERE k = X'FF'",
+                f"UPDATE {DB}.bin SET b = X'C328', l = 'ÿ€', b4 = 'a', n = 10, e = 'ñ' WHERE k = X'FF'",
                 f"UPDATE {DB}.bin SET k = X'FD', u = '€' WHERE k = X'FE'",
                 f"DELETE FROM {DB}.bin WHERE k = 'abc'",
                 f"UPDATE {DB}.bin SET u = 'ü' WHERE k = X'01'",
@@ -89,6 +92,8 @@ async def test_binary_and_latin1_values_and_keys_are_exact(
             assert set(mirrored["bin"]) == {"0x01", "0xff", "0xfd"}
             assert mirrored["bin"]["0xff"][b"b4"] == b"a\x00\x00\x00"
             assert mirrored["bin"]["0xff"][b"l"] == "ÿ€".encode()
+            assert mirrored["bin"]["0xff"][b"e"] == "ñ".encode()  # ENUM/SET values, not indexes
+            assert mirrored["bin"]["0xfd"][b"s"] == b""
             assert rep.status().invalid_text_values == 0
 
             # a column in a character set without a codec: the table is refused, by name

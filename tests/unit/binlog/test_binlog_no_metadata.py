@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from service.binlog import BinlogDecoder, DecodeOptions, RowsEvent, read_binlog_file
 from service.binlog.charsets import BINARY_COLLATION, collation_for_charset
 from service.cli import app
-from service.transport.columns import SCHEMA_FORMAT, ColumnNames
+from service.transport.columns import SCHEMA_FORMAT, ColumnNames, _members
 
 NO_LOG = FIXTURES / "mariadb-10.11" / "11-no-log-metadata.000011"
 PNG = b"\x89PNG\r\n\x1a\n\xff\xfe"
@@ -131,3 +131,27 @@ def test_decode_cli_with_and_without_schema(tmp_path: Any) -> None:
 def test_malformed_schema_files_are_value_errors(doc: Any) -> None:
     with pytest.raises(ValueError):
         ColumnNames.from_export(doc)
+
+
+@pytest.mark.parametrize(
+    ("column_type", "members"),
+    [
+        ("enum('x','it''s','back\\\\slash','ñ','')", ("x", "it's", "back\\slash", "ñ", "")),
+        ("set('p','q r')", ("p", "q r")),
+        ("enum('a,b')", ("a,b",)),
+        ("int(11)", None),
+        ("enum('open", None),
+    ],
+)
+def test_enum_and_set_members_from_column_type(column_type: str, members: tuple[str, ...] | None) -> None:
+    """information_schema.COLUMNS.COLUMN_TYPE as MariaDB 10.11 prints it (a quote and a backslash
+    inside a value are doubled)."""
+    assert _members(column_type) == members
+
+
+def test_members_travel_in_the_schema_file() -> None:
+    doc = orjson.loads(orjson.dumps(SCHEMA))
+    doc["tables"][0]["columns"].append(
+        {"name": "e", "data_type": "enum", "charset": "utf8mb4", "members": ["a"]}
+    )
+    assert ColumnNames.from_export(doc).export() == doc
