@@ -36,7 +36,7 @@ from redis.asyncio import Redis
 
 from service.binlog.rowchange import EventSpan, Op, RowChange
 from service.checkpoint import BinlogPosition, Checkpoint
-from service.errors import ReplicatorError, SinkError
+from service.errors import ConfigError, SinkError
 from service.pipeline.catalog import Catalog, TableInfo
 from service.settings import Settings
 from service.sink.client import redis_client
@@ -135,9 +135,7 @@ class Verifier:
         self, repair: bool = False, on_difference: Callable[[Difference], None] | None = None
     ) -> VerifyReport:
         if self.settings.redis is None:
-            raise ReplicatorError(
-                "no Redis URL: pass --redis redis://host:port/db or set BINLOG_MIRROR_REDIS"
-            )
+            raise ConfigError("no Redis URL: pass --redis redis://host:port/db or set BINLOG_MIRROR_REDIS")
         conn = await connect(self.settings)
         redis = redis_client(self.settings.redis.url.get_secret_value(), socket_timeout=10)
         options = MirrorOptions(
@@ -441,12 +439,17 @@ class _Run:
         return cp
 
     async def _apply(self, changes: list[RowChange]) -> int:
+        """Apply `changes` as transactions that end at the stored checkpoint, which they rewrite
+        with the same position and the same last GTID."""
         size = max(1, self.v.settings.chunk_rows)
         for start in range(0, len(changes), size):
             cp = await self._lease()
+            with map_redis_errors("reading the checkpoint"):
+                gtid = await self.redis.hget(self.layout.checkpoint_key, "gtid")
             span = EventSpan(cp.position.file, cp.position.pos, cp.position.pos)
-            part = [_at(c, span) for c in changes[start : start + size]]
-            await self.mirror.apply([(Transaction(tuple(part), (), None, int(time.time()), cp), ())])
+            part = tuple(_at(c, span) for c in changes[start : start + size])
+            txn = Transaction(part, (), _s(gtid) if gtid else None, cp.ts or int(time.time()), cp)
+            await self.mirror.apply([(txn, ())])
         return len(changes)
 
     async def repair(self, t: TableInfo, suspects: Mapping[str, _Suspect]) -> int:

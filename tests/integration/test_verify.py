@@ -135,9 +135,11 @@ async def test_verify_finds_and_repairs_differences(stack: LocalStack, mode: str
     finally:
         await stop_replicator(rep, task)
     try:
+        checkpoint = r.hgetall(lay.checkpoint_key)
         result = await _verify(stack, db, prefix, mode, "--repair")
         assert result.exit_code == 0, result.output
         assert "3 keys differ; 3 repaired" in result.output
+        assert r.hgetall(lay.checkpoint_key) == checkpoint  # the repair ends where the mirror was
         result = await _verify(stack, db, prefix, mode)
         assert result.exit_code == 0 and "equal" in result.output, result.output
         assert _independent(stack, info.redis_url, db, prefix, mode)
