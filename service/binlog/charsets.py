@@ -8,7 +8,7 @@ collations (ids 2048..3327) carry the character set in bits 8..10.
 
 from __future__ import annotations
 
-__all__ = ["BINARY_COLLATION", "codec_for_collation", "decode_latin1"]
+__all__ = ["BINARY_COLLATION", "codec_for_collation", "collation_for_charset", "decode_latin1"]
 
 BINARY_COLLATION = 63
 
@@ -82,3 +82,24 @@ def codec_for_collation(collation: int | None) -> str | None:
     if collation is None:
         return None
     return _CODECS.get(collation)
+
+
+# Character set name (information_schema CHARACTER_SET_NAME, SHOW CHARACTER SET) -> its default
+# collation id, for a schema that names the character set but not the collation: only the
+# character set matters to decoding. A name not here has no codec (decoded losslessly, as unknown).
+_DEFAULT_COLLATION = {
+    "big5": 1, "hp8": 6, "koi8r": 7, "latin1": 8, "latin2": 9, "ujis": 12, "sjis": 13,
+    "hebrew": 16, "tis620": 18, "euckr": 19, "koi8u": 22, "gb2312": 24, "greek": 25, "cp1250": 26,
+    "gbk": 28, "cp1257": 59, "latin5": 30, "utf8mb3": 33, "utf8": 33, "ucs2": 35, "cp866": 36,
+    "macce": 38, "macroman": 39, "cp852": 40, "latin7": 41, "cp1251": 51, "utf16": 54,
+    "utf16le": 56, "cp1256": 57, "utf32": 60, "binary": BINARY_COLLATION, "ascii": 11,
+    "cp850": 4, "cp932": 95, "eucjpms": 97, "utf8mb4": 45, "gb18030": 248,
+}  # fmt: skip
+
+
+def collation_for_charset(charset: str | None) -> int | None:
+    """A collation id of the named character set that codec_for_collation knows, else None."""
+    if charset is None:
+        return None
+    cid = _DEFAULT_COLLATION.get(charset.lower())
+    return cid if cid is not None and cid in _CODECS else None

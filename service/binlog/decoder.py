@@ -98,6 +98,14 @@ class DecodeOptions:
     # Column names for tables whose TABLE_MAP has none (binlog_row_metadata=MINIMAL);
     # called once per distinct TABLE_MAP. Otherwise names are "@1".."@N".
     column_names: Callable[[TableSchema], Sequence[str] | None] | None = None
+    # Collation ids for tables whose TABLE_MAP has no charsets (binlog_row_metadata=NO_LOG), one
+    # per column (None: not a character column, or unknown), from a schema the caller knows
+    # (information_schema, a `schema export` file). Without it such text renders losslessly
+    # (values.text_decoder) and binary columns cannot be told from text.
+    column_charsets: Callable[[TableSchema], Sequence[int | None] | None] | None = None
+    # ENUM/SET values for tables whose TABLE_MAP has none (not FULL metadata), one entry per
+    # column (None for the others). Without them ENUM decodes as its index and SET as its bitmask.
+    column_members: Callable[[TableSchema], Sequence[tuple[str, ...] | None] | None] | None = None
 
 
 class BinlogDecoder:
@@ -305,7 +313,8 @@ class BinlogDecoder:
     def _table_map(self, h: EventHeader, body: bytes, fmt: StreamFormat) -> TableMapEvent:
         schema = self._maps.get(body)
         if schema is None:  # TABLE_MAPs repeat per statement: parse each distinct one once
-            schema = parse_table_map(body, fmt, self.options.column_names)
+            o = self.options
+            schema = parse_table_map(body, fmt, o.column_names, o.column_charsets, o.column_members)
             if len(self._maps) >= _TABLE_CACHE_MAX:
                 self._maps.clear()
             self._maps[body] = schema

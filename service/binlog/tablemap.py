@@ -188,6 +188,8 @@ def parse_table_map(
     body: bytes,
     fmt: StreamFormat,
     column_names: Callable[[TableSchema], Sequence[str] | None] | None = None,
+    column_charsets: Callable[[TableSchema], Sequence[int | None] | None] | None = None,
+    column_members: Callable[[TableSchema], Sequence[tuple[str, ...] | None] | None] | None = None,
 ) -> TableSchema:
     r = ByteReader(body, base=HEADER_LEN)
     table_id = r.uint(fmt.table_id_width)
@@ -302,6 +304,15 @@ def parse_table_map(
         supplied = column_names(result)
         if supplied is not None and len(supplied) == ncols:
             result = _renamed(result, supplied)
+    if column_charsets is not None and any(charset[i] is None for i in character):
+        supplied_cs = column_charsets(result)
+        if supplied_cs is not None and len(supplied_cs) == ncols:
+            result = _with_charsets(result, character, supplied_cs)
+    lacking = (opt.enum_values is None and enums) or (opt.set_values is None and sets)
+    if column_members is not None and lacking:
+        supplied_m = column_members(result)
+        if supplied_m is not None and len(supplied_m) == ncols:
+            result = _with_members(result, supplied_m)
     return result
 
 
@@ -310,6 +321,33 @@ def _geom(values: list[int] | None, positions: list[int], i: int) -> int | None:
         return None
     k = positions.index(i)
     return values[k] if k < len(values) else None
+
+
+def _with_charsets(schema: TableSchema, character: list[int], charsets: Sequence[int | None]) -> TableSchema:
+    """The character columns the TABLE_MAP left without a charset get the supplied one."""
+    from dataclasses import replace
+
+    cols = list(schema.columns)
+    for i in character:
+        if cols[i].charset is None and charsets[i] is not None:
+            cols[i] = replace(cols[i], charset=charsets[i])
+    return replace(schema, columns=tuple(cols))
+
+
+def _with_members(schema: TableSchema, members: Sequence[tuple[str, ...] | None]) -> TableSchema:
+    """ENUM and SET columns the TABLE_MAP left without values get the supplied ones."""
+    from dataclasses import replace
+
+    cols = list(schema.columns)
+    for i, col in enumerate(cols):
+        values = members[i]
+        if values is None:
+            continue
+        if col.type == T.ENUM and col.enum_values is None:
+            cols[i] = replace(col, enum_values=tuple(values))
+        elif col.type == T.SET and col.set_values is None:
+            cols[i] = replace(col, set_values=tuple(values))
+    return replace(schema, columns=tuple(cols))
 
 
 def _renamed(schema: TableSchema, names: Sequence[str]) -> TableSchema:

@@ -93,8 +93,12 @@ def float32_value(x: float) -> float:
 def text_decoder(collation: int | None, stats: DecoderStats) -> Callable[[bytes], Any]:
     """bytes -> str for the collation; bytes for the binary collation.
 
-    Unknown or absent collation: UTF-8. Invalid bytes never stop the stream: they become
-    U+FFFD (the result is always a valid str, never lone surrogates) and are counted.
+    The decoder never guesses: a value it cannot read as text comes out as the raw bytes
+    (lossless; docs/decoder.md, "Text without a known charset"), never with U+FFFD.
+    Unknown or absent collation (binlog_row_metadata=NO_LOG, no schema supplied): a str when the
+    bytes are valid UTF-8, else the bytes. Bytes invalid in a known charset: the bytes, counted
+    in `invalid_text_values`. The layer above supplies the charset (DecodeOptions.column_charsets)
+    so that a mirror never sees the unknown case.
     """
     codec = codec_for_collation(collation)
     if codec == "binary":
@@ -102,13 +106,15 @@ def text_decoder(collation: int | None, stats: DecoderStats) -> Callable[[bytes]
     if codec == "latin1":
         return decode_latin1
     name = codec or "utf-8"
+    known = codec is not None
 
-    def decode(raw: bytes) -> str:
+    def decode(raw: bytes) -> str | bytes:
         try:
             return raw.decode(name)
         except UnicodeDecodeError:
-            stats.invalid_text_values += 1
-            return raw.decode(name, "replace")
+            if known:
+                stats.invalid_text_values += 1
+            return bytes(raw)
 
     return decode
 

@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from service.cli import batch, decode, run, stack, stream
+from service.cli import batch, decode, run, schema, stack, stream, verify
 
 __all__ = ["app"]
 
@@ -26,6 +26,8 @@ app.command("decode")(decode.decode)
 app.command("run")(run.run)
 app.command("snapshot")(batch.snapshot)
 app.command("replay")(batch.replay)
+app.command("verify")(verify.verify)
+app.add_typer(schema.schema_app, name="schema")
 
 
 @app.callback()

@@ -27,6 +27,7 @@ from service.binlog import (
 )
 from service.binlog.canonical import row_change_to_dict, value_to_json
 from service.errors import DecodeError
+from service.transport.columns import ColumnNames
 
 __all__ = ["decode", "event_to_dict"]
 
@@ -81,15 +82,36 @@ def _wanted(patterns: list[str], schema: str, table: str) -> bool:
     return not patterns or any(fnmatch.fnmatchcase(name, p) for p in patterns)
 
 
-def _decoder(path: Path, start: int | None, patterns: list[str]) -> BinlogDecoder:
+def _decoder(
+    path: Path, start: int | None, patterns: list[str], schema: ColumnNames | None = None
+) -> BinlogDecoder:
     def skip_rows(table: TableSchema) -> bool:
         # Rows before the start or of tables not asked for are not decoded at all: only their
         # TABLE_MAPs matter, and a row the decoder cannot read there must not stop the others.
         before = start is not None and decoder.next_offset <= start
         return before or not _wanted(patterns, table.schema, table.table)
 
-    decoder = BinlogDecoder(DecodeOptions(skip_rows=skip_rows), file=path.name)
+    if schema is None:
+        options = DecodeOptions(skip_rows=skip_rows)
+    else:
+        options = DecodeOptions(
+            skip_rows=skip_rows,
+            column_names=schema,
+            column_charsets=schema.charsets,
+            column_members=schema.members,
+        )
+    decoder = BinlogDecoder(options, file=path.name)
     return decoder
+
+
+def _schema(path: Path | None) -> ColumnNames | None:
+    if path is None:
+        return None
+    try:
+        return ColumnNames.from_export(orjson.loads(path.read_bytes()))
+    except (OSError, ValueError) as exc:  # orjson.JSONDecodeError is a ValueError
+        sys.stderr.write(f"error: --schema {path}: {exc}\n")
+        raise typer.Exit(1) from None
 
 
 def _events(path: Path, decoder: BinlogDecoder) -> Iterator[Event]:
@@ -123,12 +145,25 @@ def decode(
         str | None,
         typer.Option("--tables", help="Comma-separated schema.table globs, e.g. shop.orders,crm.*"),
     ] = None,
+    schema_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--schema",
+            help="A `binlog-mirror schema export` file: column names and character sets for "
+            "binlogs written without row metadata (binlog_row_metadata=NO_LOG/MINIMAL).",
+        ),
+    ] = None,
 ) -> None:
     """Decode binlog files offline: one JSON line per row change, in file order.
 
     Like mysqlbinlog, --start-position applies to the first file and --stop-position to the
     last one; the files in between are decoded whole. Events before the start are still
-    decoded (silently), so a start inside a transaction knows its table maps."""
+    decoded (silently), so a start inside a transaction knows its table maps.
+
+    A binlog without row metadata does not say which columns are binary or in which charset
+    text is: pass --schema, else such text is printed as a string when its bytes are valid UTF-8
+    and as base64 of its bytes otherwise (docs/decoder.md)."""
+    schema = _schema(schema_file)
     patterns = [p.strip() for p in (tables or "").split(",") if p.strip()]
     out = sys.stdout.buffer
     last = len(files) - 1
@@ -137,7 +172,7 @@ def decode(
             start = start_position if index == 0 else None
             stop = stop_position if index == last else None
 
-            decoder = _decoder(path, start, patterns)
+            decoder = _decoder(path, start, patterns, schema)
             for event in _events(path, decoder):
                 offset = event.header.offset
                 if stop is not None and offset >= stop:

@@ -18,7 +18,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -148,11 +148,13 @@ class StackInfo:
 
 
 class LocalStack:
-    def __init__(self, directory: Path | str | None = None, mariadb_options: Sequence[str] = ()) -> None:
-        """`mariadb_options`: extra `name=value` lines for MariaDB's option file, after (so over)
-        the stack's own; the fixture recorder (tests/fixtures/make_mariadb_binlogs.py) uses them."""
+    def __init__(
+        self, directory: Path | str | None = None, mariadb_options: Mapping[str, str] | None = None
+    ) -> None:
+        """`mariadb_options` override (or add) lines of the generated my.cnf, e.g.
+        {"binlog_row_metadata": "NO_LOG"} for a source configured unlike the default stack."""
         self.dir = Path(directory).resolve() if directory else default_stack_dir()
-        self.mariadb_options = tuple(mariadb_options)
+        self.mariadb_options = dict(mariadb_options or {})
         self.state_file = self.dir / "stack.json"
         self.mysql_dir = self.dir / "mariadb"
         self.redis_dir = self.dir / "redis"
@@ -316,11 +318,15 @@ class LocalStack:
                     f"ssl_ca={ca}",
                     f"ssl_cert={cert}",
                     f"ssl_key={key}",
-                    *self.mariadb_options,
                     "",
                 ]
             )
         )
+        if self.mariadb_options:
+            lines = cnf.read_text().splitlines()
+            names = {k.replace("-", "_") for k in self.mariadb_options}
+            kept = [ln for ln in lines if ln.split("=", 1)[0].replace("-", "_") not in names]
+            cnf.write_text("\n".join([*kept, *(f"{k}={v}" for k, v in self.mariadb_options.items()), ""]))
         return cnf
 
     @property

@@ -132,6 +132,8 @@ class Replicator:
                         break
                     await self._session()
                 except LeaseLost as exc:
+                    # Say what happened: FLUSHALL, expiry, or another instance.
+                    exc = await self.mirror.lease_lost(exc)
                     progress.error(exc)
                     progress.leader = False
                     log.warning("lost the writer lease (%s); back to standby", exc)

@@ -36,6 +36,7 @@ from service.checkpoint import BinlogPosition, Checkpoint
 from service.errors import ConfigError, LeaseLost, SinkError
 from service.sink.channel import ScriptChannel
 from service.sink.checkpoints import checkpoint_fields, decode_checkpoint
+from service.sink.diagnose import lease_loss
 from service.sink.keys import KeyLayout
 from service.sink.plan import (
     Arg,
@@ -193,7 +194,15 @@ class RedisMirror:
         with map_redis_errors("renewing the writer lease"):
             ok = await self._renew(keys=[self.layout.lease_key], args=[self.token, ttl])
         if not ok:
-            raise LeaseLost("the writer lease expired or was taken by another instance")
+            raise await self.lease_lost(
+                LeaseLost("the writer lease expired or was taken by another instance")
+            )
+
+    async def lease_lost(self, exc: LeaseLost) -> LeaseLost:
+        """`exc` saying what happened to the lease, as Redis shows it now: another instance holds
+        it, it expired, or Redis lost the mirror's keys (FLUSHALL, a restart without persistence)."""
+        why = await lease_loss(self.redis, self.layout, self.token, had_checkpoint=bool(self._prev))
+        return exc if why is None else LeaseLost(why)
 
     async def release_lease(self) -> bool:
         """Delete the lease if this instance holds it; False if not held or Redis is unreachable."""
@@ -239,7 +248,7 @@ class RedisMirror:
         them all or none and stores the last one's checkpoint; a larger one is sent chunk by chunk.
         Each call is written as soon as it is planned, so Redis runs it while the next is planned.
         """
-        sent = SentBatch(self._channel, self._channel.epoch, self.planner)
+        sent = SentBatch(self._channel, self._channel.epoch, self.planner, redis=self.redis)
         limit = self.options.chunk_size
         group: list[Arg] = []  # ops of the call being planned
         offsets: list[int] = []  # of its transactions' first changes

@@ -9,9 +9,12 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from redis import exceptions as rexc
+from redis.asyncio import Redis
 
 from service.errors import LeaseLost, RowsMissing, SinkError
 from service.sink.channel import ScriptChannel
+from service.sink.diagnose import rows_keyed_otherwise
+from service.sink.keys import split_key
 from service.sink.plan import Planner
 
 __all__ = ["SentBatch", "map_redis_errors"]
@@ -57,6 +60,7 @@ class SentBatch:
     epoch: int  # the channel's connection they were written on
     planner: Planner  # told which tables' updates must carry whole rows (RowsMissing)
     calls: list[tuple[str, Sequence[int]]] = field(default_factory=list)  # what; offsets of its txns
+    redis: Redis | None = None  # to say why a row was missing (diagnose.rows_keyed_otherwise)
 
     async def replies(self) -> list[int]:
         """The first change sequence number of each transaction; raises the first call's error
@@ -70,21 +74,39 @@ class SentBatch:
                         raise rexc.ConnectionError("the connection was closed before the reply came")
                     first = int(await self.channel.reply())
             except RowsMissing as exc:
-                _whole_rows_for(self.planner, exc)
+                await _whole_rows_for(self.planner, exc, self.redis)
                 raise
             firsts += [first + o for o in offsets]
         return firsts
 
 
-def _whole_rows_for(planner: Planner, exc: RowsMissing) -> None:
+async def _whole_rows_for(planner: Planner, exc: RowsMissing, redis: Redis | None) -> None:
     """After RowsMissing, the table's updates carry whole rows (until its resync ends)."""
     if exc.resync:
         planner.resyncing.add(exc.table_id)
-    else:
-        planner.gaps.add(exc.table_id)
+        return
+    planner.gaps.add(exc.table_id)
+    parts = split_key(exc.table_id)
+    key = planner.key_columns(parts[0], parts[1]) if len(parts) == 2 else None
+    if (
+        redis is not None
+        and key
+        and await rows_keyed_otherwise(redis, planner.layout, parts[0], parts[1], key, planner.json_mode)
+    ):
         log.warning(
-            "%s. The mirror of %s lacked a row that an UPDATE changed: it was not in sync with the "
-            "source (keys removed outside binlog-mirror?). Its updates now carry whole rows, which "
+            "%s. The rows of %s in Redis are keyed by other columns than its current key (%s): a DDL "
+            "that changed its primary key lies ahead in the binlog (the mirror is catching up, and "
+            "information_schema already gives the new key). Its updates now carry whole rows; the "
+            "resync that DDL starts rebuilds the table under the new key",
+            exc,
+            exc.table_id,
+            ", ".join(key),
+        )
+    else:
+        log.warning(
+            "%s. The mirror of %s lacked a row that an UPDATE changed, and its other rows are keyed "
+            "as its current key says: the row was removed from Redis outside binlog-mirror (deleted "
+            "by hand, or evicted). Its updates now carry whole rows, which "
             "fills in each row they change; a resync of the table restores the rest",
             exc,
             exc.table_id,

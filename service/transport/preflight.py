@@ -49,9 +49,14 @@ def check_config(info: ServerInfo) -> tuple[list[str], list[str]]:
         )
     metadata = info.var("binlog_row_metadata").upper()
     if metadata != "FULL":
+        known = "column names and ENUM/SET values"
+        if metadata != "MINIMAL":
+            known = "column names, character sets (binary or text, which charset) and ENUM/SET values"
         warnings.append(
-            f"binlog_row_metadata is {metadata or 'not supported'}: column names come from "
-            f"information_schema (needs SELECT); better: {_persist('binlog_row_metadata', 'FULL')}"
+            f"binlog_row_metadata is {metadata or 'not supported'}: {known} come from "
+            "information_schema (needs SELECT), so rows written before a DDL the mirror has not "
+            "read yet cannot be decoded exactly (they are re-read by the DDL's resync); better: "
+            f"{_persist('binlog_row_metadata', 'FULL')}"
         )
     if "PARTIAL_JSON" in info.var("binlog_row_value_options").upper():
         problems.append(

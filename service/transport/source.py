@@ -329,7 +329,13 @@ class BinlogSource:
     def _decode_options(self) -> DecodeOptions:
         skip_rows = self.table_filter.skips
         if self._names_from_schema:
-            return DecodeOptions(skip_rows=skip_rows, column_names=self._columns)
+            columns = self._columns
+            return DecodeOptions(
+                skip_rows=skip_rows,
+                column_names=columns,
+                column_charsets=columns.charsets,
+                column_members=columns.members,
+            )
         return DecodeOptions(skip_rows=skip_rows)
 
     async def _open(self) -> _Session:

@@ -47,6 +47,11 @@ def test_config_warnings_and_clean() -> None:
     assert check_config(_info(binlog_transaction_compression="ON")) == ([], [])
     problems, warnings = check_config(_info(binlog_row_metadata="MINIMAL"))
     assert problems == [] and "SET GLOBAL binlog_row_metadata = 'FULL'" in warnings[0]
+    assert "column names and ENUM/SET values come from information_schema" in warnings[0]
+    # NO_LOG (MariaDB's default): charsets too, so binary and latin1 values depend on it
+    _, warnings = check_config(_info(binlog_row_metadata="NO_LOG"))
+    assert "column names, character sets (binary or text, which charset) and ENUM/SET values" in warnings[0]
+    assert "rows written before a DDL" in warnings[0] and "binlog_row_metadata = 'FULL'" in warnings[0]
     for image in ("MINIMAL", "NOBLOB"):  # partial images are mirrored (merged), with a warning
         problems, warnings = check_config(_info(binlog_row_image=image))
         assert problems == [] and f"binlog_row_image is {image}: partial row images" in warnings[0]

@@ -1,10 +1,13 @@
 -- Shared by apply, resync_rows, resync_finish and resync_reread (prepended to each: one script
 -- per call, so every call is atomic and checks the writer lease first).
 local function fence(lease_key, token)
-  if token ~= '' and redis.call('GET', lease_key) ~= token then
-    return redis.error_reply('LEASE_LOST the writer lease is held by another instance')
+  if token == '' then return nil end
+  local holder = redis.call('GET', lease_key)
+  if holder == token then return nil end
+  if not holder then  -- expired, or Redis lost its keys: nobody else holds it
+    return redis.error_reply('LEASE_LOST the writer lease is gone (expired, or Redis lost its keys)')
   end
-  return nil
+  return redis.error_reply('LEASE_LOST the writer lease is held by another instance')
 end
 local function members(doc)
   -- A flat JSON object as written by orjson (compact) -> ordered raw keys, raw key -> raw value.

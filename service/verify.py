@@ -1,0 +1,540 @@
+"""Compare a mirror with its source row by row, and repair what differs (`binlog-mirror verify`).
+
+Each selected table is read from the source in key order, in key-range chunks (as a resync reads
+it), and each row is compared with its Redis key in the sink's own layout and value encoding
+(`service.sink.keys`, `service.sink.values`): the hash's fields or the JSON document, exactly as
+the mirror would write that row. Keys the mirror holds for the table (its `__keys` set and any
+row key found by SCAN) that no source row has are extra.
+
+The service may run meanwhile: a row that differs may only be one the mirror has not applied yet.
+Suspects are read again, from the source and from Redis, once the mirror's checkpoint has passed
+the source's binlog position read with them (or the checkpoint stopped moving: the service is
+stopped or idle), up to `rounds` times; only what still differs is reported.
+
+`repair` rewrites exactly those rows through the sink (`RedisMirror.apply`), with its guarantees:
+the writer lease is taken first (refused while a running service holds it), and each call is atomic
+and fenced by the lease and the checkpoint chain. A repair is a transaction that ends where the
+mirror's checkpoint already is: a differing or missing row is written whole from the source, an
+extra key is deleted (its `__keys` entry, change-log entry and sequence number go with it).
+Transactions the mirror has not applied yet (a stopped service) are applied after it and lead
+to the same rows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiomysql
+import orjson
+from redis.asyncio import Redis
+
+from service.binlog.rowchange import EventSpan, Op, RowChange
+from service.checkpoint import BinlogPosition, Checkpoint
+from service.errors import ConfigError, SinkError
+from service.pipeline.catalog import Catalog, TableInfo
+from service.settings import Settings
+from service.sink.client import redis_client
+from service.sink.keys import KeyLayout, split_key
+from service.sink.mirror import MirrorOptions, RedisMirror, map_redis_errors
+from service.sink.values import field_value, json_document
+from service.transactions import TableFilter, Transaction
+from service.transport.connection import (
+    ServerInfo,
+    close_connection,
+    connect,
+    current_checkpoint,
+    map_errors,
+    server_info,
+)
+
+__all__ = ["Difference", "LeaseHeld", "TableReport", "VerifyReport", "Verifier"]
+
+log = logging.getLogger(__name__)
+
+# key columns whose key text is 0x-hex (service.sink.values.key_text)
+_BINARY_TYPES = frozenset({"BINARY", "VARBINARY", "TINYBLOB", "BLOB", "MEDIUMBLOB", "LONGBLOB"})
+_GLOB = str.maketrans({c: "\\" + c for c in "*?[]\\"})
+
+
+class LeaseHeld(SinkError):
+    """--repair could not take the writer lease: a running instance holds it."""
+
+    retriable = False
+
+
+@dataclass(frozen=True, slots=True)
+class Difference:
+    schema: str
+    table: str
+    kind: str  # differs | missing | extra
+    key: str  # the row's Redis key
+    fields: tuple[str, ...] = ()  # differs: the columns whose stored value is not the source's
+
+
+@dataclass(slots=True)
+class TableReport:
+    schema: str
+    table: str
+    rows: int = 0  # source rows compared
+    keyed: bool = True  # False: no usable key, the table is not mirrored (nothing compared)
+    differences: list[Difference] = field(default_factory=list)
+
+    def count(self, kind: str) -> int:
+        return sum(1 for d in self.differences if d.kind == kind)
+
+
+@dataclass(slots=True)
+class VerifyReport:
+    tables: list[TableReport] = field(default_factory=list)
+    repaired: int = 0  # rows rewritten or deleted by --repair
+
+    @property
+    def differences(self) -> list[Difference]:
+        return [d for t in self.tables for d in t.differences]
+
+    @property
+    def equal(self) -> bool:
+        return not self.differences
+
+
+@dataclass(slots=True)
+class _Suspect:
+    key_values: tuple[Any, ...] | None  # typed values for a SELECT by key; None: no such source row
+    source: dict[str, Any] | None  # the source row last read (None: absent)
+
+
+class Verifier:
+    """One run of `verify` over the tables `settings` selects (`settings.tables`/`exclude_tables`)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        chunk_rows: int = 1000,
+        rounds: int = 3,
+        settle_timeout: float = 30.0,
+        idle_seconds: float = 1.0,
+    ) -> None:
+        self.settings = settings
+        self.chunk_rows = chunk_rows
+        self.rounds = rounds
+        self.settle_timeout = settle_timeout
+        self.idle_seconds = idle_seconds
+        self.filter = TableFilter.from_lists(settings.tables, settings.exclude_tables)
+        self.layout = KeyLayout(settings.key_prefix)
+        self.catalog = Catalog(self.filter)
+        self.json_mode = settings.value_mode == "json"
+
+    async def run(
+        self, repair: bool = False, on_difference: Callable[[Difference], None] | None = None
+    ) -> VerifyReport:
+        if self.settings.redis is None:
+            raise ConfigError("no Redis URL: pass --redis redis://host:port/db or set BINLOG_MIRROR_REDIS")
+        conn = await connect(self.settings)
+        redis = redis_client(self.settings.redis.url.get_secret_value(), socket_timeout=10)
+        options = MirrorOptions(
+            json_mode=self.json_mode,
+            chunk_size=self.settings.chunk_rows,
+            changelog_maxlen=self.settings.changelog_maxlen or None,
+            lease_ttl=max(self.settings.lease_ttl_seconds, 10.0),
+        )
+        mirror = RedisMirror(redis, self.layout, self.catalog.key_columns, options)
+        report = VerifyReport()
+        try:
+            with map_errors("verify"):
+                async with conn.cursor() as cur:
+                    await cur.execute("SET SESSION time_zone = '+00:00'")  # TIMESTAMPs as UTC
+            info = await server_info(conn)
+            run = _Run(self, conn, info, redis, mirror)
+            tables = await self.catalog.wanted_tables(conn)
+            for schema, table in tables:
+                t = await self.catalog.load(conn, schema, table)
+                table_report, suspects = await run.check_table(t)
+                report.tables.append(table_report)
+                for d in table_report.differences:
+                    if on_difference is not None:
+                        on_difference(d)
+                if repair and suspects:
+                    report.repaired += await run.repair(t, suspects)
+            # tables the mirror holds that the source no longer has (or that are not readable)
+            listed = set(tables)
+            for schema, table in sorted(await run.mirrored_tables()):
+                if (schema, table) in listed or not self.filter.wants(schema, table):
+                    continue
+                table_report, extras = await run.orphan_table(schema, table)
+                report.tables.append(table_report)
+                for d in table_report.differences:
+                    if on_difference is not None:
+                        on_difference(d)
+                if repair and extras:
+                    report.repaired += await run.repair_orphans(schema, table, extras)
+        finally:
+            await mirror.release_lease()  # only if this run took it (the token is checked)
+            await mirror.close()
+            await redis.aclose()
+            await close_connection(conn)
+        return report
+
+
+class _Run:
+    def __init__(
+        self, v: Verifier, conn: aiomysql.Connection, info: ServerInfo, redis: Redis, mirror: RedisMirror
+    ) -> None:
+        self.v, self.conn, self.info, self.redis, self.mirror = v, conn, info, redis, mirror
+        self.layout = v.layout
+        self._leased = False
+
+    # -- reading ------------------------------------------------------------------------------
+    async def _source_position(self) -> BinlogPosition:
+        return (await current_checkpoint(self.conn, self.info)).position
+
+    async def _select(self, sql: str, args: Sequence[Any], what: str) -> list[dict[str, Any]]:
+        with map_errors(what):
+            async with self.conn.cursor(aiomysql.DictCursor) as cur:
+                await cur.execute(sql, args)
+                return list(await cur.fetchall())
+
+    async def _mirror_suffixes(self, schema: str, table: str) -> set[str]:
+        """Every row suffix the mirror holds for the table: `__keys` members and row keys."""
+        lay = self.layout
+        base = lay.table_base(schema, table)
+        out: set[str] = set()
+        with map_redis_errors("listing the mirror's keys"):
+            async for member in self.redis.sscan_iter(lay.index_key(schema, table), count=1000):
+                out.add(_s(member))
+            async for key in self.redis.scan_iter(match=base.translate(_GLOB) + ":*", count=1000):
+                suffix = _s(key)[len(base) + 1 :]
+                if not suffix.startswith("__"):  # meta keys; a row part starting "__" is escaped
+                    out.add(suffix)
+        return out
+
+    async def mirrored_tables(self) -> set[tuple[str, str]]:
+        out = set()
+        for tid in await self.mirror.mirrored_tables():
+            parts = split_key(tid)
+            if len(parts) == 2:
+                out.add((parts[0], parts[1]))
+        return out
+
+    # -- comparing ----------------------------------------------------------------------------
+    def _expected(self, row: Mapping[str, Any]) -> Any:
+        if self.v.json_mode:
+            return orjson.loads(json_document(row))
+        out: dict[bytes, bytes] = {}
+        for k, v in row.items():
+            if v is not None:
+                fv = field_value(v)
+                out[k.encode()] = fv if isinstance(fv, bytes) else fv.encode()
+        return out
+
+    def _compare(
+        self, row: Mapping[str, Any] | None, stored: Any, indexed: bool
+    ) -> tuple[str, tuple[str, ...]] | None:
+        """None when equal, else (kind, differing fields)."""
+        present = bool(stored)
+        if row is None:
+            return ("extra", ()) if present or indexed else None
+        if not present:
+            return "missing", ()
+        expected = self._expected(row)
+        if self.v.json_mode:
+            try:
+                got = orjson.loads(stored)
+            except orjson.JSONDecodeError:
+                return "differs", ("<document>",)
+            if not isinstance(got, dict):
+                return "differs", ("<document>",)
+            expected_fields: Mapping[Any, Any] = expected
+            got_fields: Mapping[Any, Any] = got
+        else:
+            expected_fields, got_fields = expected, stored
+        names = sorted(
+            _s(k)
+            for k in set(expected_fields) | set(got_fields)
+            if expected_fields.get(k) != got_fields.get(k)
+        )
+        if names:
+            return "differs", tuple(names)
+        if not indexed:
+            return "differs", ("<not in __keys>",)
+        return None
+
+    async def check_table(self, t: TableInfo) -> tuple[TableReport, dict[str, _Suspect]]:
+        report = TableReport(t.schema, t.table)
+        if not t.exists:
+            return report, {}
+        if not t.key:
+            report.keyed = False
+            return report, {}
+        key = t.key
+        utc = frozenset(c.name for c in t.columns if c.type == "TIMESTAMP")
+        lay = self.layout
+        index = lay.index_key(t.schema, t.table)
+        seen: set[str] = set()
+        suspects: dict[str, _Suspect] = {}
+        cols = ", ".join(_q(c) for c in key)
+        last: tuple[Any, ...] | None = None
+        target: BinlogPosition | None = None
+        table_sql = f"{_q(t.schema)}.{_q(t.table)}"
+        while True:
+            where, args = "", ()
+            if last is not None:
+                where, args = f"WHERE ({cols}) > ({', '.join(['%s'] * len(key))})", last
+            rows = await self._select(
+                f"SELECT * FROM {table_sql} {where} ORDER BY {cols} LIMIT {self.v.chunk_rows}",
+                args,
+                f"verify of {t.schema}.{t.table}",
+            )
+            if not rows:
+                break
+            position = await self._source_position()
+            rows = [_utc(r, utc) for r in rows]
+            suffixes = [lay.row_suffix([r[c] for c in key]) for r in rows]
+            stored = await self._stored_rows(t.schema, t.table, suffixes, index)
+            for row, suffix, (value, indexed) in zip(rows, suffixes, stored, strict=True):
+                if self._compare(row, value, indexed) is not None:
+                    suspects[suffix] = _Suspect(tuple(row[c] for c in key), row)
+                    target = position
+            seen.update(suffixes)
+            report.rows += len(rows)
+            last = tuple(rows[-1][c] for c in key)
+            if len(rows) < self.v.chunk_rows:
+                break
+        types = {c.name: c.type for c in t.columns}
+        binary = [types.get(c, "") in _BINARY_TYPES for c in key]
+        extra = await self._mirror_suffixes(t.schema, t.table) - seen
+        if extra:
+            target = await self._source_position()
+        for suffix in extra:
+            suspects[suffix] = _Suspect(_key_values(suffix, binary), None)
+        confirmed = await self._recheck(t, suspects, target, utc)
+        names = sorted(confirmed)
+        stored = await self._stored_rows(t.schema, t.table, names, index)
+        found: dict[str, _Suspect] = {}
+        base = lay.table_base(t.schema, t.table)
+        for suffix, (value, indexed) in zip(names, stored, strict=True):
+            verdict = self._compare(confirmed[suffix].source, value, indexed)
+            if verdict is not None:
+                found[suffix] = confirmed[suffix]
+                report.differences.append(
+                    Difference(t.schema, t.table, verdict[0], f"{base}:{suffix}", verdict[1])
+                )
+        return report, found
+
+    async def _stored_rows(
+        self, schema: str, table: str, suffixes: Sequence[str], index: str
+    ) -> list[tuple[Any, bool]]:
+        base = self.layout.table_base(schema, table)
+        if not suffixes:
+            return []
+        with map_redis_errors("reading the mirror"):
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for suffix in suffixes:
+                    key = f"{base}:{suffix}"
+                    if self.v.json_mode:
+                        pipe.get(key)
+                    else:
+                        pipe.hgetall(key)
+                    pipe.sismember(index, suffix)
+                replies = await pipe.execute()
+        return [(replies[i], bool(replies[i + 1])) for i in range(0, len(replies), 2)]
+
+    async def _recheck(
+        self,
+        t: TableInfo,
+        suspects: dict[str, _Suspect],
+        target: BinlogPosition | None,
+        utc: frozenset[str],
+    ) -> dict[str, _Suspect]:
+        """The suspects that still differ once the mirror has applied past `target` (the source's
+        position when they were read), each with the source row read last."""
+        assert t.key is not None
+        key = t.key
+        index = self.layout.index_key(t.schema, t.table)
+        cols = ", ".join(_q(c) for c in key)
+        for _ in range(self.v.rounds):
+            if not suspects or target is None:
+                break
+            moved = await self._settle(target)
+            lookup = [s for s in suspects.values() if s.key_values is not None]
+            rows: list[dict[str, Any]] = []
+            for start in range(0, len(lookup), self.v.chunk_rows):
+                part = lookup[start : start + self.v.chunk_rows]
+                tuples = ", ".join(["(" + ", ".join(["%s"] * len(key)) + ")"] * len(part))
+                rows += await self._select(
+                    f"SELECT * FROM {_q(t.schema)}.{_q(t.table)} WHERE ({cols}) IN ({tuples})",
+                    [v for s in part for v in (s.key_values or ())],
+                    f"verify of {t.schema}.{t.table} (rows read again)",
+                )
+            position = await self._source_position()
+            by_suffix = {self.layout.row_suffix([r[c] for c in key]): _utc(r, utc) for r in rows}
+            names = sorted(suspects)
+            stored = await self._stored_rows(t.schema, t.table, names, index)
+            still: dict[str, _Suspect] = {}
+            for suffix, (value, indexed) in zip(names, stored, strict=True):
+                row = by_suffix.get(suffix)
+                if self._compare(row, value, indexed) is not None:
+                    still[suffix] = _Suspect(suspects[suffix].key_values, row)
+            suspects = still
+            if not moved and position == target:
+                break  # neither side can change the verdict: the mirror is idle, the source too
+            target = position
+        return suspects
+
+    async def _settle(self, target: BinlogPosition) -> bool:
+        """Wait until the mirror's checkpoint is at or past `target`, or stops moving for
+        `idle_seconds` (a stopped or idle service), or `settle_timeout`. True if it moved."""
+        v = self.v
+        deadline = time.monotonic() + v.settle_timeout
+        first = last = await self._checkpoint()
+        still_since = time.monotonic()
+        while time.monotonic() < deadline:
+            if last is None or not last.position.file or not last.position < target:
+                break
+            await asyncio.sleep(0.1)
+            cp = await self._checkpoint()
+            if cp != last:
+                last, still_since = cp, time.monotonic()
+            elif time.monotonic() - still_since >= v.idle_seconds:
+                break
+        return last != first
+
+    async def _checkpoint(self) -> Checkpoint | None:
+        return await self.mirror.load_checkpoint()
+
+    # -- tables the source does not have ------------------------------------------------------
+    async def orphan_table(self, schema: str, table: str) -> tuple[TableReport, list[str]]:
+        report = TableReport(schema, table)
+        base = self.layout.table_base(schema, table)
+        extras = sorted(await self._mirror_suffixes(schema, table))
+        report.differences = [Difference(schema, table, "extra", f"{base}:{s}") for s in extras]
+        return report, extras
+
+    # -- repairing ----------------------------------------------------------------------------
+    async def _lease(self) -> Checkpoint:
+        if not self._leased:
+            if not await self.mirror.acquire_lease():
+                raise LeaseHeld(
+                    "cannot repair: the writer lease is held by a running binlog-mirror instance "
+                    f"({self.layout.lease_key}); stop it, run verify --repair, then start it again"
+                )
+            self._leased = True
+        else:
+            await self.mirror.renew_lease()
+        with map_redis_errors("reading the mirror's progress"):
+            if await self.redis.exists(self.layout.progress_key):
+                raise SinkError(
+                    "cannot repair: a transaction is half applied (the mirror's __progress key); "
+                    "start the service to finish it, then repair"
+                )
+        cp = await self.mirror.load_checkpoint()
+        if cp is None:
+            raise SinkError("cannot repair: the mirror has no checkpoint (it was never started)")
+        return cp
+
+    async def _apply(self, changes: list[RowChange]) -> int:
+        """Apply `changes` as transactions that end at the stored checkpoint, which they rewrite
+        with the same position and the same last GTID."""
+        size = max(1, self.v.settings.chunk_rows)
+        for start in range(0, len(changes), size):
+            cp = await self._lease()
+            with map_redis_errors("reading the checkpoint"):
+                gtid = await self.redis.hget(self.layout.checkpoint_key, "gtid")
+            span = EventSpan(cp.position.file, cp.position.pos, cp.position.pos)
+            part = tuple(_at(c, span) for c in changes[start : start + size])
+            txn = Transaction(part, (), _s(gtid) if gtid else None, cp.ts or int(time.time()), cp)
+            await self.mirror.apply([(txn, ())])
+        return len(changes)
+
+    async def repair(self, t: TableInfo, suspects: Mapping[str, _Suspect]) -> int:
+        assert t.key is not None
+        changes: list[RowChange] = []
+        span = EventSpan("", 0, 0)
+        now = int(time.time())
+        for suffix, s in sorted(suspects.items()):
+            if s.source is not None:
+                changes.append(RowChange(Op.INSERT, t.schema, t.table, None, s.source, span, now, 0))
+            else:
+                changes.append(_delete(t.schema, t.table, t.key, suffix, span, now))
+        done = await self._apply(changes)
+        log.info("repaired %d rows of %s.%s", done, t.schema, t.table)
+        return done
+
+    async def repair_orphans(self, schema: str, table: str, extras: Sequence[str]) -> int:
+        """Delete the row keys of a mirrored table the source does not have. Not through the
+        planner (the table has no definition to key it by): one MULTI/EXEC under WATCH of the
+        lease, so it writes nothing unless this run still holds the lease."""
+        await self._lease()
+        lay = self.layout
+        base = lay.table_base(schema, table)
+        keys = [f"{base}:{s}" for s in extras]
+        with map_redis_errors(f"repairing {schema}.{table}"):
+            async with self.redis.pipeline(transaction=True) as pipe:
+                await pipe.watch(lay.lease_key)
+                if _s(await pipe.get(lay.lease_key) or b"") != self.mirror.token:
+                    raise LeaseHeld("cannot repair: the writer lease was lost during the repair")
+                pipe.multi()  # type: ignore[no-untyped-call]
+                pipe.delete(*keys)
+                pipe.srem(lay.index_key(schema, table), *extras)
+                pipe.srem(lay.tables_key, lay.table_id(schema, table))
+                await pipe.execute()
+        return len(keys)
+
+
+def _at(change: RowChange, span: EventSpan) -> RowChange:
+    return RowChange(change.op, change.schema, change.table, change.before, change.after, span, change.ts, 0)
+
+
+def _delete(
+    schema: str, table: str, key: tuple[str, ...], suffix: str, span: EventSpan, ts: int
+) -> RowChange:
+    """A DELETE whose before image holds just the key, as text: the sink keys it to `suffix`
+    again (key_text of a str is the str; the escaping is undone by split_key)."""
+    parts = split_key(suffix)
+    before: dict[str, Any] = dict(zip(key, parts, strict=False))
+    return RowChange(Op.DELETE, schema, table, before, None, span, ts, 0)
+
+
+def _key_values(suffix: str, binary: Sequence[bool]) -> tuple[Any, ...] | None:
+    """The source key of a row suffix, for a SELECT; None when no source row can have it."""
+    parts = split_key(suffix)
+    if len(parts) != len(binary):
+        return None
+    out: list[Any] = []
+    for part, is_binary in zip(parts, binary, strict=True):
+        if is_binary:
+            if not part.startswith("0x"):
+                return None
+            try:
+                out.append(bytes.fromhex(part[2:]))
+            except ValueError:
+                return None
+        else:
+            out.append(part)
+    return tuple(out)
+
+
+def _utc(row: dict[str, Any], columns: frozenset[str]) -> dict[str, Any]:
+    """TIMESTAMP values as the binlog decodes them (aware UTC), as a resync stores them."""
+    if not columns:
+        return row
+    out = dict(row)
+    for c in columns:
+        v = out.get(c)
+        if isinstance(v, dt.datetime) and v.tzinfo is None:
+            out[c] = v.replace(tzinfo=dt.UTC)
+    return out
+
+
+def _q(ident: str) -> str:
+    return "`" + ident.replace("`", "``") + "`"
+
+
+def _s(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
