@@ -11,7 +11,6 @@ from typing import Annotated, Any
 import orjson
 import typer
 
-
 from service.cli.common import console
 from service.errors import ConfigError, ReplicatorError
 from service.settings import Settings, load_settings

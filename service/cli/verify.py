@@ -9,7 +9,6 @@ from typing import Annotated
 
 import typer
 
-
 from service.cli.common import console
 from service.errors import ConfigError, ReplicatorError
 from service.settings import load_settings

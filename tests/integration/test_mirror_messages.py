@@ -12,8 +12,8 @@ import time
 import pytest
 import redis as redis_sync
 
+from service.devtools.stack import LocalStack
 from service.pipeline.replicator import Replicator
-from service.stack import LocalStack
 from tests.integration.mirror_helpers import (
     actual,
     expected,

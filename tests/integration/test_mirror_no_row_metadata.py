@@ -14,9 +14,9 @@ import pytest
 from typer.testing import CliRunner
 
 from service.cli import app
+from service.devtools.stack import LocalStack
 from service.errors import PreflightError
 from service.pipeline.replicator import Replicator
-from service.stack import LocalStack
 from service.transport.columns import ColumnNames
 from tests.integration.mirror_helpers import (
     actual,

@@ -14,9 +14,9 @@ import redis as redis_sync
 from typer.testing import CliRunner, Result
 
 from service.cli import app
+from service.devtools.stack import LocalStack
 from service.pipeline.replicator import Replicator
 from service.sink.keys import KeyLayout
-from service.stack import LocalStack
 from tests.integration.mirror_helpers import (
     actual,
     expected,
