@@ -45,6 +45,12 @@ class StatusCollector(Collector):
         for st in State:
             state.add_metric([st.value], 1.0 if st is s.state else 0.0)
         yield state
+        if s.state is State.FAILED and s.errors.last:
+            failure = GaugeMetricFamily(
+                P + "failure_info", "1 while failed: the last error's class", labels=["error"]
+            )
+            failure.add_metric([s.errors.last.split("(", 1)[0]], 1.0)
+            yield failure
         yield GaugeMetricFamily(P + "ready", "1 when streaming as leader with Redis reachable", value=s.ready)
         yield GaugeMetricFamily(
             P + "source_connected", "1 when the binlog stream is up", value=s.source.connected

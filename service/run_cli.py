@@ -18,6 +18,7 @@ import typer
 from service.batch_cli import split_globs
 from service.errors import ReplicatorError
 from service.settings import MySQLUrl, Settings, load_settings
+from service.startup import bind_api_socket, check_access
 
 __all__ = ["run"]
 
@@ -96,6 +97,8 @@ async def _main(settings: Settings, *, api: bool, demo_admin: MySQLUrl | None) -
     from service.pipeline.replicator import Replicator
     from service.runtime import tune_gc
 
+    await check_access(settings)  # a wrong password or grant stops here, with one line
+    sock = bind_api_socket(settings) if api else None  # a busy port stops the process here
     demo_task: asyncio.Task[None] | None = None
     if demo_admin is not None:
         from service.pipeline.demo import create_demo_schema, demo_writes
@@ -112,17 +115,29 @@ async def _main(settings: Settings, *, api: bool, demo_admin: MySQLUrl | None) -
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal, sig)
     api_task: asyncio.Task[None] | None = None
-    if api:
+    hub: Any = None
+    if sock is not None:
         from api.main import create_app
-        from api.server import serve
+        from api.server import ApiServer
 
-        api_task = asyncio.create_task(serve(create_app(settings, replicator), settings), name="api")
+        app = create_app(settings, replicator)
+        hub = app.state.hub
+        api_task = asyncio.create_task(ApiServer(app, settings, sock).serve(), name="api")
+        api_task.add_done_callback(lambda _: replicator.stop())  # no API, no mirror: stop both
     tune_gc()
     try:
         await replicator.run()
     finally:
+        if hub is not None:  # before uvicorn stops: subscribers get the last changes, then 1001
+            from api.server import close_subscribers
+
+            await close_subscribers(hub)
         for task in (demo_task, api_task):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
+    if api_task is not None and api_task.done() and not api_task.cancelled():
+        error = api_task.exception()
+        if error is not None:
+            raise error

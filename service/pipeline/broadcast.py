@@ -284,6 +284,7 @@ class Subscription:
         self._items: deque[Batch | Gap] = deque()
         self._head_taken = 0  # entries of the head batch already returned by get()
         self._resume_after: int | None = None  # resume asked before this hub saw any change
+        self._final: Closed | None = None  # close with this once the queued items are taken
         self._wake = asyncio.Event()
 
     @property
@@ -311,12 +312,23 @@ class Subscription:
             self._head_taken = 0
             self._wake.set()
 
+    def _close_after_pending(self, closed: Closed) -> None:
+        """End once what is queued has been taken (shutdown: the last applied changes still go out)."""
+        self._final = closed
+        if not self._items:
+            self._close(closed)
+
+    def _drained(self) -> Closed | None:
+        if self._final is not None:
+            self._close(self._final)
+        return self.closed
+
     def get_nowait(self) -> Entry | Gap | Closed | None:
         """The next change or gap, the reason this subscription ended, or None when nothing is pending."""
         if self.closed is not None:
             return self.closed
         if not self._items:
-            return None
+            return self._drained()
         head = self._items[0]
         if isinstance(head, Gap):
             self._items.popleft()
@@ -334,7 +346,7 @@ class Subscription:
         if self.closed is not None:
             return self.closed
         if not self._items:
-            return None
+            return self._drained()
         head = self._items.popleft()
         if isinstance(head, Batch):
             head.sealed = True
@@ -584,7 +596,8 @@ class Broadcaster:
             self._waiting.remove(sub)
 
     def close(self) -> None:
-        """End every subscription with 1001 (server going away); later publishes are ignored."""
+        """End every subscription with 1001 (server going away) once it has taken what is queued
+        for it; later publishes are ignored. Each stays counted until its handler unsubscribes."""
         self.closed = True
         for sub in list(self._subs.values()):
-            self._drop(sub, Closed(CLOSE_GOING_AWAY, "server shutting down"))
+            sub._close_after_pending(Closed(CLOSE_GOING_AWAY, "server shutting down"))

@@ -41,6 +41,7 @@ from service.errors import (
 )
 from service.pipeline.catalog import Catalog, with_table_map
 from service.pipeline.ddl import ddl_actions
+from service.pipeline.failures import FailureLog
 from service.pipeline.resync import resync_table
 from service.pipeline.status import (
     ErrorStatus,
@@ -131,6 +132,7 @@ class Replicator:
         self.on_applied: list[AppliedHook] = list(on_applied)
         self._source_factory = source_factory or _default_source
         self._backoff = backoff or Backoff(base=0.2, cap=5.0)
+        self._failure_log = FailureLog(log)  # ops (#26): permanent errors -> state failed, 1 line/min
         self.layout = KeyLayout(settings.key_prefix)
         self.catalog = Catalog(self.filter)
         self.redis: Redis = redis_client(
@@ -210,13 +212,13 @@ class Replicator:
                     self._error(exc)
                     if not exc.retriable:
                         self._set_state(State.FAILED)
-                        log.error("replication stopped: %s", exc)
+                        log.debug("replication stopped: %s", exc)  # the caller prints it once (#26)
                         raise exc
                     failures = 1 if self._txns_applied > applied_before else failures + 1
                     self._restarts += 1
-                    self._set_state(State.RECONNECTING)
+                    self._set_state(self._failure_log.state(exc))  # ops (#26)
                     delay = self._backoff.delay(failures)
-                    log.warning("replication interrupted: %s; retrying in %.2fs", exc, delay)
+                    self._failure_log.report(exc, delay)  # ops (#26)
                     await self._sleep(delay)
             self._set_state(State.STOPPED)
             where = f"at {self._applied.position}" if self._applied else "before the first checkpoint"
@@ -261,7 +263,11 @@ class Replicator:
                 if self._redis_ok:
                     log.info("standby: another instance holds the writer lease %s", self.layout.lease_key)
                 else:  # not "standby": nobody may hold the lease, it just cannot be seen
-                    log.warning("waiting for Redis (unreachable) to take the writer lease")
+                    log.warning(  # ops (#26): the redacted URL and the cause
+                        "waiting for Redis at %s to take the writer lease: unreachable (%s)",
+                        self.settings.redis,
+                        self.mirror.ping_error,
+                    )
                 waited.add(self._redis_ok)
             await self._sleep(self.settings.lease_ttl_seconds / 3)
 
@@ -638,8 +644,9 @@ class Replicator:
         return reconnects, tuple(sorted(events.items())), ignorable, invalid
 
     def _set_state(self, state: State) -> None:
+        state = self._failure_log.held(self._state, state)  # ops (#26)
         if state != self._state:
-            log.info("state: %s -> %s", self._state, state)
+            log.log(self._failure_log.level(self._state, state), "state: %s -> %s", self._state, state)
             self._state, self._since = state, time.time()
 
     def _error(self, exc: BaseException) -> None:

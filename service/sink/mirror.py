@@ -33,7 +33,7 @@ from redis import exceptions as rexc
 from redis.asyncio import Redis
 
 from service.checkpoint import BinlogPosition, Checkpoint
-from service.errors import ConfigError, LeaseLost, RowsMissing, SinkError
+from service.errors import ConfigError, LeaseLost, RowsMissing, SinkAccessDenied, SinkError
 from service.sink.channel import ScriptChannel
 from service.sink.keys import KeyLayout
 from service.sink.plan import (
@@ -51,7 +51,7 @@ from service.sink.scripts import APPLY, RELEASE, RENEW, RESYNC_FINISH, RESYNC_RE
 from service.sink.values import field_value, json_document
 from service.transactions import Transaction
 
-__all__ = ["MirrorOptions", "RedisMirror", "SentBatch", "map_redis_errors"]
+__all__ = ["MirrorOptions", "RedisMirror", "SentBatch", "map_redis_errors", "redis_access_denied"]
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,11 @@ log = logging.getLogger(__name__)
 def map_redis_errors(what: str) -> Iterator[None]:
     try:
         yield
+    except (rexc.AuthenticationError, rexc.AuthorizationError, rexc.NoPermissionError) as exc:
+        raise redis_access_denied(what, exc) from exc
     except rexc.ResponseError as exc:
+        if str(exc).startswith(("WRONGPASS", "NOAUTH", "NOPERM")):
+            raise redis_access_denied(what, exc) from exc
         if str(exc).startswith("LEASE_LOST"):
             raise LeaseLost(f"{what}: {exc}") from exc
         if str(exc).startswith("ROWS_MISSING "):
@@ -71,6 +75,11 @@ def map_redis_errors(what: str) -> Iterator[None]:
     except (rexc.RedisError, OSError, TimeoutError) as exc:
         # str, not repr: redis-py's exceptions repr as just "network:ConnectionError"
         raise SinkError(f"{what}: {type(exc).__name__}: {exc}") from exc
+
+
+def redis_access_denied(what: str, exc: Exception) -> SinkAccessDenied:
+    setting = SinkAccessDenied.setting
+    return SinkAccessDenied(f"redis: access denied: {exc}, {what} (check {setting} or --redis)")
 
 
 def _rows_missing(what: str, reply: str) -> RowsMissing:
@@ -168,6 +177,7 @@ class RedisMirror:
         self.layout = layout
         self.options = opts = options or MirrorOptions()
         self.token = token or secrets.token_hex(8)
+        self.ping_error: str | None = None  # why the last ping() failed (for the log)
         self._values = "json" if opts.json_mode else "hash"  # the value mode, as the checkpoint says
         self.planner = Planner(
             layout,
@@ -271,10 +281,22 @@ class RedisMirror:
         return False
 
     async def ping(self) -> bool:
+        """True when Redis answers; else False, with why in `ping_error`. Refused credentials
+        raise SinkAccessDenied (permanent: waiting cannot help)."""
         try:
-            return bool(await self.redis.ping())
-        except (rexc.RedisError, OSError, TimeoutError):
+            ok = bool(await self.redis.ping())
+        except (rexc.AuthenticationError, rexc.AuthorizationError, rexc.NoPermissionError) as exc:
+            raise redis_access_denied("ping", exc) from exc
+        except rexc.ResponseError as exc:
+            if str(exc).startswith(("WRONGPASS", "NOAUTH", "NOPERM")):
+                raise redis_access_denied("ping", exc) from exc
+            self.ping_error = f"{type(exc).__name__}: {exc}"
             return False
+        except (rexc.RedisError, OSError, TimeoutError) as exc:
+            self.ping_error = f"{type(exc).__name__}: {exc}"
+            return False
+        self.ping_error = None
+        return ok
 
     # -- apply ---------------------------------------------------------------------------------------
     def _header(self, txn_id: str, chunk: int, final: bool, nseq: int, done: int = 0) -> list[Arg]:
