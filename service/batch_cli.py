@@ -12,7 +12,7 @@ from service.errors import ReplicatorError
 
 __all__ = ["replay", "snapshot", "split_globs"]
 
-console = Console(stderr=True)
+console = Console(stderr=True, soft_wrap=True)  # never wrapped at 80 columns
 
 Master = Annotated[
     str, typer.Option("--master", help="Spark master: local[*], local[N], spark://host:7077, yarn, k8s://...")

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import json
-import logging
-import sys
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -13,7 +12,9 @@ from rich.console import Console
 
 from service.batch_cli import replay, snapshot
 from service.binlog_cli import decode
+from service.cli_options import GlobalOptionsGroup
 from service.errors import ReplicatorError
+from service.logsetup import configure
 from service.run_cli import run
 from service.stack import LocalStack
 from service.stream_cli import stream
@@ -21,7 +22,12 @@ from service.stream_cli import stream
 __all__ = ["app"]
 
 app = typer.Typer(
-    no_args_is_help=True, add_completion=False, help="Keep a Redis mirror of MySQL tables in sync."
+    cls=GlobalOptionsGroup,  # global options work before or after the subcommand
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,  # a bug prints a plain traceback, not an 80-column box
+    rich_markup_mode=None,  # usage errors as click's one "Error: ..." line, not a wrapped box
+    help="Keep a Redis mirror of MySQL tables in sync.",
 )
 stack_app = typer.Typer(no_args_is_help=True, help="A throwaway local MariaDB + Redis on 127.0.0.1.")
 app.add_typer(stack_app, name="stack")
@@ -31,7 +37,7 @@ app.command("run")(run)
 app.command("snapshot")(snapshot)
 app.command("replay")(replay)
 
-console = Console(stderr=True)
+console = Console(stderr=True, soft_wrap=True)  # one line, never wrapped at 80 columns
 
 StackDir = Annotated[
     Path | None,
@@ -47,12 +53,51 @@ def fail(message: str, code: int = 1) -> typer.Exit:
     return typer.Exit(code)
 
 
+def _version(value: bool) -> None:
+    if value:
+        from service.version import compiled, version
+
+        typer.echo(f"binlog-mirror {version()} ({'compiled' if compiled() else 'pure Python'} decoder)")
+        raise typer.Exit()
+
+
+class LogLevel(StrEnum):
+    debug = "debug"
+    info = "info"
+    warning = "warning"
+    error = "error"
+
+
+class LogFormatChoice(StrEnum):
+    text = "text"
+    json = "json"
+
+
 @app.callback()
-def main(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False) -> None:
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
+def main(
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Debug logging (= --log-level debug).")
+    ] = False,
+    log_level: Annotated[
+        LogLevel, typer.Option("--log-level", envvar="BINLOG_MIRROR_LOG_LEVEL", case_sensitive=False)
+    ] = LogLevel.info,
+    log_format: Annotated[
+        LogFormatChoice,
+        typer.Option(
+            "--log-format",
+            envvar="BINLOG_MIRROR_LOG_FORMAT",
+            case_sensitive=False,
+            help="json: one object per line (time, level, logger, message and the record's fields).",
+        ),
+    ] = LogFormatChoice.text,
+    _show_version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit."),
+    ] = False,
+) -> None:
+    """Global options may come before or after the subcommand."""
+    configure(
+        "debug" if verbose else log_level.value, "json" if log_format is LogFormatChoice.json else "text"
     )
 
 

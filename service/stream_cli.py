@@ -19,7 +19,7 @@ from service.transport.source import BinlogSource
 
 __all__ = ["stream"]
 
-console = Console(stderr=True)
+console = Console(stderr=True, soft_wrap=True)  # never wrapped at 80 columns
 POLL_SECONDS = 0.2
 
 

@@ -171,3 +171,27 @@ async def test_a_permanent_error_while_running_is_retried_as_failed_and_logged_o
             cur.execute("SET SESSION sql_log_bin = 0")
             cur.execute(f"DROP USER '{user}'@'127.0.0.1'")
         root.close()
+
+
+def test_a_failed_preflight_prints_once(stack: LocalStack) -> None:
+    """A user without REPLICATION SLAVE connects fine; the preflight refuses it: one error, printed
+    once (not also logged by the reader and the replicator), exit 1."""
+    info = stack.load()
+    assert info is not None
+    user = f"ops{uuid.uuid4().hex[:8]}"
+    root = stack.root_connection()
+    with root.cursor() as cur:
+        cur.execute("SET SESSION sql_log_bin = 0")
+        cur.execute(f"CREATE USER '{user}'@'127.0.0.1' IDENTIFIED BY 'pw'")
+        cur.execute(f"GRANT SELECT ON *.* TO '{user}'@'127.0.0.1'")
+    try:
+        url = f"mysql://{user}:pw@127.0.0.1:{info.mysql_port}"
+        result = _run("run", "--mysql", url, "--redis", info.redis_url, "--tables", "x.*", "--no-api")
+    finally:
+        with root.cursor() as cur:
+            cur.execute("SET SESSION sql_log_bin = 0")
+            cur.execute(f"DROP USER '{user}'@'127.0.0.1'")
+        root.close()
+    assert result.returncode == 1, result.stderr
+    assert _error_lines(result.stderr) == ["error: the source cannot be mirrored:"], result.stderr
+    assert result.stderr.count("missing privilege REPLICATION SLAVE") == 1, result.stderr
