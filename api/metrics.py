@@ -12,13 +12,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from service.pipeline.broadcast import Broadcaster
 from service.pipeline.status import ReplicatorStatus, State
 from service.transactions import Transaction
+from service.version import compiled, version
 
 __all__ = [
     "ApplyDelayObserver",
@@ -208,6 +209,14 @@ def build_registry(
     registry = CollectorRegistry(auto_describe=False)
     registry.register(StatusCollector(status))
     registry.register(HubCollector(hub))
+    build = Gauge(
+        P + "build_info",
+        "1, labelled with the running version and whether the decoder is compiled (mypyc)",
+        ["version", "compiled"],
+        registry=registry,
+    )
+    build.labels(version(), "true" if compiled() else "false").set(1)
+    ProcessCollector(registry=registry)  # process_cpu_seconds_total, process_resident_memory_bytes, ...
     return registry, ApplyDelayObserver(registry)
 
 

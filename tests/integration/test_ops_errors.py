@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 import redis as redis_sync
+from prometheus_client import CollectorRegistry, generate_latest
 
+from api.metrics import StatusCollector
 from api.routes.health import readiness
 from service.pipeline.replicator import Replicator
 from service.pipeline.status import State
@@ -152,6 +154,11 @@ async def test_a_permanent_error_while_running_is_retried_as_failed_and_logged_o
         reasons = readiness(s, settings.max_lag_seconds)
         assert "replicator is failed" in reasons
         assert any(r.startswith("failed: SourceAccessDenied") for r in reasons), reasons
+        registry = CollectorRegistry()
+        registry.register(StatusCollector(replicator.status))
+        metrics = generate_latest(registry).decode()
+        assert 'binlog_mirror_state{state="failed"} 1.0' in metrics
+        assert 'binlog_mirror_failure_info{error="SourceAccessDenied"} 1.0' in metrics
         failed = [r for r in caplog.records if "replication failed" in r.getMessage()]
         assert len(failed) == 1, [r.getMessage() for r in caplog.records]
         assert failed[0].levelno == logging.ERROR

@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 import uuid
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +96,14 @@ async def test_sigterm_sends_every_applied_change_then_1001_and_logs_json_withou
                         pass
                     assert proc.poll() is None, log.read_text()
                     await asyncio.sleep(0.2)
+            metrics = (await http.get("/metrics", headers=with_token)).text
+        version = metadata.version("binlog-mirror")
+        assert f'binlog_mirror_build_info{{compiled="false",version="{version}"}} 1.0' in metrics or (
+            f'binlog_mirror_build_info{{compiled="true",version="{version}"}} 1.0' in metrics
+        ), metrics
+        assert "\nprocess_resident_memory_bytes " in metrics and "\nprocess_cpu_seconds_total " in metrics
+        assert 'binlog_mirror_state{state="streaming"} 1.0' in metrics
+        assert "binlog_mirror_failure_info" not in metrics
         url = f"ws://127.0.0.1:{port}/ws/events?tables={db}.*&token={TOKEN}"
         async with connect(url) as ws:
             hello = orjson.loads(await ws.recv())
