@@ -51,6 +51,7 @@ from service.pipeline.status import (
     State,
     TableStatus,
 )
+from service.pipeline.unmatched import UnmatchedPatterns
 from service.queues import RowQueue
 from service.settings import Settings
 from service.sink.client import redis_client
@@ -133,6 +134,7 @@ class Replicator:
         self._source_factory = source_factory or _default_source
         self._backoff = backoff or Backoff(base=0.2, cap=5.0)
         self._failure_log = FailureLog(log)  # ops (#26): permanent errors -> state failed, 1 line/min
+        self._unmatched = UnmatchedPatterns(settings.tables)  # ops (#26): --tables typos
         self.layout = KeyLayout(settings.key_prefix)
         self.catalog = Catalog(self.filter)
         self.redis: Redis = redis_client(
@@ -356,6 +358,7 @@ class Replicator:
             TableAction(ActionKind.RESYNC, s, t, reason="newly selected")
             for s, t in sorted(wanted - self._mirrored)
         ]
+        self._unmatched.check(wanted, "bootstrap")  # ops (#26)
         end = checkpoint or source.start_checkpoint
         if end is None:
             raise ConfigError("the source did not report its start position")
@@ -483,6 +486,7 @@ class Replicator:
                     for s, t in d.tables:
                         self.catalog.forget(s, t or None)
                 self._note_actions(actions)
+                self._unmatched.check(self._mirrored, f"after the DDL at {txn.end.position}")  # ops (#26)
             for hook in self.on_applied:
                 try:
                     hook(txn, first)
@@ -738,6 +742,7 @@ class Replicator:
             bytes_received=self._past_bytes + int(getattr(stats, "bytes", 0)),
             heartbeats=self._past_heartbeats + int(getattr(stats, "heartbeats", 0)),
             last_packet_at=last_packet or None,
+            unmatched_tables=self._unmatched.current,  # ops (#26)
         )
 
 

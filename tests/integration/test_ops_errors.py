@@ -13,10 +13,12 @@ import sys
 import uuid
 from pathlib import Path
 
+import httpx
 import pytest
 import redis as redis_sync
 from prometheus_client import CollectorRegistry, generate_latest
 
+from api.main import create_app
 from api.metrics import StatusCollector
 from api.routes.health import readiness
 from service.pipeline.replicator import Replicator
@@ -202,3 +204,61 @@ def test_a_failed_preflight_prints_once(stack: LocalStack) -> None:
     assert result.returncode == 1, result.stderr
     assert _error_lines(result.stderr) == ["error: the source cannot be mirrored:"], result.stderr
     assert result.stderr.count("missing privilege REPLICATION SLAVE") == 1, result.stderr
+
+
+async def test_a_tables_pattern_matching_nothing_is_warned_and_listed(
+    stack: LocalStack, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`--tables 'db.*,db.nope,nosuch.*'`: a WARNING naming each pattern that matches no table,
+    at bootstrap and after each DDL, and `unmatched_tables` in GET /tables."""
+    info = stack.load()
+    assert info is not None
+    tag = uuid.uuid4().hex[:8]
+    db = f"ops_{tag}"
+    root = stack.root_connection()
+    with root.cursor() as cur:
+        cur.execute(f"CREATE DATABASE {db}")
+        cur.execute(f"CREATE TABLE {db}.t (id INT PRIMARY KEY)")
+    patterns = [f"{db}.t*", f"{db}.nope", f"nosuch_{tag}.*"]
+    settings = load_settings(
+        None,
+        mysql=info.mysql_url,
+        redis=info.redis_url,
+        tables=patterns,
+        key_prefix=f"ops{tag}",
+        server_id=8000 + int(tag[:4], 16) % 1000,
+    )
+    caplog.set_level(logging.WARNING, "service.pipeline.replicator")
+    replicator = Replicator(settings)
+    task = asyncio.create_task(replicator.run())
+    app = create_app(settings, replicator)
+
+    def warned() -> list[str]:
+        return [
+            r.getMessage()
+            for r in caplog.records
+            if r.levelno == logging.WARNING and "matches no" in r.getMessage()
+        ]
+
+    try:
+        async with asyncio.timeout(30):
+            while replicator.status().state is not State.STREAMING:
+                await asyncio.sleep(0.05)
+        assert len(warned()) == 2 and f"'{db}.nope'" in warned()[0] and f"'nosuch_{tag}.*'" in warned()[1]
+        assert "(bootstrap)" in warned()[0]
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as http:
+            body = (await http.get("/tables")).json()
+            assert body["unmatched_tables"] == [f"{db}.nope", f"nosuch_{tag}.*"]
+            caplog.clear()
+            with root.cursor() as cur:
+                cur.execute(f"CREATE TABLE {db}.nope (id INT PRIMARY KEY)")
+            async with asyncio.timeout(30):
+                while replicator.status().unmatched_tables != (f"nosuch_{tag}.*",):
+                    await asyncio.sleep(0.05)
+            assert len(warned()) == 1 and "after the DDL at" in warned()[0]
+            assert (await http.get("/tables")).json()["unmatched_tables"] == [f"nosuch_{tag}.*"]
+    finally:
+        replicator.stop()
+        async with asyncio.timeout(20):
+            await task
+        root.close()
