@@ -27,16 +27,33 @@ log = logging.getLogger(__name__)
 
 def run(
     mysql: Annotated[
-        str | None, typer.Option("--mysql", help="mysql://user:pass@host:port (replication user).")
+        str | None,
+        typer.Option(
+            "--mysql",
+            help="mysql://user@host:port (replication user). Keep the password out of argv (`ps` shows "
+            "it): BINLOG_MIRROR_MYSQL, the config file, or --mysql-password-file.",
+        ),
     ] = None,
     redis: Annotated[str | None, typer.Option("--redis", help="redis://host:port/db")] = None,
+    mysql_password_file: Annotated[
+        Path | None, typer.Option("--mysql-password-file", help="Read the MySQL password from this file.")
+    ] = None,
+    redis_password_file: Annotated[
+        Path | None, typer.Option("--redis-password-file", help="Read the Redis password from this file.")
+    ] = None,
+    start: Annotated[
+        str | None,
+        typer.Option("--from", help="Without a checkpoint: now | start | FILE:POS | GTID set (default now)."),
+    ] = None,
     tables: Annotated[
         list[str] | None,
         typer.Option("--tables", help="schema.table globs to mirror (repeatable; a,b works)."),
     ] = None,
     exclude_tables: Annotated[
         list[str] | None,
-        typer.Option("--exclude-tables", help="schema.table globs to leave out; wins over --tables."),
+        typer.Option(
+            "--exclude-tables", "--exclude", help="schema.table globs to leave out; wins over --tables."
+        ),
     ] = None,
     prefix: Annotated[str | None, typer.Option("--prefix", help="Redis key prefix (default mirror).")] = None,
     on_no_checkpoint: Annotated[
@@ -48,7 +65,12 @@ def run(
     ] = None,
     server_id: Annotated[int | None, typer.Option("--server-id", help="Replica server id.")] = None,
     api: Annotated[bool, typer.Option("--api/--no-api", help="Serve the HTTP API too.")] = True,
+    api_host: Annotated[str | None, typer.Option("--api-host", help="Address to listen on.")] = None,
     api_port: Annotated[int | None, typer.Option("--api-port")] = None,
+    api_token: Annotated[
+        str | None,
+        typer.Option("--api-token", help="Bearer token for the API (prefer BINLOG_MIRROR_API_TOKEN)."),
+    ] = None,
     config: Annotated[Path | None, typer.Option("--config", help="TOML config file.")] = None,
 ) -> None:
     """Mirror the selected tables into Redis until SIGTERM/SIGINT."""
@@ -66,7 +88,12 @@ def run(
             value_mode=value_mode,
             changelog_maxlen=changelog,
             server_id=server_id,
+            api_host=api_host,
             api_port=api_port,
+            api_token=api_token,
+            start=start,
+            mysql_password_file=mysql_password_file,
+            redis_password_file=redis_password_file,
         )
         demo_admin: MySQLUrl | None = None
         if settings.mysql is None and settings.redis is None:
