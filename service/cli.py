@@ -13,6 +13,7 @@ from rich.console import Console
 from service.batch_cli import replay, snapshot
 from service.binlog_cli import decode
 from service.cli_options import GlobalOptionsGroup
+from service.ctl_cli import ctl_app
 from service.errors import ReplicatorError
 from service.logsetup import configure
 from service.run_cli import run
@@ -31,6 +32,7 @@ app = typer.Typer(
 )
 stack_app = typer.Typer(no_args_is_help=True, help="A throwaway local MariaDB + Redis on 127.0.0.1.")
 app.add_typer(stack_app, name="stack")
+app.add_typer(ctl_app, name="ctl")
 app.command("stream")(stream)
 app.command("decode")(decode)
 app.command("run")(run)

@@ -275,7 +275,8 @@ def run_snapshot(
             if r.exists(layout.checkpoint_key):
                 raise ConfigError(
                     f"{layout.checkpoint_key} exists: this mirror is already kept in sync by the service. "
-                    f"To copy it again, delete the mirror's keys ({layout.prefix}:*) first"
+                    f"To copy it again, delete the mirror's keys ({layout.prefix}:*) first: "
+                    f"binlog-mirror ctl clear --prefix {layout.prefix} --yes"
                 )
             lease = _Lease(r, layout, settings.lease_ttl_seconds)
         except redis_sync.RedisError as exc:

@@ -40,6 +40,7 @@ from service.errors import (
     SinkError,
 )
 from service.pipeline.catalog import Catalog, with_table_map
+from service.pipeline.control import Control
 from service.pipeline.ddl import ddl_actions
 from service.pipeline.failures import FailureLog
 from service.pipeline.resync import resync_table
@@ -135,6 +136,7 @@ class Replicator:
         self._backoff = backoff or Backoff(base=0.2, cap=5.0)
         self._failure_log = FailureLog(log)  # ops (#26): permanent errors -> state failed, 1 line/min
         self._unmatched = UnmatchedPatterns(settings.tables)  # ops (#26): --tables typos
+        self.control = Control()  # ops (#26): pause/resume, resync on request (API, ctl)
         self.layout = KeyLayout(settings.key_prefix)
         self.catalog = Catalog(self.filter)
         self.redis: Redis = redis_client(
@@ -391,9 +393,14 @@ class Replicator:
         flight: _Flight | None = None
         carry: Transaction | None = None  # taken from the queue, starts the next batch
         while not self._stop.is_set():
-            if flight is not None and (flight.ddl or carry is None and self._queue.empty()):
+            if flight is not None and (
+                flight.ddl or self.control.wanted or carry is None and self._queue.empty()
+            ):
                 await self._finish(flight)
                 flight = None
+                continue
+            if self.control.wanted:  # ops (#26): operator requests, with nothing in flight
+                await self.control.serve(self._control_resync, self._stop)
                 continue
             if carry is None:
                 if reader.done() and self._queue.empty():
@@ -401,14 +408,18 @@ class Replicator:
                     return
                 get = asyncio.ensure_future(self._queue.get())
                 stop = asyncio.ensure_future(self._stop.wait())
+                ctl = asyncio.ensure_future(self.control.requested())  # ops (#26): wakes an idle applier
                 try:
-                    await asyncio.wait({get, stop, reader}, return_when=asyncio.FIRST_COMPLETED)
+                    await asyncio.wait({get, stop, reader, ctl}, return_when=asyncio.FIRST_COMPLETED)
                 finally:
                     stop.cancel()
+                    ctl.cancel()  # ops (#26)
                 if not get.done():
                     get.cancel()
                     continue
                 carry = get.result()
+                if self.control.wanted:  # ops (#26): a pause asked while waiting applies nothing more
+                    continue
             batch, carry = self._next_batch(carry)
             if batch[0].ddl and flight is not None:
                 await self._finish(flight)
@@ -419,6 +430,20 @@ class Replicator:
             flight = sent
         if flight is not None:  # stopping: wait for the batch in flight, never abandon it half-read
             await self._finish(flight)
+
+    async def _control_resync(self, keys: list[tuple[str, str]]) -> None:
+        """ops (#26): copy tables again on request, marked at the applied checkpoint as a newly
+        selected table is at bootstrap; the resync tasks then run as after an ALTER."""
+        end = self._applied
+        if end is None:
+            log.warning("resync of %s not started: nothing applied yet", keys)
+            return
+        for s, t in keys:
+            await self._table_info(s, t)
+        actions = [TableAction(ActionKind.RESYNC, s, t, reason="requested") for s, t in keys]
+        await self.mirror.apply([(Transaction((), (), None, end.ts, end), actions)])
+        self._note_actions(actions)
+        log.info("resync requested for %s", ", ".join(f"{s}.{t}" for s, t in keys))
 
     def _next_batch(self, first: Transaction) -> tuple[list[Transaction], Transaction | None]:
         """`first` and what is queued behind it, up to BATCH_MAX transactions or BATCH_ROWS rows;
@@ -743,6 +768,7 @@ class Replicator:
             heartbeats=self._past_heartbeats + int(getattr(stats, "heartbeats", 0)),
             last_packet_at=last_packet or None,
             unmatched_tables=self._unmatched.current,  # ops (#26)
+            paused=self.control.paused,  # ops (#26)
         )
 
 

@@ -134,6 +134,7 @@ class ReplicatorStatus:
     heartbeats: int = 0  # heartbeats received from the source (sent when it has been idle), all sessions
     last_packet_at: float | None = None  # wall clock of the last event or heartbeat received
     unmatched_tables: tuple[str, ...] = ()  # --tables patterns that match no table of the source
+    paused: bool = False  # applying paused by the operator (POST /control/pause, `ctl pause`)
 
     @property
     def ready(self) -> bool:
