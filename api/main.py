@@ -46,6 +46,13 @@ class HookHost(Protocol):
     def status(self) -> ReplicatorStatus: ...
 
 
+@runtime_checkable
+class KeyedSource(Protocol):
+    """Says which tables have no usable key: their rows never reach Redis nor the websocket."""
+
+    def unkeyed(self, schema: str, table: str) -> bool: ...
+
+
 class OwnedReplicator(HookHost, Protocol):
     async def run(self) -> None: ...
 
@@ -78,6 +85,8 @@ def create_app(
     app.state.hooks = (hub.on_applied, apply_delay.on_applied)
     if isinstance(replicator, HookHost):
         _attach(replicator, app.state.hooks)
+    if isinstance(replicator, KeyedSource):
+        hub.unkeyed = replicator.unkeyed
     register_pipeline_metrics(registry, replicator)
 
     if settings.api_cors_origins:
@@ -123,6 +132,8 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     if app.state.owns_replicator:
         replicator = _build_replicator(app.state.settings)
         _attach(replicator, app.state.hooks)
+        if isinstance(replicator, KeyedSource):
+            app.state.hub.unkeyed = replicator.unkeyed
         register_pipeline_metrics(app.state.registry, replicator)
         app.state.status_source = replicator
         task = asyncio.create_task(_run(replicator), name="replicator")

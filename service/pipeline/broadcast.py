@@ -36,7 +36,7 @@ import logging
 import re
 import uuid
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -412,6 +412,9 @@ class Broadcaster:
         self._waiting: list[Subscription] = []  # resumed before the first change (see _replay)
         self.closed = False
         self._burst_open = False
+        # (schema, table) -> True when its rows are never written to Redis (no usable key): such
+        # changes are not sent (ops #26); set by the app from the Replicator
+        self.unkeyed: Callable[[str, str], bool] | None = None
         # counters read by the metrics collector
         self.published = 0  # changes received from the Replicator
         self.dropped = 0  # subscribers cut off because their queue overflowed
@@ -446,7 +449,10 @@ class Broadcaster:
             self._open_burst()
         groups = list(self._groups.values())
         ring = self._ring
+        unkeyed = self.unkeyed
         for offset, change in enumerate(txn.changes):
+            if unkeyed is not None and unkeyed(change.schema, change.table):
+                continue  # never applied to Redis: not sent (its seq stays unused)
             entry = Entry(first_seq + offset, change)
             ring.append(entry)
             for group in groups:

@@ -191,6 +191,12 @@ class Replicator:
         """Call `hook(txn, first_seq)` after each applied transaction (sync; must never block)."""
         self.on_applied.append(hook)
 
+    def unkeyed(self, schema: str, table: str) -> bool:
+        """ops (#26): True for a table without a usable key, whose rows are never written to
+        Redis (the websocket does not send them; docs/api.md)."""
+        info = self.catalog.get(schema, table)
+        return info is not None and not info.key
+
     def stop(self) -> None:
         """Ask run() to return after the transaction batch in flight (never half-applied)."""
         self._stop.set()
@@ -722,9 +728,10 @@ class Replicator:
                     primary_key=(t.key or ()) if t else (),
                     key_source=t.key_source if t else "primary",
                     mirrored=bool(t is None or t.key),
-                    inserts=c.inserts,
-                    updates=c.updates,
-                    deletes=c.deletes,
+                    # ops (#26): rows of a table without a usable key were never applied
+                    inserts=c.inserts if not t or t.key else 0,
+                    updates=c.updates if not t or t.key else 0,
+                    deletes=c.deletes if not t or t.key else 0,
                     skipped_rows=skipped,
                     last_change_ts=c.last_change_ts,
                     resync=c.resync,
@@ -753,7 +760,7 @@ class Replicator:
             transactions_waiting=waiting,
             rows_waiting=rows_waiting,
             transactions_applied=self._txns_applied,
-            rows_applied=self._rows_applied,
+            rows_applied=self._rows_applied - sum(self.mirror.planner.skipped.rows.values()),  # ops (#26)
             redis_reachable=self._redis_ok,
             leader=self._leader,
             instance_id=self.mirror.token,

@@ -1,0 +1,35 @@
+"""Websocket and counters tell the truth about Redis: the rows of a table without a usable key are
+never written to Redis, so they are not sent on /ws/events nor counted as applied."""
+
+from __future__ import annotations
+
+import asyncio
+
+import orjson
+import pytest
+
+from service.stack import LocalStack
+from tests.integration.test_api import AUTH, caught_up, collect_changes, running
+
+pytestmark = pytest.mark.integration
+
+
+async def test_changes_of_a_table_without_a_key_are_not_sent_nor_counted(stack: LocalStack) -> None:
+    async with running(stack) as run:
+        await run.asql("CREATE TABLE nokey (v INT)")  # no primary key, no unique NOT NULL key
+        await caught_up(run)
+        async with await run.ws(f"tables={run.db}.*") as ws:
+            assert orjson.loads(await ws.recv())["type"] == "subscribed"
+            await run.asql("INSERT INTO nokey VALUES (1), (2)", "INSERT INTO a VALUES (1, 'x')")
+            changes, _ = await collect_changes(ws, 1)
+            assert [(c["table"], c["op"]) for c in changes] == [("a", "insert")]
+            with pytest.raises(TimeoutError):  # nothing else comes: the nokey rows were skipped
+                async with asyncio.timeout(1.5):
+                    await ws.recv()
+        await caught_up(run)
+        tables = {t["table"]: t for t in (await run.get("/tables"))["tables"]}
+        assert tables["nokey"]["mirrored"] is False
+        assert tables["nokey"]["rows_applied"] == {"insert": 0, "update": 0, "delete": 0, "skipped": 2}
+        assert tables["a"]["rows_applied"]["insert"] == 1
+        position = (await run.http.get("/position", headers=AUTH)).json()
+        assert position["rows_applied"] == 1
