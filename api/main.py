@@ -23,7 +23,7 @@ from fastapi.responses import JSONResponse
 
 from api.deps import StatusSource
 from api.metrics import build_registry, register_pipeline_metrics
-from api.routes import control, events, health, lag, metrics, position, tables
+from api.routes import control, events, events_doc, health, lag, metrics, position, tables
 from service.pipeline.broadcast import Broadcaster
 from service.pipeline.status import ReplicatorStatus
 from service.settings import Settings, load_settings
@@ -97,7 +97,7 @@ def create_app(
             allow_headers=["Authorization"],
         )
     app.add_exception_handler(Exception, _internal_error)
-    for module in (health, position, lag, tables, metrics, control, events):
+    for module in (health, position, lag, tables, metrics, control, events, events_doc):
         app.include_router(module.router)
     return app
 

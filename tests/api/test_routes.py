@@ -237,5 +237,21 @@ def test_openapi_documents_every_endpoint(client: TestClient) -> None:
         "/tables",
         "/tables/{schema}/{table}",
         "/metrics",
+        "/control/pause",
+        "/control/resume",
+        "/control/resync/{schema}/{table}",
+        "/ws/events",
     }
+    ws = schema["paths"]["/ws/events"]["get"]
+    assert "websocket" in ws["description"].lower() and "1001" in ws["description"]
+    assert {p["name"] for p in ws["parameters"]} == {
+        "tables",
+        "ops",
+        "columns",
+        "after",
+        "stream",
+        "batch",
+        "token",
+    }
+    assert client.get("/ws/events").status_code == 426
     assert client.get("/docs").status_code == 200
