@@ -22,12 +22,14 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse
 
 from api.deps import StatusSource
+from api.docs import add_offline_docs
 from api.metrics import build_registry, register_pipeline_metrics
 from api.routes import control, events, events_doc, health, lag, metrics, position, tables
 from service.pipeline.broadcast import Broadcaster
 from service.pipeline.status import ReplicatorStatus
 from service.settings import Settings, load_settings
 from service.transactions import Transaction
+from service.version import version
 
 __all__ = ["AppliedHook", "HookHost", "create_app"]
 
@@ -73,9 +75,12 @@ def create_app(
     app = FastAPI(
         title="binlog-mirror",
         summary="Status of the Redis mirror of a MySQL/MariaDB source, and a websocket of its changes.",
-        version="0.1.0",
+        version=version(),
         lifespan=_lifespan,
+        docs_url=None,  # served by add_offline_docs: no CDN
+        redoc_url=None,
     )
+    add_offline_docs(app)
     app.state.settings = settings
     app.state.hub = hub
     app.state.status_source = replicator

@@ -97,6 +97,9 @@ async def test_sigterm_sends_every_applied_change_then_1001_and_logs_json_withou
                     assert proc.poll() is None, log.read_text()
                     await asyncio.sleep(0.2)
             metrics = (await http.get("/metrics", headers=with_token)).text
+            docs = await http.get("/docs")  # offline: its assets come from this server
+            assert docs.status_code == 200 and "https://" not in docs.text
+            assert (await http.get("/docs-static/swagger-ui-bundle.js")).status_code == 200
         version = metadata.version("binlog-mirror")
         assert f'binlog_mirror_build_info{{compiled="false",version="{version}"}} 1.0' in metrics or (
             f'binlog_mirror_build_info{{compiled="true",version="{version}"}} 1.0' in metrics
