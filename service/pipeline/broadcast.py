@@ -58,6 +58,7 @@ __all__ = [
     "EventFilter",
     "FilterError",
     "Gap",
+    "LoggedEntry",
     "Subscription",
     "changes_messages",
     "encode_change",
@@ -216,6 +217,27 @@ class Entry:
         if text is None:
             text = self._projected[columns] = encode_change(self.seq, self.change, columns).decode()
         return text
+
+
+class LoggedEntry(Entry):
+    """A change read back from the Redis change log (a resume older than the ring, ops #26): the
+    log keeps no binlog position, server_id or gtid, so those are null in its message."""
+
+    __slots__ = ("doc",)
+
+    def __init__(self, seq: int, doc: dict[str, Any]) -> None:  # no RowChange: never in the ring
+        self.seq = seq
+        self.doc = doc  # op, schema, table, before, after, ts (JSON values)
+        self._full = None
+        self._projected = None
+
+    def message(self, columns: tuple[str, ...] | None = None) -> str:
+        message = {"type": "change", "seq": self.seq, **self.doc}
+        message.update(position=None, server_id=None, gtid=None)
+        if columns is not None:
+            message["before"] = _project(message["before"], columns)
+            message["after"] = _project(message["after"], columns)
+        return orjson.dumps(message).decode()
 
 
 class Batch:
@@ -548,6 +570,7 @@ class Broadcaster:
         after: int | None = None,
         stream: str | None = None,
         queue_size: int | None = None,
+        prelude: Iterable[Batch | Gap] = (),
     ) -> Subscription:
         """A new subscription; with `after`, replay matching changes newer than that seq first.
 
@@ -557,6 +580,8 @@ class Broadcaster:
         if self.closed:
             raise RuntimeError("broadcaster is closed")
         sub = Subscription(self._next_sid, flt, queue_size or self.queue_size)
+        for item in prelude:  # read before subscribing (the change log, ops #26): sent first
+            sub._push(item)
         self._next_sid += 1
         self.subscribed += 1
         if after is not None and self._next_seq is None and stream in (None, self.stream_id):
