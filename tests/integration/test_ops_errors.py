@@ -50,11 +50,18 @@ def _error_lines(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.startswith("error:")]
 
 
-def test_wrong_mysql_password_stops_run_with_one_line_naming_the_setting(stack: LocalStack) -> None:
+def test_wrong_mysql_password_stops_run_with_one_line_naming_the_setting(
+    stack: LocalStack, tmp_path: Path
+) -> None:
+    """The password from --mysql-password-file (kept out of argv), and wrong."""
     info = stack.load()
     assert info is not None
-    url = f"mysql://mirror:wrong-{uuid.uuid4().hex[:6]}@127.0.0.1:{info.mysql_port}"
-    result = _run("run", "--mysql", url, "--redis", info.redis_url, "--tables", "x.*", "--no-api")
+    (tmp_path / "pw").write_text(f"wrong-{uuid.uuid4().hex[:6]}\n")
+    url = f"mysql://mirror@127.0.0.1:{info.mysql_port}"
+    result = _run(
+        "run", "--mysql", url, "--mysql-password-file", str(tmp_path / "pw"),
+        "--redis", info.redis_url, "--tables", "x.*", "--no-api",
+    )  # fmt: skip
     assert result.returncode == 1, result.stderr
     lines = _error_lines(result.stderr)
     assert len(lines) == 1, result.stderr
