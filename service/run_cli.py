@@ -99,8 +99,14 @@ def run(
         if settings.mysql is None and settings.redis is None:
             settings, demo_admin = _demo_settings(settings)
         asyncio.run(_main(settings, api=api, demo_admin=demo_admin))
+    except _Logged:
+        raise typer.Exit(1) from None  # the replicator logged its error: printed once
     except ReplicatorError as exc:
         raise fail(str(exc)) from None
+
+
+class _Logged(Exception):
+    """The replicator stopped with an error it has logged already."""
 
 
 def _demo_settings(settings: Settings) -> tuple[Settings, MySQLUrl]:
@@ -153,7 +159,10 @@ async def _main(settings: Settings, *, api: bool, demo_admin: MySQLUrl | None) -
         api_task.add_done_callback(lambda _: replicator.stop())  # no API, no mirror: stop both
     tune_gc()
     try:
-        await replicator.run()
+        try:
+            await replicator.run()
+        except ReplicatorError as exc:
+            raise _Logged() from exc
     finally:
         if hub is not None:  # before uvicorn stops: subscribers get the last changes, then 1001
             from api.server import close_subscribers

@@ -222,7 +222,7 @@ class Replicator:
                     self._error(exc)
                     if not exc.retriable:
                         self._set_state(State.FAILED)
-                        log.debug("replication stopped: %s", exc)  # the caller prints it once (#26)
+                        log.error("replication stopped: %s", exc)
                         raise exc
                     failures = 1 if self._txns_applied > applied_before else failures + 1
                     self._restarts += 1

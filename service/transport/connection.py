@@ -62,15 +62,11 @@ def map_errors(what: str) -> Iterator[None]:
         if code in ACCESS_DENIED_CODES:
             setting = SourceAccessDenied.setting
             raise SourceAccessDenied(
-                f"mysql: {_lower_first(message)} ({code}), {what} (check {setting} or --mysql)"
+                f"mysql: {message} ({code}), {what} (check {setting} or --mysql)"
             ) from exc
         raise SourceError(f"{what}: ({code}) {message}" if code else f"{what}: {message}") from exc
     except (OSError, TimeoutError, asyncio.IncompleteReadError, EOFError) as exc:
         raise SourceError(f"{what}: {exc!r}") from exc
-
-
-def _lower_first(text: str) -> str:
-    return text[:1].lower() + text[1:]
 
 
 def ssl_context(settings: Settings) -> ssl.SSLContext | None:

@@ -65,7 +65,7 @@ def test_wrong_mysql_password_stops_run_with_one_line_naming_the_setting(
     assert result.returncode == 1, result.stderr
     lines = _error_lines(result.stderr)
     assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("error: mysql: access denied for user 'mirror'"), lines
+    assert lines[0].startswith("error: mysql: Access denied for user 'mirror'"), lines
     assert "(check BINLOG_MIRROR_MYSQL or --mysql)" in lines[0]
     assert "wrong-" not in result.stderr  # the password never prints
     assert "Traceback" not in result.stderr and "retrying" not in result.stderr
@@ -159,7 +159,7 @@ async def test_a_permanent_error_while_running_is_retried_as_failed_and_logged_o
         await until(State.FAILED, errors=4)  # several attempts, all refused
         s = replicator.status()
         assert s.errors.last is not None and "SourceAccessDenied" in s.errors.last
-        assert "access denied for user" in s.errors.last and "pw" not in s.errors.last
+        assert "Access denied for user" in s.errors.last and "pw" not in s.errors.last
         reasons = readiness(s, settings.max_lag_seconds)
         assert "replicator is failed" in reasons
         assert any(r.startswith("failed: SourceAccessDenied") for r in reasons), reasons
@@ -190,8 +190,8 @@ async def test_a_permanent_error_while_running_is_retried_as_failed_and_logged_o
 
 
 def test_a_failed_preflight_prints_once(stack: LocalStack) -> None:
-    """A user without REPLICATION SLAVE connects fine; the preflight refuses it: one error, printed
-    once (not also logged by the reader and the replicator), exit 1."""
+    """A user without REPLICATION SLAVE connects fine; the preflight refuses it: the error is logged
+    once by the replicator (not also by the reader, nor printed again by the CLI), exit 1."""
     info = stack.load()
     assert info is not None
     user = f"ops{uuid.uuid4().hex[:8]}"
@@ -209,8 +209,9 @@ def test_a_failed_preflight_prints_once(stack: LocalStack) -> None:
             cur.execute(f"DROP USER '{user}'@'127.0.0.1'")
         root.close()
     assert result.returncode == 1, result.stderr
-    assert _error_lines(result.stderr) == ["error: the source cannot be mirrored:"], result.stderr
+    assert result.stderr.count("the source cannot be mirrored:") == 1, result.stderr
     assert result.stderr.count("missing privilege REPLICATION SLAVE") == 1, result.stderr
+    assert "Traceback" not in result.stderr
 
 
 async def test_a_tables_pattern_matching_nothing_is_warned_and_listed(
