@@ -148,7 +148,7 @@ async def test_sigterm_sends_every_applied_change_then_1001_and_logs_json_withou
         r.close()
     assert received == sorted(received) and len(received) == len(set(received))
     assert set(received) == applied, (len(received), len(applied))
-    assert writer.written > len(applied) or len(applied) > 50
+    assert len(applied) >= 50
     # logs: JSON lines (the option came after the subcommand), the token nowhere
     assert TOKEN not in text
     records = [orjson.loads(line) for line in text.splitlines() if line.strip()]
