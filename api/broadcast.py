@@ -36,7 +36,7 @@ import logging
 import re
 import uuid
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,6 +58,7 @@ __all__ = [
     "EventFilter",
     "FilterError",
     "Gap",
+    "LoggedEntry",
     "Subscription",
     "changes_messages",
     "encode_change",
@@ -218,6 +219,27 @@ class Entry:
         return text
 
 
+class LoggedEntry(Entry):
+    """A change read back from the Redis change log (a resume older than the ring, ops #26): the
+    log keeps no binlog position, server_id or gtid, so those are null in its message."""
+
+    __slots__ = ("doc",)
+
+    def __init__(self, seq: int, doc: dict[str, Any]) -> None:  # no RowChange: never in the ring
+        self.seq = seq
+        self.doc = doc  # op, schema, table, before, after, ts (JSON values)
+        self._full = None
+        self._projected = None
+
+    def message(self, columns: tuple[str, ...] | None = None) -> str:
+        message = {"type": "change", "seq": self.seq, **self.doc}
+        message.update(position=None, server_id=None, gtid=None)
+        if columns is not None:
+            message["before"] = _project(message["before"], columns)
+            message["after"] = _project(message["after"], columns)
+        return orjson.dumps(message).decode()
+
+
 class Batch:
     """Entries queued as one unit: what one burst published for one filter.
 
@@ -284,6 +306,7 @@ class Subscription:
         self._items: deque[Batch | Gap] = deque()
         self._head_taken = 0  # entries of the head batch already returned by get()
         self._resume_after: int | None = None  # resume asked before this hub saw any change
+        self._final: Closed | None = None  # close with this once the queued items are taken
         self._wake = asyncio.Event()
 
     @property
@@ -311,12 +334,23 @@ class Subscription:
             self._head_taken = 0
             self._wake.set()
 
+    def _close_after_pending(self, closed: Closed) -> None:
+        """End once what is queued has been taken (shutdown: the last applied changes still go out)."""
+        self._final = closed
+        if not self._items:
+            self._close(closed)
+
+    def _drained(self) -> Closed | None:
+        if self._final is not None:
+            self._close(self._final)
+        return self.closed
+
     def get_nowait(self) -> Entry | Gap | Closed | None:
         """The next change or gap, the reason this subscription ended, or None when nothing is pending."""
         if self.closed is not None:
             return self.closed
         if not self._items:
-            return None
+            return self._drained()
         head = self._items[0]
         if isinstance(head, Gap):
             self._items.popleft()
@@ -334,7 +368,7 @@ class Subscription:
         if self.closed is not None:
             return self.closed
         if not self._items:
-            return None
+            return self._drained()
         head = self._items.popleft()
         if isinstance(head, Batch):
             head.sealed = True
@@ -400,6 +434,9 @@ class Broadcaster:
         self._waiting: list[Subscription] = []  # resumed before the first change (see _replay)
         self.closed = False
         self._burst_open = False
+        # (schema, table) -> True when its rows are never written to Redis (no usable key): such
+        # changes are not sent (ops #26); set by the app from the Replicator
+        self.unkeyed: Callable[[str, str], bool] | None = None
         # counters read by the metrics collector
         self.published = 0  # changes received from the Replicator
         self.dropped = 0  # subscribers cut off because their queue overflowed
@@ -434,7 +471,10 @@ class Broadcaster:
             self._open_burst()
         groups = list(self._groups.values())
         ring = self._ring
+        unkeyed = self.unkeyed
         for offset, change in enumerate(txn.changes):
+            if unkeyed is not None and unkeyed(change.schema, change.table):
+                continue  # never applied to Redis: not sent (its seq stays unused)
             entry = Entry(first_seq + offset, change)
             ring.append(entry)
             for group in groups:
@@ -530,6 +570,7 @@ class Broadcaster:
         after: int | None = None,
         stream: str | None = None,
         queue_size: int | None = None,
+        prelude: Iterable[Batch | Gap] = (),
     ) -> Subscription:
         """A new subscription; with `after`, replay matching changes newer than that seq first.
 
@@ -539,6 +580,8 @@ class Broadcaster:
         if self.closed:
             raise RuntimeError("broadcaster is closed")
         sub = Subscription(self._next_sid, flt, queue_size or self.queue_size)
+        for item in prelude:  # read before subscribing (the change log, ops #26): sent first
+            sub._push(item)
         self._next_sid += 1
         self.subscribed += 1
         if after is not None and self._next_seq is None and stream in (None, self.stream_id):
@@ -584,7 +627,8 @@ class Broadcaster:
             self._waiting.remove(sub)
 
     def close(self) -> None:
-        """End every subscription with 1001 (server going away); later publishes are ignored."""
+        """End every subscription with 1001 (server going away) once it has taken what is queued
+        for it; later publishes are ignored. Each stays counted until its handler unsubscribes."""
         self.closed = True
         for sub in list(self._subs.values()):
-            self._drop(sub, Closed(CLOSE_GOING_AWAY, "server shutting down"))
+            sub._close_after_pending(Closed(CLOSE_GOING_AWAY, "server shutting down"))

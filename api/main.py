@@ -24,11 +24,13 @@ from fastapi.responses import JSONResponse
 from api import dashboard, log_redaction
 from api.broadcast import Broadcaster
 from api.deps import StatusSource
+from api.docs import add_offline_docs
 from api.metrics import build_registry, register_pipeline_metrics
-from api.routes import events, health, lag, metrics, position, tables
+from api.routes import control, events, events_doc, health, lag, metrics, position, tables
 from service.pipeline.status import ReplicatorStatus
 from service.settings import Settings, load_settings
 from service.transactions import Transaction
+from service.version import version
 
 __all__ = ["AppliedHook", "HookHost", "create_app"]
 
@@ -45,6 +47,13 @@ class HookHost(Protocol):
     on_applied: list[AppliedHook]
 
     def status(self) -> ReplicatorStatus: ...
+
+
+@runtime_checkable
+class KeyedSource(Protocol):
+    """Says which tables have no usable key: their rows never reach Redis nor the websocket."""
+
+    def unkeyed(self, schema: str, table: str) -> bool: ...
 
 
 class OwnedReplicator(HookHost, Protocol):
@@ -67,9 +76,12 @@ def create_app(
     app = FastAPI(
         title="binlog-mirror",
         summary="Status of the Redis mirror of a MySQL/MariaDB source, and a websocket of its changes.",
-        version="0.1.0",
+        version=version(),
         lifespan=_lifespan,
+        docs_url=None,  # served by add_offline_docs: no CDN
+        redoc_url=None,
     )
+    add_offline_docs(app)
     app.state.settings = settings
     app.state.hub = hub
     app.state.status_source = replicator
@@ -79,6 +91,8 @@ def create_app(
     app.state.hooks = (hub.on_applied, apply_delay.on_applied)
     if isinstance(replicator, HookHost):
         _attach(replicator, app.state.hooks)
+    if isinstance(replicator, KeyedSource):
+        hub.unkeyed = replicator.unkeyed
     register_pipeline_metrics(registry, replicator)
 
     if settings.api_cors_origins:
@@ -89,7 +103,7 @@ def create_app(
             allow_headers=["Authorization"],
         )
     app.add_exception_handler(Exception, _internal_error)
-    for module in (health, position, lag, tables, metrics, events):
+    for module in (health, position, lag, tables, metrics, control, events, events_doc):
         app.include_router(module.router)
     app.include_router(dashboard.router)
     log_redaction.install()  # the dashboard sends its token as /ws/events?token=
@@ -126,6 +140,8 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     if app.state.owns_replicator:
         replicator = _build_replicator(app.state.settings)
         _attach(replicator, app.state.hooks)
+        if isinstance(replicator, KeyedSource):
+            app.state.hub.unkeyed = replicator.unkeyed
         register_pipeline_metrics(app.state.registry, replicator)
         app.state.status_source = replicator
         task = asyncio.create_task(_run(replicator), name="replicator")

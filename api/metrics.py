@@ -12,13 +12,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from api.broadcast import Broadcaster
 from service.pipeline.status import ReplicatorStatus, State
 from service.transactions import Transaction
+from service.version import compiled, version
 
 __all__ = [
     "ApplyDelayObserver",
@@ -45,6 +46,12 @@ class StatusCollector(Collector):
         for st in State:
             state.add_metric([st.value], 1.0 if st is s.state else 0.0)
         yield state
+        if s.state is State.FAILED and s.errors.last:
+            failure = GaugeMetricFamily(
+                P + "failure_info", "1 while failed: the last error's class", labels=["error"]
+            )
+            failure.add_metric([s.errors.last.split("(", 1)[0]], 1.0)
+            yield failure
         yield GaugeMetricFamily(P + "ready", "1 when streaming as leader with Redis reachable", value=s.ready)
         yield GaugeMetricFamily(
             P + "source_connected", "1 when the binlog stream is up", value=s.source.connected
@@ -202,6 +209,14 @@ def build_registry(
     registry = CollectorRegistry(auto_describe=False)
     registry.register(StatusCollector(status))
     registry.register(HubCollector(hub))
+    build = Gauge(
+        P + "build_info",
+        "1, labelled with the running version and whether the decoder is compiled (mypyc)",
+        ["version", "compiled"],
+        registry=registry,
+    )
+    build.labels(version(), "true" if compiled() else "false").set(1)
+    ProcessCollector(registry=registry)  # process_cpu_seconds_total, process_resident_memory_bytes, ...
     return registry, ApplyDelayObserver(registry)
 
 

@@ -310,3 +310,8 @@ def _table_fields(t: TableStatus) -> dict[str, Any]:
 
 class TablesOut(BaseModel):
     tables: list[TableSummaryOut]
+    unmatched_tables: list[str] = Field(
+        default_factory=list,
+        description="`tables` patterns (--tables) that match no table of the source, as of bootstrap "
+        "or the last DDL: a typo mirrors nothing. Each is also logged as a WARNING.",
+    )

@@ -12,14 +12,19 @@
     │   └── InvalidValue               a column value whose bytes make no sense
     ├── SourceError                    (retriable) MySQL lost, timed out, or refused
     │   ├── PositionLost               (not retriable) ERR 1236: position purged/unknown
-    │   └── PreflightError             (not retriable) the source is not configured to be read
+    │   ├── PreflightError             (not retriable) the source is not configured to be read
+    │   └── SourceAccessDenied         (permanent) wrong user/password, missing privilege
     ├── SinkError                      (retriable) Redis unavailable
     │   ├── LeaseLost                  (not retriable here) another instance holds the writer lease
+    │   ├── SinkAccessDenied           (permanent) wrong Redis password/user, command not permitted
     │   ├── CatalogMiss                (retriable) a change of a table whose definition is not loaded
     │   └── RowsMissing                (retriable) an update sent without the whole row met no row
     └── StackError                     the local MariaDB/Redis stack could not start
 
-Loops decide what to do from `retriable`, never from isinstance lists.
+Loops decide what to do from `retriable`, never from isinstance lists. `permanent` marks a
+retriable error that only an operator can fix (a password, a grant): at startup it stops the
+process with one line naming `setting`; once running it is retried with backoff, shown as state
+`failed` with its reason, and logged once a minute (service/pipeline/failures.py).
 """
 
 from __future__ import annotations
@@ -38,7 +43,9 @@ __all__ = [
     "PreflightError",
     "ReplicatorError",
     "RowsMissing",
+    "SinkAccessDenied",
     "SinkError",
+    "SourceAccessDenied",
     "SourceError",
     "StackError",
     "TruncatedEvent",
@@ -50,6 +57,8 @@ __all__ = [
 
 class ReplicatorError(Exception):
     retriable: ClassVar[bool] = False
+    permanent: ClassVar[bool] = False  # retrying cannot help until an operator acts
+    setting: ClassVar[str | None] = None  # the setting to check, named in the one-line error
 
 
 class ConfigError(ReplicatorError):
@@ -100,12 +109,26 @@ class PreflightError(SourceError):
     retriable = False
 
 
+class SourceAccessDenied(SourceError):
+    """Authentication or privilege failure on the source (ERR 1044/1045/1142/1227/...)."""
+
+    permanent = True
+    setting = "BINLOG_MIRROR_MYSQL"
+
+
 class SinkError(ReplicatorError):
     retriable = True
 
 
 class LeaseLost(SinkError):
     retriable = False
+
+
+class SinkAccessDenied(SinkError):
+    """Redis refused the credentials (WRONGPASS, NOAUTH) or a command (NOPERM)."""
+
+    permanent = True
+    setting = "BINLOG_MIRROR_REDIS"
 
 
 class CatalogMiss(SinkError):

@@ -10,9 +10,17 @@ import os
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import unquote, urlsplit
+from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from service.errors import ConfigError
@@ -52,6 +60,9 @@ class MySQLUrl(BaseModel):
     def redacted(self) -> str:
         return f"mysql://{self.user}:***@{self.host}:{self.port}"
 
+    def with_password(self, password: str) -> MySQLUrl:
+        return self.model_copy(update={"password": SecretStr(password)})
+
     def __str__(self) -> str:
         return self.redacted()
 
@@ -75,6 +86,13 @@ class RedisUrl(BaseModel):
             raise ValueError(f"database must be a number; expected {REDIS_FORM}")
         return cls(url=SecretStr(url))
 
+    def with_password(self, password: str) -> RedisUrl:
+        parts = urlsplit(self.url.get_secret_value())
+        netloc = parts.netloc.rsplit("@", 1)[-1]
+        user = quote(unquote(parts.username or ""), safe="")
+        netloc = f"{user}:{quote(password, safe='')}@{netloc}"
+        return RedisUrl(url=SecretStr(urlunsplit(parts._replace(netloc=netloc))))
+
     def redacted(self) -> str:
         parts = urlsplit(self.url.get_secret_value())
         netloc = parts.hostname or ""
@@ -95,6 +113,9 @@ class Settings(BaseSettings):
 
     mysql: MySQLUrl | None = None
     redis: RedisUrl | None = None
+    # The password in a file (a mounted secret), not in the URL: argv shows in `ps`.
+    mysql_password_file: Path | None = None
+    redis_password_file: Path | None = None
     mysql_ssl: bool = False  # TLS even without a CA file (verified against the system's CAs)
     mysql_ssl_ca: Path | None = None
     mysql_ssl_cert: Path | None = None
@@ -124,6 +145,26 @@ class Settings(BaseSettings):
     ws_buffer_events: int = Field(default=10_000, ge=0)  # ring kept for websocket resume
     ws_queue_events: int = Field(default=1_000, ge=1)  # per subscriber; overflow closes it (1013)
     ws_ping_seconds: float = Field(default=20.0, gt=0)  # websocket ping interval and pong timeout
+
+    @model_validator(mode="before")
+    @classmethod
+    def _password_files(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        for name in ("mysql", "redis"):
+            path = data.get(f"{name}_password_file")
+            url = data.get(name)
+            if not path or url is None:
+                continue
+            try:
+                password = Path(path).read_text().rstrip("\r\n")
+            except OSError as exc:
+                raise ValueError(f"{name}_password_file {path}: {exc.strerror}") from None
+            if isinstance(url, str):
+                url = MySQLUrl.parse(url) if name == "mysql" else RedisUrl.parse(url)
+            data[name] = url.with_password(password)
+        return data
 
     @field_validator("mysql", mode="before")
     @classmethod
@@ -164,6 +205,9 @@ class Settings(BaseSettings):
         return (init_settings,)
 
 
+_FLAGS = {"key_prefix": "--prefix", "start": "--from"}  # flags named unlike their setting
+
+
 def _env_values() -> dict[str, str]:
     names = (f"BINLOG_MIRROR_{name.upper()}" for name in Settings.model_fields)
     return {
@@ -176,27 +220,39 @@ def _env_values() -> dict[str, str]:
 def load_settings(config_file: Path | str | None = None, **overrides: Any) -> Settings:
     """Build Settings from defaults < TOML file < env < overrides; one clear line on error."""
     values: dict[str, Any] = {}
+    origins: dict[str, str] = {}  # where each value came from, for the error message
     config_file = config_file or os.environ.get("BINLOG_MIRROR_CONFIG")
     if config_file:
         path = Path(config_file)
         try:
-            values.update(tomllib.loads(path.read_text()))
+            from_file = tomllib.loads(path.read_text())
         except OSError as exc:
             raise ConfigError(f"config file {path}: {exc.strerror}") from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"config file {path}: not valid TOML ({exc})") from None
-    values.update(_env_values())
-    values.update({k: v for k, v in overrides.items() if v is not None})
+        for key in from_file:
+            if key not in Settings.model_fields:
+                raise ConfigError(f"config file {path}: unknown key '{key}'")
+        values.update(from_file)
+        origins.update({key: f"key '{key}' in config file {path}" for key in from_file})
+    env = _env_values()
+    values.update(env)
+    origins.update({key: f"env BINLOG_MIRROR_{key.upper()}" for key in env})
+    flags = {k: v for k, v in overrides.items() if v is not None}
+    values.update(flags)
+    origins.update({key: _FLAGS.get(key, f"--{key.replace('_', '-')}") for key in flags})
     try:
         return Settings(**values)
     except ValidationError as exc:
-        raise ConfigError(_describe(exc)) from None
+        raise ConfigError(_describe(exc, origins)) from None
 
 
-def _describe(exc: ValidationError) -> str:
+def _describe(exc: ValidationError, origins: dict[str, str] | None = None) -> str:
     err = exc.errors(include_url=False, include_input=False)[0]
     field = ".".join(str(p) for p in err["loc"]) or "settings"
     message = err["msg"].removeprefix("Value error, ")
     if err["type"] == "extra_forbidden":
         message = "unknown setting"
-    return f"invalid setting '{field}' (env BINLOG_MIRROR_{field.split('.')[0].upper()}): {message}"
+    top = field.split(".")[0]
+    origin = (origins or {}).get(top, f"env BINLOG_MIRROR_{top.upper()}")
+    return f"invalid setting '{field}' ({origin}): {message}"

@@ -20,9 +20,11 @@ from typing import Any, Literal
 import orjson
 from fastapi import APIRouter, WebSocket
 from pydantic import BaseModel, ConfigDict, ValidationError
+from redis.exceptions import RedisError
 from starlette.websockets import WebSocketDisconnect, WebSocketState
 
 from api.broadcast import Batch, Broadcaster, Closed, EventFilter, FilterError, Gap, Subscription
+from api.changelog import changelog_prelude
 from api.deps import StatusSource, token_ok
 from service.pipeline.status import State
 from service.settings import Settings
@@ -95,7 +97,15 @@ async def events(ws: WebSocket) -> None:
     if hub.closed:
         await _close(ws, 1001, "server shutting down")
         return
-    sub = hub.subscribe(flt, after=request.after, stream=request.stream)
+    after, stream = request.after, request.stream
+    try:  # ops (#26): a resume older than the ring reads the change log first
+        prelude, logged_to = await changelog_prelude(settings, hub, flt, after)
+    except (RedisError, OSError, TimeoutError) as exc:
+        log.warning("change log not readable for a resume (%s); using the buffer only", exc)
+        prelude, logged_to = [], after
+    if prelude:
+        after, stream = logged_to, None  # continuity shown by the log's own seq numbers
+    sub = hub.subscribe(flt, after=after, stream=stream, prelude=prelude)
     try:
         await _serve(ws, hub, sub, request.batch, _warnings(flt, ws.app.state.status_source))
     finally:

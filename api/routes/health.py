@@ -25,6 +25,10 @@ def readiness(s: ReplicatorStatus, max_lag: float) -> list[str]:
     reasons: list[str] = []
     if s.state not in (State.STREAMING, State.RESYNCING):
         reasons.append(f"replicator is {s.state.value}")
+    if s.paused:
+        reasons.append("applying is paused (POST /control/resume or `binlog-mirror ctl resume`)")
+    if s.state is State.FAILED and s.errors.last:
+        reasons.append(f"failed: {s.errors.last}")  # retried with backoff; the error says what to fix
     if not s.source.connected:
         reasons.append("binlog stream not connected")
     if not s.redis_reachable:

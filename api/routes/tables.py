@@ -14,7 +14,10 @@ router = APIRouter(prefix="/tables", tags=["tables"], dependencies=[AuthDep], re
 
 @router.get("", response_model=TablesOut, summary="Every table seen since start, sorted by schema and table")
 async def list_tables(s: StatusDep) -> TablesOut:
-    return TablesOut(tables=[TableSummaryOut.from_domain(t) for t in s.tables])
+    return TablesOut(
+        tables=[TableSummaryOut.from_domain(t) for t in s.tables],
+        unmatched_tables=list(s.unmatched_tables),
+    )
 
 
 @router.get(

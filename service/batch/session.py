@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from typing import TYPE_CHECKING
@@ -32,7 +33,10 @@ def spark_session(master: str = "local[*]", app_name: str = "binlog-mirror") -> 
         .config("spark.speculation", "false")
         .getOrCreate()
     )
-    spark.sparkContext.setLogLevel("WARN")
+    # A failed job is reported as one line (service/cli/batch.py); Spark's own log repeats the
+    # JVM stack of every failed task (~270 lines): shown only with --log-level debug.
+    debug = logging.getLogger().isEnabledFor(logging.DEBUG)
+    spark.sparkContext.setLogLevel("WARN" if debug else "OFF")
     return spark
 
 

@@ -53,7 +53,8 @@ log = logging.getLogger(__name__)
 
 _IN_SYNC = (
     "{key} exists: this mirror is already kept in sync by the service. "
-    "To copy it again, delete the mirror's keys ({prefix}:*) first"
+    "To copy it again, delete the mirror's keys ({prefix}:*) first: "
+    "binlog-mirror ctl clear --prefix {prefix} --yes"
 )
 _INTEGER = ("TINYINT", "SMALLINT", "MEDIUMINT", "INT", "BIGINT")
 

@@ -7,33 +7,79 @@ they share, so no command module imports this one.
 
 from __future__ import annotations
 
-import logging
-import sys
+from enum import StrEnum
 from typing import Annotated
 
 import typer
 
-from service.cli import batch, decode, run, schema, stack, stream, verify
+from service.cli import batch, ctl, decode, run, schema, stack, stream, verify
+from service.cli.options import GlobalOptionsGroup
+from service.logsetup import configure
 
 __all__ = ["app"]
 
 app = typer.Typer(
-    no_args_is_help=True, add_completion=False, help="Keep a Redis mirror of MySQL tables in sync."
+    cls=GlobalOptionsGroup,  # global options work before or after the subcommand
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,  # a bug prints a plain traceback, not an 80-column box
+    rich_markup_mode=None,  # usage errors as click's one "Error: ..." line, not a wrapped box
+    help="Keep a Redis mirror of MySQL tables in sync.",
 )
 app.add_typer(stack.stack_app, name="stack")
+app.add_typer(ctl.ctl_app, name="ctl")
+app.add_typer(schema.schema_app, name="schema")
 app.command("stream")(stream.stream)
 app.command("decode")(decode.decode)
 app.command("run")(run.run)
 app.command("snapshot")(batch.snapshot)
 app.command("replay")(batch.replay)
 app.command("verify")(verify.verify)
-app.add_typer(schema.schema_app, name="schema")
+
+
+def _version(value: bool) -> None:
+    if value:
+        from service.version import compiled, version
+
+        typer.echo(f"binlog-mirror {version()} ({'compiled' if compiled() else 'pure Python'} decoder)")
+        raise typer.Exit()
+
+
+class LogLevel(StrEnum):
+    debug = "debug"
+    info = "info"
+    warning = "warning"
+    error = "error"
+
+
+class LogFormatChoice(StrEnum):
+    text = "text"
+    json = "json"
 
 
 @app.callback()
-def main(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False) -> None:
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
+def main(
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Debug logging (= --log-level debug).")
+    ] = False,
+    log_level: Annotated[
+        LogLevel, typer.Option("--log-level", envvar="BINLOG_MIRROR_LOG_LEVEL", case_sensitive=False)
+    ] = LogLevel.info,
+    log_format: Annotated[
+        LogFormatChoice,
+        typer.Option(
+            "--log-format",
+            envvar="BINLOG_MIRROR_LOG_FORMAT",
+            case_sensitive=False,
+            help="json: one object per line (time, level, logger, message and the record's fields).",
+        ),
+    ] = LogFormatChoice.text,
+    _show_version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit."),
+    ] = False,
+) -> None:
+    """Global options may come before or after the subcommand."""
+    configure(
+        "debug" if verbose else log_level.value, "json" if log_format is LogFormatChoice.json else "text"
     )

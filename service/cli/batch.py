@@ -30,7 +30,9 @@ def replay(
     tables: Annotated[
         list[str] | None, typer.Option("--tables", help="schema.table globs to keep (repeatable; a,b works).")
     ] = None,
-    exclude: Annotated[list[str] | None, typer.Option("--exclude", help="Globs to drop.")] = None,
+    exclude: Annotated[
+        list[str] | None, typer.Option("--exclude-tables", "--exclude", help="Globs to drop.")
+    ] = None,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing output.")] = False,
     master: Master = "local[*]",
 ) -> None:

@@ -7,7 +7,7 @@ from rich.console import Console
 
 __all__ = ["console", "fail", "split_globs"]
 
-console = Console(stderr=True)
+console = Console(stderr=True, soft_wrap=True)  # one line, never wrapped at 80 columns
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:

@@ -18,6 +18,7 @@ import typer
 from service.cli.common import fail, split_globs
 from service.errors import ReplicatorError
 from service.settings import MySQLUrl, Settings, load_settings
+from service.startup import bind_api_socket, check_access
 
 __all__ = ["run"]
 
@@ -26,16 +27,33 @@ log = logging.getLogger(__name__)
 
 def run(
     mysql: Annotated[
-        str | None, typer.Option("--mysql", help="mysql://user:pass@host:port (replication user).")
+        str | None,
+        typer.Option(
+            "--mysql",
+            help="mysql://user@host:port (replication user). Keep the password out of argv (`ps` shows "
+            "it): BINLOG_MIRROR_MYSQL, the config file, or --mysql-password-file.",
+        ),
     ] = None,
     redis: Annotated[str | None, typer.Option("--redis", help="redis://host:port/db")] = None,
+    mysql_password_file: Annotated[
+        Path | None, typer.Option("--mysql-password-file", help="Read the MySQL password from this file.")
+    ] = None,
+    redis_password_file: Annotated[
+        Path | None, typer.Option("--redis-password-file", help="Read the Redis password from this file.")
+    ] = None,
+    start: Annotated[
+        str | None,
+        typer.Option("--from", help="Without a checkpoint: now | start | FILE:POS | GTID set (default now)."),
+    ] = None,
     tables: Annotated[
         list[str] | None,
         typer.Option("--tables", help="schema.table globs to mirror (repeatable; a,b works)."),
     ] = None,
     exclude_tables: Annotated[
         list[str] | None,
-        typer.Option("--exclude-tables", help="schema.table globs to leave out; wins over --tables."),
+        typer.Option(
+            "--exclude-tables", "--exclude", help="schema.table globs to leave out; wins over --tables."
+        ),
     ] = None,
     prefix: Annotated[str | None, typer.Option("--prefix", help="Redis key prefix (default mirror).")] = None,
     on_no_checkpoint: Annotated[
@@ -47,7 +65,12 @@ def run(
     ] = None,
     server_id: Annotated[int | None, typer.Option("--server-id", help="Replica server id.")] = None,
     api: Annotated[bool, typer.Option("--api/--no-api", help="Serve the HTTP API too.")] = True,
+    api_host: Annotated[str | None, typer.Option("--api-host", help="Address to listen on.")] = None,
     api_port: Annotated[int | None, typer.Option("--api-port")] = None,
+    api_token: Annotated[
+        str | None,
+        typer.Option("--api-token", help="Bearer token for the API (prefer BINLOG_MIRROR_API_TOKEN)."),
+    ] = None,
     config: Annotated[Path | None, typer.Option("--config", help="TOML config file.")] = None,
 ) -> None:
     """Mirror the selected tables into Redis until SIGTERM/SIGINT."""
@@ -63,14 +86,25 @@ def run(
             value_mode=value_mode,
             changelog_maxlen=changelog,
             server_id=server_id,
+            api_host=api_host,
             api_port=api_port,
+            api_token=api_token,
+            start=start,
+            mysql_password_file=mysql_password_file,
+            redis_password_file=redis_password_file,
         )
         demo_admin: MySQLUrl | None = None
         if settings.mysql is None and settings.redis is None:
             settings, demo_admin = _demo_settings(settings)
         asyncio.run(_main(settings, api=api, demo_admin=demo_admin))
+    except _Logged:
+        raise typer.Exit(1) from None  # the replicator logged its error: printed once
     except ReplicatorError as exc:
         raise fail(str(exc)) from None
+
+
+class _Logged(Exception):
+    """The replicator stopped with an error it has logged already."""
 
 
 def _demo_settings(settings: Settings) -> tuple[Settings, MySQLUrl]:
@@ -94,6 +128,8 @@ async def _main(settings: Settings, *, api: bool, demo_admin: MySQLUrl | None) -
     from service.cli.runtime import tune_gc
     from service.pipeline.replicator import Replicator
 
+    await check_access(settings)  # a wrong password or grant stops here, with one line
+    sock = bind_api_socket(settings) if api else None  # a busy port stops the process here
     demo_task: asyncio.Task[None] | None = None
     if demo_admin is not None:
         from service.devtools.demo import create_demo_schema, demo_writes
@@ -110,17 +146,32 @@ async def _main(settings: Settings, *, api: bool, demo_admin: MySQLUrl | None) -
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal, sig)
     api_task: asyncio.Task[None] | None = None
-    if api:
+    hub: Any = None
+    if sock is not None:
         from api.main import create_app
-        from api.server import serve
+        from api.server import ApiServer
 
-        api_task = asyncio.create_task(serve(create_app(settings, replicator), settings), name="api")
+        app = create_app(settings, replicator)
+        hub = app.state.hub
+        api_task = asyncio.create_task(ApiServer(app, settings, sock).serve(), name="api")
+        api_task.add_done_callback(lambda _: replicator.stop())  # no API, no mirror: stop both
     tune_gc()
     try:
-        await replicator.run()
+        try:
+            await replicator.run()
+        except ReplicatorError as exc:
+            raise _Logged() from exc
     finally:
+        if hub is not None:  # before uvicorn stops: subscribers get the last changes, then 1001
+            from api.server import close_subscribers
+
+            await close_subscribers(hub)
         for task in (demo_task, api_task):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
+    if api_task is not None and api_task.done() and not api_task.cancelled():
+        error = api_task.exception()
+        if error is not None:
+            raise error

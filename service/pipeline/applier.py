@@ -22,10 +22,12 @@ from prometheus_client import Histogram
 
 from service.binlog.rowchange import Op
 from service.pipeline.catalog import Catalog
+from service.pipeline.control import Control
 from service.pipeline.ddl import ddl_actions
 from service.pipeline.progress import Progress, TableCounters
 from service.pipeline.resyncs import Resyncs
 from service.pipeline.sources import TableDefinitions, TransactionSource
+from service.pipeline.unmatched import UnmatchedPatterns
 from service.sink.mirror import RedisMirror, SentBatch
 from service.sink.plan import ActionKind, TableAction
 from service.transactions import TableFilter, Transaction
@@ -64,10 +66,13 @@ class Applier:
         resyncs: Resyncs,
         hooks: list[AppliedHook],
         apply_seconds: Histogram,
+        control: Control,
+        unmatched: UnmatchedPatterns,
     ) -> None:
         self.mirror, self.catalog, self.filter = mirror, catalog, table_filter
         self.progress, self.resyncs, self.hooks = progress, resyncs, hooks
         self.apply_seconds = apply_seconds
+        self.control, self.unmatched = control, unmatched
         self.definitions: TableDefinitions | None = None  # the session's, set by the replicator
 
     async def load(self, schema: str, table: str) -> None:
@@ -80,20 +85,28 @@ class Applier:
         self.progress.in_flight = (0, 0)
         flight: _Flight | None = None
         carry: Transaction | None = None  # taken from the queue, starts the next batch
+        control = self.control
         while not stop.is_set():
-            if flight is not None and (flight.ddl or carry is None and not source.waiting()[0]):
+            if flight is not None and (
+                flight.ddl or control.wanted or carry is None and not source.waiting()[0]
+            ):
                 await self._finish(flight)
                 flight = None
+                continue
+            if control.wanted:  # operator requests are served with nothing in flight
+                await control.serve(self._resync_on_request, stop)
                 continue
             if carry is None:
                 carry = source.take_nowait()
             if carry is None:
                 get = asyncio.ensure_future(anext(source))
                 halt = asyncio.ensure_future(stop.wait())
+                asked = asyncio.ensure_future(control.requested())  # wakes an idle applier
                 try:
-                    await asyncio.wait({get, halt}, return_when=asyncio.FIRST_COMPLETED)
+                    await asyncio.wait({get, halt, asked}, return_when=asyncio.FIRST_COMPLETED)
                 finally:
                     halt.cancel()
+                    asked.cancel()
                 if not get.done():
                     get.cancel()  # the queue is left as it was (RowQueue.get)
                     continue
@@ -186,11 +199,26 @@ class Applier:
                     for s, t in d.tables:
                         self.catalog.forget(s, t or None)
                 self.note_actions(actions)
+                self.unmatched.check(self.progress.mirrored, f"after the DDL at {txn.end.position}")
             for hook in self.hooks:
                 try:
                     hook(txn, first)
                 except Exception:  # a broken hook must not stop replication
                     log.exception("on_applied hook %r failed", hook)
+
+    async def _resync_on_request(self, keys: list[tuple[str, str]]) -> None:
+        """Copy tables again on request, marked at the applied checkpoint as a newly selected
+        table is at bootstrap; the resync tasks then run as after an ALTER."""
+        end = self.progress.applied
+        if end is None:
+            log.warning("resync of %s not started: nothing applied yet", keys)
+            return
+        for s, t in keys:
+            await self.load(s, t)
+        actions = [TableAction(ActionKind.RESYNC, s, t, reason="requested") for s, t in keys]
+        await self.mirror.apply([(Transaction((), (), None, end.ts, end), actions)])
+        self.note_actions(actions)
+        log.info("resync requested for %s", ", ".join(f"{s}.{t}" for s, t in keys))
 
     def _complete_inserts(self, txn: Transaction) -> Transaction:
         """A partial INSERT image (MINIMAL) omits the columns the statement left at their default:

@@ -21,8 +21,11 @@ log = logging.getLogger("service.pipeline.replicator")
 
 
 class LeaseKeeper:
-    def __init__(self, mirror: RedisMirror, ttl: float, progress: Progress, stop: asyncio.Event) -> None:
+    def __init__(
+        self, mirror: RedisMirror, ttl: float, progress: Progress, stop: asyncio.Event, redis_url: str
+    ) -> None:
         self.mirror, self.ttl, self.progress, self._stop = mirror, ttl, progress, stop
+        self.redis_url = redis_url  # redacted, for the log
 
     async def wait(self) -> None:
         """Until this instance holds the lease, or stop is set."""
@@ -40,7 +43,11 @@ class LeaseKeeper:
                     lease_key = self.mirror.layout.lease_key
                     log.info("standby: another instance holds the writer lease %s", lease_key)
                 else:  # not "standby": nobody may hold the lease, it just cannot be seen
-                    log.warning("waiting for Redis (unreachable) to take the writer lease")
+                    log.warning(
+                        "waiting for Redis at %s to take the writer lease: unreachable (%s)",
+                        self.redis_url,
+                        self.mirror.ping_error,
+                    )
                 waited.add(progress.redis_ok)
             await sleep_unless(self._stop, self.ttl / 3)
 

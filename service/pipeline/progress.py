@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from service.checkpoint import Checkpoint
 from service.errors import DecodeError, ReplicatorError, SinkError
+from service.pipeline.failures import FailureLog
 from service.pipeline.status import ErrorStatus, ResyncStatus, State
 from service.transactions import Transaction
 
@@ -49,8 +50,9 @@ class Progress:
     received: Transaction | None = None  # the last one an earlier session's source read
 
     def set_state(self, state: State) -> None:
+        state = FailureLog.held(self.state, state)
         if state != self.state:
-            log.info("state: %s -> %s", self.state, state)
+            log.log(FailureLog.level(self.state, state), "state: %s -> %s", self.state, state)
             self.state, self.since = state, time.time()
 
     def error(self, exc: BaseException) -> None:

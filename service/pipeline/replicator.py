@@ -31,6 +31,8 @@ from service.checkpoint import Checkpoint, StartPoint, parse_start
 from service.errors import ConfigError, LeaseLost, PositionLost, ReplicatorError
 from service.pipeline.applier import BATCH_MAX, BATCH_ROWS, AppliedHook, Applier
 from service.pipeline.catalog import Catalog
+from service.pipeline.control import Control
+from service.pipeline.failures import FailureLog
 from service.pipeline.lease import LeaseKeeper, sleep_unless, watch
 from service.pipeline.progress import Progress
 from service.pipeline.report import PastSources, build_status
@@ -44,6 +46,7 @@ from service.pipeline.sources import (
     default_source,
 )
 from service.pipeline.status import ReplicatorStatus, State
+from service.pipeline.unmatched import UnmatchedPatterns
 from service.settings import Settings
 from service.sink.client import redis_client
 from service.sink.keys import KeyLayout, split_key
@@ -74,6 +77,9 @@ class Replicator:
         self._source_factory = source_factory or default_source
         self._definitions_factory = definitions_factory or SourceDefinitions
         self._backoff = backoff or Backoff(base=0.2, cap=5.0)
+        self._failure_log = FailureLog(log)  # permanent errors: state failed, logged once a minute
+        self._unmatched = UnmatchedPatterns(settings.tables)  # --tables patterns matching nothing
+        self.control = Control()  # pause/resume, resync on request (POST /control/..., `ctl`)
         self.layout = KeyLayout(settings.key_prefix)
         self.catalog = Catalog(self.filter)
         self.redis: Redis = redis_client(
@@ -91,7 +97,9 @@ class Replicator:
         self._source: TransactionSource | None = None
         self._past = PastSources()
         self.progress = Progress()
-        self._lease = LeaseKeeper(self.mirror, settings.lease_ttl_seconds, self.progress, self._stop)
+        self._lease = LeaseKeeper(
+            self.mirror, settings.lease_ttl_seconds, self.progress, self._stop, settings.redis.redacted()
+        )
         self._resyncs = Resyncs(settings, self.mirror, self.catalog, self.progress)
         # Seconds per Redis apply call (one batch of transactions). Not registered anywhere: the
         # API registers it in its app registry (api/main.py), next to apply_delay_seconds.
@@ -103,7 +111,7 @@ class Replicator:
         )
         self._applier = Applier(
             self.mirror, self.catalog, self.filter, self.progress, self._resyncs, self.on_applied,
-            self.apply_seconds,
+            self.apply_seconds, self.control, self._unmatched,
         )  # fmt: skip
 
     # -- public ----------------------------------------------------------------------------------
@@ -111,13 +119,22 @@ class Replicator:
         """Call `hook(txn, first_seq)` after each applied transaction (sync; must never block)."""
         self.on_applied.append(hook)
 
+    def unkeyed(self, schema: str, table: str) -> bool:
+        """True for a table without a usable key, whose rows are never written to Redis (the
+        websocket does not send them; docs/api.md)."""
+        info = self.catalog.get(schema, table)
+        return info is not None and not info.key
+
     def stop(self) -> None:
         """Ask run() to return after the transaction batch in flight (never half-applied)."""
         self._stop.set()
 
     def status(self) -> ReplicatorStatus:
         """A fresh snapshot (service/pipeline/report.py)."""
-        return build_status(self.settings, self.progress, self.mirror, self.catalog, self._source, self._past)
+        return build_status(
+            self.settings, self.progress, self.mirror, self.catalog, self._source, self._past,
+            self._unmatched.current, self.control.paused,
+        )  # fmt: skip
 
     async def run(self) -> None:
         """Replicate until stop(); raises on a non-retriable error (state FAILED)."""
@@ -147,9 +164,9 @@ class Replicator:
                         raise exc
                     failures = 1 if progress.txns_applied > applied_before else failures + 1
                     progress.restarts += 1
-                    progress.set_state(State.RECONNECTING)
+                    progress.set_state(self._failure_log.state(exc))
                     delay = self._backoff.delay(failures)
-                    log.warning("replication interrupted: %s; retrying in %.2fs", exc, delay)
+                    self._failure_log.report(exc, delay)
                     await sleep_unless(self._stop, delay)
             progress.set_state(State.STOPPED)
             where = f"at {progress.applied.position}" if progress.applied else "before the first checkpoint"
@@ -250,6 +267,7 @@ class Replicator:
             TableAction(ActionKind.RESYNC, s, t, reason="newly selected")
             for s, t in sorted(wanted - mirrored)
         ]
+        self._unmatched.check(wanted, "bootstrap")
         end = checkpoint or source.start_checkpoint
         if end is None:
             raise ConfigError("the source did not report its start position")

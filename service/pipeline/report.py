@@ -46,6 +46,8 @@ def build_status(
     catalog: Catalog,
     source: TransactionSource | None,
     past: PastSources,
+    unmatched_tables: tuple[str, ...] = (),
+    paused: bool = False,
 ) -> ReplicatorStatus:
     now = time.time()
     stats = source.stats if source is not None else None
@@ -83,9 +85,10 @@ def build_status(
                 primary_key=(t.key or ()) if t else (),
                 key_source=t.key_source if t else "primary",
                 mirrored=bool(t is None or t.key),
-                inserts=c.inserts,
-                updates=c.updates,
-                deletes=c.deletes,
+                # rows of a table without a usable key were never applied
+                inserts=c.inserts if not t or t.key else 0,
+                updates=c.updates if not t or t.key else 0,
+                deletes=c.deletes if not t or t.key else 0,
                 skipped_rows=planner.skipped.rows.get(key, 0),
                 last_change_ts=c.last_change_ts,
                 resync=c.resync,
@@ -122,7 +125,7 @@ def build_status(
         transactions_waiting=waiting,
         rows_waiting=rows_waiting,
         transactions_applied=progress.txns_applied,
-        rows_applied=progress.rows_applied,
+        rows_applied=progress.rows_applied - sum(planner.skipped.rows.values()),
         redis_reachable=progress.redis_ok,
         leader=progress.leader,
         instance_id=mirror.token,
@@ -136,4 +139,6 @@ def build_status(
         bytes_received=past.bytes + (stats.bytes if stats else 0),
         heartbeats=past.heartbeats + (stats.heartbeats if stats else 0),
         last_packet_at=last_packet or None,
+        unmatched_tables=unmatched_tables,
+        paused=paused,
     )

@@ -133,6 +133,8 @@ class ReplicatorStatus:
     bytes_received: int = 0  # binlog event bytes read from the source (heartbeats included), all sessions
     heartbeats: int = 0  # heartbeats received from the source (sent when it has been idle), all sessions
     last_packet_at: float | None = None  # wall clock of the last event or heartbeat received
+    unmatched_tables: tuple[str, ...] = ()  # --tables patterns that match no table of the source
+    paused: bool = False  # applying paused by the operator (POST /control/pause, `ctl pause`)
 
     @property
     def ready(self) -> bool:

@@ -48,12 +48,12 @@ from service.sink.plan import (
     unit_ids,
     work_op,
 )
-from service.sink.replies import SentBatch, map_redis_errors
+from service.sink.replies import SentBatch, map_redis_errors, redis_access_denied
 from service.sink.scripts import APPLY, RELEASE, RENEW, RESYNC_FINISH, RESYNC_REREAD, RESYNC_ROWS
 from service.sink.values import field_value, json_document
 from service.transactions import Transaction
 
-__all__ = ["MirrorOptions", "RedisMirror", "SentBatch", "map_redis_errors"]
+__all__ = ["MirrorOptions", "RedisMirror", "SentBatch", "map_redis_errors", "redis_access_denied"]
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +98,7 @@ class RedisMirror:
         self.layout = layout
         self.options = opts = options or MirrorOptions()
         self.token = token or secrets.token_hex(8)
+        self.ping_error: str | None = None  # why the last ping() failed (for the log)
         self._values = "json" if opts.json_mode else "hash"  # the value mode, as the checkpoint says
         self.planner = Planner(
             layout,
@@ -211,10 +212,22 @@ class RedisMirror:
         return False
 
     async def ping(self) -> bool:
+        """True when Redis answers; else False, with why in `ping_error`. Refused credentials
+        raise SinkAccessDenied (permanent: waiting cannot help)."""
         try:
-            return bool(await self.redis.ping())
-        except (rexc.RedisError, OSError, TimeoutError):
+            ok = bool(await self.redis.ping())
+        except (rexc.AuthenticationError, rexc.AuthorizationError, rexc.NoPermissionError) as exc:
+            raise redis_access_denied("ping", exc) from exc
+        except rexc.ResponseError as exc:
+            if str(exc).startswith(("WRONGPASS", "NOAUTH", "NOPERM")):
+                raise redis_access_denied("ping", exc) from exc
+            self.ping_error = f"{type(exc).__name__}: {exc}"
             return False
+        except (rexc.RedisError, OSError, TimeoutError) as exc:
+            self.ping_error = f"{type(exc).__name__}: {exc}"
+            return False
+        self.ping_error = None
+        return ok
 
     # -- apply ---------------------------------------------------------------------------------------
     def _header(self, txn_id: str, chunk: int, final: bool, nseq: int, done: int = 0) -> list[Arg]:

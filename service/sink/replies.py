@@ -11,13 +11,13 @@ from dataclasses import dataclass, field
 from redis import exceptions as rexc
 from redis.asyncio import Redis
 
-from service.errors import LeaseLost, RowsMissing, SinkError
+from service.errors import LeaseLost, RowsMissing, SinkAccessDenied, SinkError
 from service.sink.channel import ScriptChannel
 from service.sink.diagnose import rows_keyed_otherwise
 from service.sink.keys import split_key
 from service.sink.plan import Planner
 
-__all__ = ["SentBatch", "map_redis_errors"]
+__all__ = ["SentBatch", "map_redis_errors", "redis_access_denied"]
 
 log = logging.getLogger("service.sink.mirror")
 
@@ -26,7 +26,11 @@ log = logging.getLogger("service.sink.mirror")
 def map_redis_errors(what: str) -> Iterator[None]:
     try:
         yield
+    except (rexc.AuthenticationError, rexc.AuthorizationError, rexc.NoPermissionError) as exc:
+        raise redis_access_denied(what, exc) from exc
     except rexc.ResponseError as exc:
+        if str(exc).startswith(("WRONGPASS", "NOAUTH", "NOPERM")):
+            raise redis_access_denied(what, exc) from exc
         if str(exc).startswith("LEASE_LOST"):
             raise LeaseLost(f"{what}: {exc}") from exc
         if str(exc).startswith("ROWS_MISSING "):
@@ -37,6 +41,11 @@ def map_redis_errors(what: str) -> Iterator[None]:
     except (rexc.RedisError, OSError, TimeoutError) as exc:
         # str, not repr: redis-py's exceptions repr as just "network:ConnectionError"
         raise SinkError(f"{what}: {type(exc).__name__}: {exc}") from exc
+
+
+def redis_access_denied(what: str, exc: Exception) -> SinkAccessDenied:
+    setting = SinkAccessDenied.setting
+    return SinkAccessDenied(f"redis: access denied: {exc}, {what} (check {setting} or --redis)")
 
 
 def _rows_missing(what: str, reply: str) -> RowsMissing:

@@ -2,6 +2,7 @@
 
 Every aiomysql/pymysql exception raised while talking to the source passes through
 `map_errors()`: ERR 1236 (the requested position is purged or unknown) becomes `PositionLost`,
+an authentication or privilege error `SourceAccessDenied` (permanent: an operator must act),
 everything else `SourceError` (retriable).
 """
 
@@ -18,7 +19,7 @@ import aiomysql
 import pymysql
 
 from service.checkpoint import BinlogPosition, Checkpoint
-from service.errors import PositionLost, SourceError
+from service.errors import PositionLost, SourceAccessDenied, SourceError
 from service.settings import MySQLUrl, Settings
 
 __all__ = [
@@ -36,6 +37,9 @@ __all__ = [
 ]
 
 ER_MASTER_FATAL_ERROR_READING_BINLOG = 1236
+# access denied (db, user/password, table, column, "you need the X privilege"), no password
+# given, auth plugin unsupported, password expired, account locked (MySQL 3118, MariaDB 4151)
+ACCESS_DENIED_CODES = frozenset({1044, 1045, 1142, 1143, 1227, 1251, 1698, 1820, 1862, 3118, 4151})
 CONNECT_TIMEOUT = 10.0
 
 
@@ -54,6 +58,11 @@ def map_errors(what: str) -> Iterator[None]:
                 f"{what}: the source cannot serve this position: {message} "
                 "(purged or never written: check SHOW BINARY LOGS / @@gtid_purged and start from "
                 "a position the source still has, e.g. `stream --from now|start|FILE:POS`)"
+            ) from exc
+        if code in ACCESS_DENIED_CODES:
+            setting = SourceAccessDenied.setting
+            raise SourceAccessDenied(
+                f"mysql: {message} ({code}), {what} (check {setting} or --mysql)"
             ) from exc
         raise SourceError(f"{what}: ({code}) {message}" if code else f"{what}: {message}") from exc
     except (OSError, TimeoutError, asyncio.IncompleteReadError, EOFError) as exc:

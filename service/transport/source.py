@@ -12,7 +12,7 @@ only buffer between the source and the replicator's applier, which takes from it
 error (network, server restart, heartbeat timeout, killed dump thread) the task reconnects with
 exponential backoff + jitter and resumes at the end of the last transaction it put in the queue,
 with a new decoder: no transaction is lost or repeated. Non-retriable errors (PositionLost,
-PreflightError, DecodeError) come out of the iterator.
+PreflightError, DecodeError) and permanent ones (SourceAccessDenied) come out of the iterator.
 """
 
 from __future__ import annotations
@@ -381,8 +381,8 @@ class BinlogSource:
                     await self._queue.put(_EOF)
                     return
             except ReplicatorError as exc:
-                if not exc.retriable:
-                    log.error("replication stopped: %s", exc)
+                if not exc.retriable or exc.permanent:  # the consumer reports it (once) and decides
+                    log.debug("binlog reader stopped: %s", exc)
                     await self._queue.put(exc)
                     return
                 if session is not None and session.delivered_any:

@@ -436,3 +436,22 @@ def test_replayed_batches_do_not_count_against_the_queue_bound() -> None:
     replay = sub.take_nowait()
     assert isinstance(replay, Batch) and replay.replayed and len(replay) == 10
     assert not sub.lagging
+
+
+def test_close_sends_what_is_queued_first_and_counts_until_unsubscribed() -> None:
+    """Shutdown: the applied changes a subscriber has not taken yet still go out, then 1001; the
+    subscriber stays counted until its handler unsubscribes (run waits for that)."""
+    hub = Broadcaster()
+    sub = hub.subscribe(EventFilter())
+    batched = hub.subscribe(EventFilter())
+    hub.on_applied(txn(change(), change()), 1)
+    hub.close()
+    assert hub.subscribers == 2
+    items = drain(sub)
+    assert seqs(items) == [1, 2] and items[-1] == Closed(CLOSE_GOING_AWAY, "server shutting down")
+    first = batched.take_nowait()
+    assert isinstance(first, Batch) and [e.seq for e in first.entries] == [1, 2]
+    assert batched.take_nowait() == Closed(CLOSE_GOING_AWAY, "server shutting down")
+    hub.unsubscribe(sub)
+    hub.unsubscribe(batched)
+    assert hub.subscribers == 0

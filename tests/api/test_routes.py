@@ -238,5 +238,29 @@ def test_openapi_documents_every_endpoint(client: TestClient) -> None:
         "/tables/{schema}/{table}",
         "/metrics",
         "/dashboard/info",
+        "/control/pause",
+        "/control/resume",
+        "/control/resync/{schema}/{table}",
+        "/ws/events",
     }
-    assert client.get("/docs").status_code == 200
+    ws = schema["paths"]["/ws/events"]["get"]
+    assert "websocket" in ws["description"].lower() and "1001" in ws["description"]
+    assert {p["name"] for p in ws["parameters"]} == {
+        "tables",
+        "ops",
+        "columns",
+        "after",
+        "stream",
+        "batch",
+        "token",
+    }
+    assert client.get("/ws/events").status_code == 426
+    docs = client.get("/docs")
+    assert docs.status_code == 200 and "cdn" not in docs.text.lower() and "https://" not in docs.text
+    assert "/docs-static/swagger-ui-bundle.js" in docs.text
+    js = client.get("/docs-static/swagger-ui-bundle.js")
+    assert js.status_code == 200 and "SwaggerUIBundle" in js.text
+    assert client.get("/docs-static/swagger-ui.css").status_code == 200
+    redoc = client.get("/redoc")
+    assert redoc.status_code == 200 and "https://" not in redoc.text
+    assert client.get("/docs-static/redoc.standalone.js").status_code == 200

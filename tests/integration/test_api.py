@@ -420,7 +420,8 @@ async def test_gtid_start_minimal_row_metadata_and_a_purged_file(stack: LocalSta
 def _fuzz(base_url: str, db: str) -> None:
     """Schemathesis over the live server's own schema. Runs in a thread: the server is served by
     the test's event loop, and schemathesis calls are blocking."""
-    schema = schemathesis.openapi.from_url(f"{base_url}/openapi.json")
+    # GET /ws/events documents the websocket: over plain HTTP it always answers 426 (upgrade)
+    schema = schemathesis.openapi.from_url(f"{base_url}/openapi.json").exclude(path="/ws/events")
     # a mirrored table first: its real table-map state must match the documented schema
     table = schema["/tables/{schema}/{table}"]["GET"]
     mirrored = table.Case(path_parameters={"schema": db, "table": "a"})

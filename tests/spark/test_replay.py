@@ -121,6 +121,9 @@ def test_replay_cli_names_the_corrupt_file_and_offset(stack: LocalStack, tmp_pat
     )
     assert proc.returncode == 1, proc.stderr[-2000:]
     assert "TruncatedEvent" in proc.stderr and good.name in proc.stderr and "offset" in proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "TruncatedEvent" in errors[0], proc.stderr[-2000:]
+    assert "\tat org.apache" not in proc.stderr, proc.stderr[-3000:]  # no JVM stack
 
 
 def test_binlog_paths(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -48,3 +49,19 @@ def test_exclude_tables_flag_refuses_a_pattern_without_schema(started: list[Sett
     result = CliRunner().invoke(app, ["run", *URLS, "--exclude-tables", "tmp"])
     assert result.exit_code == 1 and not started
     assert "exclude_tables" in result.output and "must be schema.table" in result.output
+
+
+def test_run_flags_from_api_host_token_password_file_and_exclude_alias(
+    started: list[Settings], tmp_path: Path
+) -> None:
+    (tmp_path / "pw").write_text("from-file\n")
+    args = ["run", "--mysql", "mysql://repl@db:3306", "--redis", "redis://cache:6379/0"]
+    args += ["--mysql-password-file", str(tmp_path / "pw"), "--from", "mysql-bin.000002:4"]
+    args += ["--api-host", "0.0.0.0", "--api-token", "tkn", "--exclude", "shop.tmp", "--log-level", "debug"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    s = started[0]
+    assert s.mysql is not None and s.mysql.password.get_secret_value() == "from-file"
+    assert s.start == "mysql-bin.000002:4" and s.api_host == "0.0.0.0"
+    assert s.api_token is not None and s.api_token.get_secret_value() == "tkn"
+    assert s.exclude_tables == ["shop.tmp"]

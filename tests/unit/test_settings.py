@@ -77,3 +77,38 @@ def test_bad_config_file_is_named(tmp_path: Path) -> None:
         load_settings(bad)
     with pytest.raises(ConfigError, match="missing.toml"):
         load_settings(tmp_path / "missing.toml")
+
+
+def test_an_unknown_toml_key_is_named_as_a_key_of_the_file(tmp_path: Path) -> None:
+    config = tmp_path / "mirror.toml"
+    config.write_text('bogus = 1\nkey_prefix = "x"\n')
+    with pytest.raises(ConfigError) as info:
+        load_settings(config)
+    assert str(info.value) == f"config file {config}: unknown key 'bogus'"
+
+
+def test_an_invalid_value_names_where_it_came_from(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = tmp_path / "mirror.toml"
+    config.write_text("server_id = 0\n")
+    with pytest.raises(ConfigError, match=rf"'server_id' \(key 'server_id' in config file {config}\)"):
+        load_settings(config)
+    monkeypatch.setenv("BINLOG_MIRROR_SERVER_ID", "0")
+    with pytest.raises(ConfigError, match=r"'server_id' \(env BINLOG_MIRROR_SERVER_ID\)"):
+        load_settings()
+    monkeypatch.delenv("BINLOG_MIRROR_SERVER_ID")
+    with pytest.raises(ConfigError, match=r"'key_prefix' \(--prefix\)"):
+        load_settings(key_prefix="a b")
+
+
+def test_passwords_from_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "mysql").write_text(f"{SECRET}\n")
+    (tmp_path / "redis").write_text("p@ss:w/rd\n")
+    monkeypatch.setenv("BINLOG_MIRROR_REDIS_PASSWORD_FILE", str(tmp_path / "redis"))
+    s = load_settings(
+        mysql="mysql://repl@db:3306", redis="redis://cache:6380/2", mysql_password_file=tmp_path / "mysql"
+    )
+    assert s.mysql is not None and s.mysql.password.get_secret_value() == SECRET
+    assert s.redis is not None and s.redis.url.get_secret_value() == "redis://:p%40ss%3Aw%2Frd@cache:6380/2"
+    assert str(s.redis) == "redis://***@cache:6380/2" and SECRET not in repr(s)
+    with pytest.raises(ConfigError, match="mysql_password_file .*nope: No such file"):
+        load_settings(mysql="mysql://repl@db:3306", mysql_password_file=tmp_path / "nope")

@@ -1,0 +1,55 @@
+"""Delete every key of a mirror (`binlog-mirror ctl clear`), safely.
+
+It refuses while a writer holds the lease (a running `binlog-mirror run` would write again
+behind it, or lose its checkpoint mid-stream), and holds the lease itself while it deletes, so no
+writer starts meanwhile. Keys go in SCAN batches with UNLINK (freed in the background by Redis).
+"""
+
+from __future__ import annotations
+
+from service.errors import LeaseLost
+from service.sink.client import redis_client
+from service.sink.keys import KeyLayout
+from service.sink.mirror import MirrorOptions, RedisMirror, map_redis_errors
+
+__all__ = ["clear_prefix"]
+
+BATCH = 1000
+
+
+async def clear_prefix(redis_url: str, prefix: str, lease_ttl: float = 10.0) -> int:
+    """Delete `{prefix}:*` (the lease last); returns how many keys were deleted."""
+    layout = KeyLayout(prefix)
+    redis = redis_client(redis_url, socket_timeout=10, socket_connect_timeout=5)
+    mirror = RedisMirror(redis, layout, lambda s, t: None, MirrorOptions(lease_ttl=lease_ttl))
+    try:
+        if not await mirror.acquire_lease():
+            holder = await redis.get(layout.lease_key)
+            who = holder.decode() if isinstance(holder, bytes) else str(holder or "?")
+            raise LeaseLost(
+                f"a writer holds the lease {layout.lease_key} (instance {who}): "
+                "stop `binlog-mirror run` for this prefix first, then clear"
+            )
+        deleted = 0
+        with map_redis_errors(f"deleting {prefix}:*"):
+            batch: list[bytes] = []
+            async for key in redis.scan_iter(match=f"{_escape(prefix)}:*", count=BATCH):
+                if (key.decode() if isinstance(key, bytes) else key) == layout.lease_key:
+                    continue
+                batch.append(key)
+                if len(batch) >= BATCH:
+                    deleted += await redis.unlink(*batch)
+                    batch = []
+                    await mirror.renew_lease()
+            if batch:
+                deleted += await redis.unlink(*batch)
+        return deleted
+    finally:
+        await mirror.release_lease()
+        await mirror.close()
+        await redis.aclose()
+
+
+def _escape(prefix: str) -> str:
+    """A literal prefix in a SCAN MATCH glob."""
+    return "".join("\\" + c if c in "*?[]\\" else c for c in prefix)
