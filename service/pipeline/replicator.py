@@ -661,9 +661,13 @@ class Replicator:
         last_packet = getattr(stats, "last_event_at", 0.0) or 0.0
         lag: float | None = None
         if self._applied_ts is not None or self._applied is not None:
-            fresh = last_packet and now - last_packet < 3 * self.settings.heartbeat_seconds
+            # liveness (issue 25): a stream that went silent is behind by its silence, at least
+            silent = now - last_packet if last_packet else None
+            fresh = silent is not None and silent < 2 * self.settings.heartbeat_seconds
             if waiting == 0 and fresh:
                 lag = 0.0
+            elif waiting == 0 and silent is not None:
+                lag = silent
             elif self._applied_ts:
                 lag = max(0.0, now - self._applied_ts)
             elif last_packet:

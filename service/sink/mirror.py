@@ -20,6 +20,7 @@ Redis errors become SinkError here and only here.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import secrets
@@ -257,22 +258,32 @@ class RedisMirror:
                 return True
             return bool(await self._renew(keys=[self.layout.lease_key], args=[self.token, ttl]))
 
+    @property
+    def probe_timeout(self) -> float:
+        """How long a lease renewal or a ping may take: half the lease's TTL, so a Redis that went
+        silent ends the session (and readiness) before the lease could expire, not after the
+        client's socket timeout."""
+        return self.options.lease_ttl / 2
+
     async def renew_lease(self) -> None:
         ttl = int(self.options.lease_ttl * 1000)
         with map_redis_errors("renewing the writer lease"):
-            ok = await self._renew(keys=[self.layout.lease_key], args=[self.token, ttl])
+            async with asyncio.timeout(self.probe_timeout):
+                ok = await self._renew(keys=[self.layout.lease_key], args=[self.token, ttl])
         if not ok:
             raise LeaseLost("the writer lease expired or was taken by another instance")
 
     async def release_lease(self) -> bool:
         """Delete the lease if this instance holds it; False if not held or Redis is unreachable."""
         with contextlib.suppress(SinkError), map_redis_errors("releasing the writer lease"):
-            return bool(await self._release(keys=[self.layout.lease_key], args=[self.token]))
+            async with asyncio.timeout(self.probe_timeout):  # a stop must not wait for a silent Redis
+                return bool(await self._release(keys=[self.layout.lease_key], args=[self.token]))
         return False
 
     async def ping(self) -> bool:
         try:
-            return bool(await self.redis.ping())
+            async with asyncio.timeout(self.probe_timeout):
+                return bool(await self.redis.ping())
         except (rexc.RedisError, OSError, TimeoutError):
             return False
 
