@@ -9,7 +9,12 @@ them: what a black-holed network path or a NAT that forgot the connection does.
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,8 +22,10 @@ import redis as redis_sync
 
 from service.pipeline.replicator import Replicator
 from service.pipeline.status import State
+from service.run_cli import STOP_GRACE_SECONDS
 from service.stack import LocalStack
 from tests.integration.mirror_helpers import actual, expected, mirror_settings, root, unique_names
+from tests.integration.test_api import AUTH, caught_up, running, until
 from tests.integration.test_stream_util import Proxy
 
 pytestmark = pytest.mark.integration
@@ -45,6 +52,15 @@ async def _sql(stack: LocalStack, db: str, *statements: str) -> None:
         conn.close()
 
     await asyncio.to_thread(run)
+
+
+def _start_service(stack: LocalStack, db: str, prefix: str, log: Path) -> subprocess.Popen[bytes]:
+    info = stack.load()
+    assert info is not None
+    cmd = [sys.executable, "-m", "service", "run", "--mysql", info.mysql_url, "--redis", info.redis_url]
+    cmd += ["--tables", f"{db}.*", "--prefix", prefix, "--no-api", "--server-id", "5917"]
+    with log.open("ab") as out:
+        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
 
 
 async def _mirror_equal(stack: LocalStack, redis_url: str, prefix: str, db: str, timeout: float) -> None:
@@ -156,3 +172,76 @@ async def test_session_restart_does_not_wait_for_the_old_registration(stack: Loc
         if not task.done():
             task.cancel()
             await asyncio.wait({task})
+
+
+async def test_readiness_follows_a_silent_source_and_a_silent_redis(stack: LocalStack) -> None:
+    """/health/ready drops within a few seconds of the source's connections freezing, or of Redis
+    freezing (SIGSTOP: it reads and answers nothing), and is back as fast once they answer."""
+    info = stack.load()
+    assert info is not None and info.redis_pid is not None
+    async with (
+        Proxy(info.mysql_port) as proxy,
+        running(stack, proxy=proxy, heartbeat_seconds=1.0, lease_ttl_seconds=3.0) as run,
+    ):
+        await run.asql("INSERT INTO a VALUES (1, 'x')")
+        await caught_up(run)
+
+        async def ready() -> bool:
+            return (await run.http.get("/health/ready", headers=AUTH)).status_code == 200
+
+        async def not_ready() -> bool:
+            return not await ready()
+
+        # the source goes silent: the stream's silence shows in /lag, then readiness drops
+        proxy.freeze()
+        t0 = time.monotonic()
+        await until(not_ready, timeout=10, what="not ready after the source froze")
+        assert time.monotonic() - t0 < 5
+        await until(ready, timeout=15, what="ready again on fresh connections")
+        await run.asql("INSERT INTO a VALUES (2, 'y')")
+        await caught_up(run)
+
+        os.kill(info.redis_pid, signal.SIGSTOP)
+        try:
+            t0 = time.monotonic()
+            await until(not_ready, timeout=10, what="not ready after Redis froze")
+            assert time.monotonic() - t0 < 5
+            body = (await run.http.get("/health/ready", headers=AUTH)).json()
+            assert any("redis" in r or "writer" in r or "replicator is" in r for r in body["reasons"]), body
+        finally:
+            os.kill(info.redis_pid, signal.SIGCONT)
+        t0 = time.monotonic()
+        await until(ready, timeout=20, what="ready again after Redis came back")
+        assert time.monotonic() - t0 < 10
+        await run.asql("INSERT INTO a VALUES (3, 'z')")
+        await caught_up(run)
+
+
+def test_sigterm_stops_the_service_with_redis_frozen(stack: LocalStack, tmp_path: Path) -> None:
+    """`binlog-mirror run` gets SIGTERM while Redis answers nothing: it exits within the
+    documented bound (STOP_GRACE_SECONDS, then bounded cleanup), not when Redis comes back."""
+    info = stack.load()
+    assert info is not None and info.redis_pid is not None
+    db, prefix = unique_names()
+    _create(stack, db)
+    proc = _start_service(stack, db, prefix, tmp_path / "run.log")
+    try:
+        deadline = time.monotonic() + 60
+        r: Any = redis_sync.Redis.from_url(info.redis_url)
+        while not r.exists(f"{prefix}:__checkpoint") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        r.close()
+        os.kill(info.redis_pid, signal.SIGSTOP)
+        try:
+            time.sleep(1)
+            t0 = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(STOP_GRACE_SECONDS + 10)
+            took = time.monotonic() - t0
+        finally:
+            os.kill(info.redis_pid, signal.SIGCONT)
+        assert took < STOP_GRACE_SECONDS + 10, took
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
