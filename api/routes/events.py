@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Literal
 
@@ -182,10 +183,16 @@ async def _serve(
     ws: WebSocket, hub: Broadcaster, sub: Subscription, batch: bool, warnings: list[str]
 ) -> None:
     lock = asyncio.Lock()  # the pump and the pong replies share the socket
+    pacer = hub.pacer
 
     async def send(text: str) -> None:
+        # Timed and paced: a send the socket's buffers accept never suspends, and subscribers
+        # must not keep the event loop from the Replicator, the lease and the health checks.
         async with lock:
+            start = time.perf_counter()
             await ws.send({"type": "websocket.send", "text": text})
+            took = time.perf_counter() - start
+        await pacer.pace(took)
 
     hello = {
         "type": "subscribed",
@@ -218,8 +225,19 @@ async def _serve(
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
     outcome = _outcome(done)
+    if outcome is None:
+        _log_failed_send(sub, done)
     if outcome is not None:
         await _close(ws, outcome.code, outcome.reason)
+
+
+def _log_failed_send(sub: Subscription, done: set[asyncio.Task[Any]]) -> None:
+    """Once per subscriber: the send or receive that found the client gone (the pump stops at
+    the first failure, so a broken socket is never written again)."""
+    for task in done:
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.info("websocket subscriber %d gone: %r", sub.id, exc, extra={"subscriber": sub.id})
+            return
 
 
 def _outcome(done: set[asyncio.Task[Any]]) -> Closed | None:

@@ -13,6 +13,13 @@ that every member queues. A batch is encoded once for all of them, either as one
 message per entry (each entry's JSON is cached per projection) or as `changes` messages that
 carry many entries each (`Batch.messages`, the websocket's `batch` mode).
 
+Sending shares the event loop with the Replicator, the lease and the health checks, and a send
+that the socket's buffers accept never suspends: 200 subscribers of one message per change could
+keep the loop for seconds (issue 25). Every websocket send therefore goes through the hub's
+`SendPacer`, which yields to the loop after each send and, while other work is waiting, holds the
+sends to a fixed share of the loop's time; subscribers that fall behind that pace overflow their
+queue and are cut off (1013), the others and the apply carry on.
+
 Sequence numbers are the Replicator's: the i-th change of a transaction has
 `first_seq + i`, and the mirror keeps the counter in Redis, so they keep increasing across
 restarts. A subscriber may ask for everything after a sequence number it has already seen;
@@ -34,6 +41,7 @@ import asyncio
 import fnmatch
 import logging
 import re
+import time
 import uuid
 from collections import deque
 from collections.abc import Iterable
@@ -58,6 +66,7 @@ __all__ = [
     "EventFilter",
     "FilterError",
     "Gap",
+    "SendPacer",
     "Subscription",
     "changes_messages",
     "encode_change",
@@ -188,6 +197,69 @@ def changes_messages(parts: list[str]) -> list[str]:
     if chunk:
         messages.append(_CHANGES_HEAD + ",".join(chunk) + "]}")
     return messages
+
+
+# --- pacing the sends ----------------------------------------------------------------------
+
+
+class SendPacer:
+    """Holds websocket sends to `share` of the event loop's time while other work wants it, and
+    lets them use the loop's idle time otherwise.
+
+    Each send is timed by its sender and charged (`pace(seconds)`, after the send), which also
+    yields to the loop: between any two sends everything else that is ready runs. Credit is
+    earned by wall time at `share / (1 - share)` per second not spent sending (at 0.5: a second
+    of sends per second of anything else) and kept up to BURST. When it is spent, the senders
+    wait; a probe takes turns of the loop meanwhile, and a turn that comes back at once (nothing
+    else ran) refills the credit: an idle mirror fans out at full speed, a busy one keeps at least
+    `1 - share` of the loop under any number of subscribers."""
+
+    IDLE_TURN = 0.0002  # a loop turn shorter than this ran nothing but the probe
+    BURST = 0.002  # the most credit kept: sends run in slices of about this much
+    SEND_CAP = 0.002  # a send that took longer had waited (a full socket), not worked, that long
+
+    def __init__(self, share: float = 0.5) -> None:
+        if not 0 < share < 1:
+            raise ValueError("share must be between 0 and 1")
+        self.ratio = share / (1 - share)
+        self._credit = self.BURST
+        self._at = time.perf_counter()
+        self._gate: asyncio.Event | None = None  # senders wait on it while the credit is spent
+        self._probe_task: asyncio.Task[None] | None = None
+        self.waits = 0  # times the senders were held back (contention)
+
+    def _refill(self, now: float) -> None:
+        self._credit = min(self.BURST, self._credit + (now - self._at) * self.ratio)
+        self._at = now
+
+    async def pace(self, seconds: float) -> None:
+        """Charge a send that took `seconds`, give the loop a turn, wait while the credit is spent."""
+        self._refill(time.perf_counter())
+        # the refill counted the send's own time as earning: take that back with the charge
+        self._credit -= min(seconds, self.SEND_CAP) * (1 + self.ratio)
+        await asyncio.sleep(0)
+        while self._credit < 0:
+            gate = self._gate
+            if gate is None:
+                gate = self._gate = asyncio.Event()
+                self.waits += 1
+                self._probe_task = asyncio.create_task(self._probe(gate), name="ws-send-pacer")
+            await gate.wait()
+
+    async def _probe(self, gate: asyncio.Event) -> None:
+        try:
+            while True:
+                start = time.perf_counter()
+                await asyncio.sleep(0)
+                now = time.perf_counter()
+                self._refill(now)
+                if now - start < self.IDLE_TURN:
+                    self._credit = self.BURST
+                if self._credit >= 0:
+                    return
+        finally:
+            self._gate = None
+            gate.set()
 
 
 # --- the ring, subscriptions and the hub ----------------------------------------------------
@@ -391,6 +463,7 @@ class Broadcaster:
         if queue_size < 1 or buffer_size < 0:
             raise ValueError("queue_size must be >= 1 and buffer_size >= 0")
         self.queue_size = queue_size
+        self.pacer = SendPacer()  # every websocket send goes through it (api/routes/events.py)
         self.stream_id = uuid.uuid4().hex[:12]
         self._ring: deque[Entry] = deque(maxlen=buffer_size)
         self._subs: dict[int, Subscription] = {}
