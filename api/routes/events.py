@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Literal
 
@@ -188,11 +187,10 @@ async def _serve(
     async def send(text: str) -> None:
         # Timed and paced: a send the socket's buffers accept never suspends, and subscribers
         # must not keep the event loop from the Replicator, the lease and the health checks.
+        await pacer.wait()
         async with lock:
-            start = time.perf_counter()
-            await ws.send({"type": "websocket.send", "text": text})
-            took = time.perf_counter() - start
-        await pacer.pace(took)
+            took = await pacer.timed(ws.send({"type": "websocket.send", "text": text}))
+        await pacer.charge(took)
 
     hello = {
         "type": "subscribed",
