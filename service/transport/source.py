@@ -117,6 +117,10 @@ class _Session:
 
 
 _EOF = object()
+_OUR_DUMP_THREAD = (
+    "SELECT ID FROM information_schema.PROCESSLIST WHERE ID = %s AND COMMAND LIKE 'Binlog Dump%%' "
+    "AND USER = SUBSTRING_INDEX(CURRENT_USER(), '@', 1)"
+)
 
 
 class BinlogSource:
@@ -314,7 +318,10 @@ class BinlogSource:
             while self._stale_dumps:
                 thread = self._stale_dumps.pop()
                 with contextlib.suppress(SourceError):
-                    await fetch(ctl, f"KILL CONNECTION {int(thread)}")
+                    # only a dump thread of this user: after a server restart the id may be
+                    # someone else's connection
+                    if await fetch(ctl, _OUR_DUMP_THREAD, (thread,)):
+                        await fetch(ctl, f"KILL CONNECTION {int(thread)}")
 
     async def _resolve(self, ctl: aiomysql.Connection, info: ServerInfo, start: StartPoint) -> _Resume:
         if isinstance(start, Checkpoint):
