@@ -282,7 +282,9 @@ class RedisMirror:
 
     async def ping(self) -> bool:
         try:
-            async with asyncio.timeout(self.probe_timeout):
+            # at least a second: it only looks for Redis before taking the lease, and a very
+            # short TTL must not make a loaded Redis look unreachable
+            async with asyncio.timeout(max(self.probe_timeout, 1.0)):
                 return bool(await self.redis.ping())
         except (rexc.RedisError, OSError, TimeoutError):
             return False
