@@ -13,6 +13,13 @@ that every member queues. A batch is encoded once for all of them, either as one
 message per entry (each entry's JSON is cached per projection) or as `changes` messages that
 carry many entries each (`Batch.messages`, the websocket's `batch` mode).
 
+Sending shares the event loop with the Replicator, the lease and the health checks, and a send
+that the socket's buffers accept never suspends: 200 subscribers of one message per change could
+keep the loop for seconds (issue 25). Every websocket send therefore goes through the hub's
+`SendPacer`, which yields to the loop after each send and, while other work is waiting, holds the
+sends to a fixed share of the loop's time; subscribers that fall behind that pace overflow their
+queue and are cut off (1013), the others and the apply carry on.
+
 Sequence numbers are the Replicator's: the i-th change of a transaction has
 `first_seq + i`, and the mirror keeps the counter in Redis, so they keep increasing across
 restarts. A subscriber may ask for everything after a sequence number it has already seen;
@@ -31,19 +38,19 @@ changed, even when the numbers would look contiguous.
 from __future__ import annotations
 
 import asyncio
-import fnmatch
 import logging
-import re
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
+from api.event_filter import EventFilter, FilterError
+from api.pacing import SendPacer
 from service.binlog.canonical import row_change_to_dict
-from service.binlog.rowchange import Op, RowChange
+from service.binlog.rowchange import RowChange
 from service.transactions import Transaction
 
 __all__ = [
@@ -59,6 +66,7 @@ __all__ = [
     "FilterError",
     "Gap",
     "LoggedEntry",
+    "SendPacer",
     "Subscription",
     "changes_messages",
     "encode_change",
@@ -69,89 +77,6 @@ log = logging.getLogger(__name__)
 CLOSE_GOING_AWAY = 1001  # the server is shutting down
 CLOSE_STREAM_RESET = 1012  # sequence numbers restarted: resubscribe without `after`
 CLOSE_LAGGING = 1013  # "try again later": the subscriber's queue overflowed
-
-
-class FilterError(ValueError):
-    """A subscribe request whose filter cannot be used; the message says why."""
-
-
-_TABLE_PATTERN = re.compile(r"^[^.\s]+\.[^.\s]+$")
-
-
-@dataclass(frozen=True, slots=True)
-class EventFilter:
-    """Which changes a subscriber wants. Empty `tables`/`ops` mean everything."""
-
-    tables: tuple[str, ...] = ()  # "schema.table" glob patterns (fnmatch, case-sensitive)
-    ops: frozenset[Op] = frozenset()
-    columns: tuple[str, ...] | None = None  # projection of before/after; None = all columns
-    _regex: re.Pattern[str] | None = field(default=None, compare=False, repr=False)
-    _cache: dict[tuple[str, str], bool] = field(default_factory=dict, compare=False, repr=False)
-
-    @classmethod
-    def parse(
-        cls,
-        tables: Iterable[str] | str | None = None,
-        ops: Iterable[str] | str | None = None,
-        columns: Iterable[str] | str | None = None,
-    ) -> EventFilter:
-        """Build a filter from user input (lists or comma-separated strings); raise FilterError."""
-        table_list = _split(tables, "tables")
-        for pattern in table_list:
-            if not _TABLE_PATTERN.match(pattern):
-                raise FilterError(f"table pattern {pattern!r} must be schema.table (globs allowed: db.*)")
-        op_set: set[Op] = set()
-        for name in _split(ops, "ops"):
-            try:
-                op_set.add(Op(name.lower()))
-            except ValueError:
-                raise FilterError(f"unknown op {name!r}; expected insert, update or delete") from None
-        column_list = _split(columns, "columns") if columns is not None else None
-        if column_list is not None and not column_list:
-            raise FilterError("columns must name at least one column (omit it for all columns)")
-        regex = re.compile("|".join(fnmatch.translate(p) for p in table_list)) if table_list else None
-        return cls(tuple(table_list), frozenset(op_set), tuple(column_list) if column_list else None, regex)
-
-    @property
-    def exact_tables(self) -> tuple[tuple[str, str], ...]:
-        """The (schema, table) pairs named without any glob character."""
-        exact = (p for p in self.tables if not any(ch in p for ch in "*?["))
-        return tuple((s, t) for s, _, t in (p.partition(".") for p in exact))
-
-    def wants_table(self, schema: str, table: str) -> bool:
-        if self._regex is None:
-            return True
-        key = (schema, table)
-        hit = self._cache.get(key)
-        if hit is None:
-            if len(self._cache) > 10_000:
-                self._cache.clear()
-            hit = self._cache[key] = self._regex.match(f"{schema}.{table}") is not None
-        return hit
-
-    def matches(self, change: RowChange) -> bool:
-        return (not self.ops or change.op in self.ops) and self.wants_table(change.schema, change.table)
-
-    def describe(self) -> dict[str, Any]:
-        return {
-            "tables": list(self.tables),
-            "ops": sorted(op.value for op in self.ops),
-            "columns": list(self.columns) if self.columns is not None else None,
-        }
-
-
-def _split(value: Iterable[str] | str | None, name: str) -> list[str]:
-    if value is None:
-        return []
-    if isinstance(value, str):
-        value = value.split(",")
-    items: list[str] = []
-    for item in value:
-        if not isinstance(item, str):
-            raise FilterError(f"{name} must be strings, got {type(item).__name__}")
-        if item.strip():
-            items.append(item.strip())
-    return items
 
 
 # --- encoding ------------------------------------------------------------------------------
@@ -425,6 +350,7 @@ class Broadcaster:
         if queue_size < 1 or buffer_size < 0:
             raise ValueError("queue_size must be >= 1 and buffer_size >= 0")
         self.queue_size = queue_size
+        self.pacer = SendPacer()  # every websocket send goes through it (api/routes/events.py)
         self.stream_id = uuid.uuid4().hex[:12]
         self._ring: deque[Entry] = deque(maxlen=buffer_size)
         self._subs: dict[int, Subscription] = {}

@@ -12,8 +12,8 @@ from typing import Any
 
 import orjson
 
+from api.broadcast import Batch, Broadcaster, EventFilter, Gap, LoggedEntry
 from service.binlog.rowchange import Op
-from service.pipeline.broadcast import Batch, Broadcaster, EventFilter, Gap, LoggedEntry
 from service.settings import Settings
 from service.sink.client import redis_client
 from service.sink.keys import KeyLayout

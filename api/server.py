@@ -19,8 +19,8 @@ from collections.abc import Generator
 import uvicorn
 from fastapi import FastAPI
 
+from api.broadcast import Broadcaster
 from service.errors import ConfigError
-from service.pipeline.broadcast import Broadcaster
 from service.settings import Settings
 
 __all__ = ["ApiServer", "close_subscribers", "serve"]

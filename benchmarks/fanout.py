@@ -2,7 +2,7 @@
 
     .venv/bin/python -m benchmarks.fanout [--subscribers 200] [--txn-rate 50] [--rows-per-txn 100]
                                           [--seconds 20] [--mode batch|change] [--client-procs 2]
-                                          [--keep-stack]
+                                          [--silent] [--keep-stack]
 
 Processes on the benchmark stack:
   server       the Replicator + API in one event loop (benchmarks.ours_e2e live --api): what
@@ -22,6 +22,15 @@ subscribers received every change and how many were closed (and why), the p50/p9
 commit-to-delivery latency (writer's commit return -> the client's receive, one CLOCK_MONOTONIC),
 the server's CPU (cores) and RSS, the subscriber processes' CPU, and the p50/p99 response time of
 GET /lag under load.
+
+--silent (issue 25: subscribers must not slow the apply): the subscribers never read (see
+benchmarks.subscribers), and the server stops once it has applied every row; reports the apply
+time (first commit -> last row applied in Redis, from the server's --record times), the slowest
+GET /lag answer, and the server log's lease losses and asyncio send-failure lines. Run it with
+--subscribers 0 too for the figure without subscribers (same writer, same stack), e.g.
+
+    .venv/bin/python -m benchmarks.fanout --silent --mode change --txn-rate 40 --rows-per-txn 500 \
+        --seconds 1 [--subscribers 0]
 """
 
 from __future__ import annotations
@@ -110,6 +119,8 @@ def _start_subscribers(args: argparse.Namespace, port: int, total: int) -> list[
         cmd += [str(args.seconds + args.grace), str(out), "--sample", str(-(-SAMPLED // procs))]
         if args.mode == "batch":
             cmd.append("--batch")
+        if args.silent:
+            cmd.append("--silent")
         clients.append((Child(cmd, WORK / f"fanout-subscribers-{k}.log"), out))
     return clients
 
@@ -131,12 +142,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         cmd += [f"fan-{uuid.uuid4().hex[:8]}", TABLE, "--api"]
         if args.ws_queue:
             cmd += ["--ws-queue", str(args.ws_queue)]
+        applied_file = WORK / "fanout-applied.bin"
+        if args.silent:  # the server stops once every row is applied, recording when each was
+            cmd += ["--expect", str(total), "--record", str(applied_file)]
         server = Child(cmd, WORK / "fanout-server.log")
         children = [server]
         try:
             port = server.read_json(timeout=60)["port"]
-            clients = _start_subscribers(args, port, total)
-            children += clients
+            clients = _start_subscribers(args, port, total) if args.subscribers else []
+            children += [c for c, _ in clients]
             connected = sum(c.read_json(timeout=180)["connected"] for c, _ in clients)
             console.print(
                 f"server on :{port}; {connected} subscribers ({args.mode} mode, {len(clients)} client "
@@ -151,10 +165,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             wrote = last_json(run_measured(wcmd).out)
             t1 = clock()
             cpu1, sub_cpu1 = cpu_seconds(server.pid), _cpu(clients)
-            subs_peak_rss = max(c.finish(timeout=args.grace + 60).rss_mb for c, _ in clients)
-            poller.stop()
-            server.signal(signal.SIGTERM)
-            server_done = server.finish(timeout=60)
+            if args.silent:
+                server_done = server.finish(timeout=args.grace + 60)
+                poller.stop()
+                for c, _ in clients:
+                    c.signal(signal.SIGTERM)
+                subs_peak_rss = max((c.finish(timeout=60).rss_mb for c, _ in clients), default=0.0)
+            else:
+                subs_peak_rss = max(c.finish(timeout=args.grace + 60).rss_mb for c, _ in clients)
+                poller.stop()
+                server.signal(signal.SIGTERM)
+                server_done = server.finish(timeout=60)
         except BaseException:
             for child in children:
                 child.signal(signal.SIGKILL)
@@ -166,12 +187,22 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     commits = array.array("d")
     commits.frombytes(Path(commits_file).read_bytes())
+    apply_s: float | None = None
+    if args.silent:
+        applied = array.array("d")
+        applied.frombytes(applied_file.read_bytes())
+        apply_s = max(applied[1:]) - commits[0]
+    server_log = (WORK / "fanout-server.log").read_text()
     per = args.rows_per_txn
     subs_data = [s for _, out in clients for s in json.loads(out.read_text())]
     counts = [s["count"] for s in subs_data]
     messages = [s["messages"] for s in subs_data]
     # a subscriber's delivered rate: its changes over the span it was receiving them
-    rates = [s["count"] / (s["last_at"] - s["first_at"]) for s in subs_data if s["count"] > 1]
+    rates = [
+        s["count"] / (s["last_at"] - s["first_at"])
+        for s in subs_data
+        if s["count"] > 1 and s["last_at"] > s["first_at"]
+    ]
     lat = [
         (t - commits[(i - 1) // per]) * 1000
         for s in subs_data
@@ -225,6 +256,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "lag_max_ms": max(poller.ms, default=float("nan")),
         "lag_last": poller.last,
         "replicator_rows_waiting_max": poller.rows_waiting_max,
+        "silent": args.silent,
+        "apply_seconds": apply_s,
+        "lease_lost": server_log.count("lost the writer lease"),
+        "send_exception_lines": server_log.count("socket.send() raised exception"),
     }
 
 
@@ -243,10 +278,18 @@ def main() -> None:
     )
     parser.add_argument("--client-procs", type=int, default=2, help="subscriber processes")
     parser.add_argument("--keep-stack", action="store_true", help="leave the benchmark stack running")
+    parser.add_argument("--silent", action="store_true", help="subscribers that never read; apply time")
     args = parser.parse_args()
     r = run(args)
     w = r["writer"]
-    lines = [
+    lines = []
+    if r["silent"]:
+        lines.append(
+            f"apply time {r['apply_seconds']:.2f} s (first commit -> last row applied) with "
+            f"{r['connected']} silent subscribers ({r['mode']} mode); lease lost {r['lease_lost']} times; "
+            f"{r['send_exception_lines']} 'socket.send() raised exception' lines"
+        )
+    lines += [
         f"{r['connected']} subscribers ({r['mode']} mode, {r['client_processes']} client processes, "
         f"ws_queue_events {r['ws_queue_events']}); "
         f"writer {w['rows'] / w['seconds']:,.0f} rows/s achieved "

@@ -2,6 +2,7 @@
 does the server's work; benchmarks.fanout may start several of these to use more cores.
 
     python -m benchmarks.subscribers PORT N TABLES EXPECT DEADLINE_S OUT [--sample K] [--batch]
+                                     [--silent]
 
 Opens N connections to ws://127.0.0.1:PORT/ws/events?tables=TABLES (no permessage-deflate; with
 --batch, `batch=true`: many changes per message), prints {"ready": true, "connected": N} once
@@ -9,13 +10,22 @@ every one is subscribed, then reads until each subscriber has EXPECT changes, wa
 DEADLINE_S seconds passed. K subscribers, spread evenly, parse every message and record
 (row id, CLOCK_MONOTONIC receive time) for latency; the others only count the change objects in
 the raw bytes (never decoded to text, never parsed) to keep the client cheap. Writes OUT (JSON).
+
+--silent: subscribers that never read. Each opens a TCP connection, sends the upgrade request
+(subscription in the query string), reads the 101 response, and reads nothing more: its socket's
+buffers fill and the server's sends to it stop making progress. They hold their connections until
+DEADLINE_S or SIGTERM; nothing is counted.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import json
+import os
+import signal
+import socket
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -109,6 +119,32 @@ async def run(args: argparse.Namespace) -> None:
     print(json.dumps({"done": True, "seconds": time.monotonic() - t0, "timed_out": len(pending)}))
 
 
+def silent(args: argparse.Namespace) -> None:
+    mode = "&batch=true" if args.batch else ""
+    request = (
+        f"GET /ws/events?tables={args.tables}{mode} HTTP/1.1\r\nHost: 127.0.0.1:{args.port}\r\n"
+        "Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
+    )
+    socks = []
+    for _ in range(args.n):
+        sock = socket.create_connection(("127.0.0.1", args.port), timeout=60)
+        key = base64.b64encode(os.urandom(16)).decode()
+        sock.sendall(f"{request}Sec-WebSocket-Key: {key}\r\n\r\n".encode())
+        head = b""
+        while b"\r\n\r\n" not in head:  # the 101 response: subscribed from here on
+            chunk = sock.recv(1)
+            assert chunk, "connection closed during the handshake"
+            head += chunk
+        assert head.startswith(b"HTTP/1.1 101"), head
+        socks.append(sock)
+    print(json.dumps({"ready": True, "connected": len(socks)}), flush=True)
+    signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM])  # taken below: then exit 0
+    signal.sigtimedwait([signal.SIGTERM], args.deadline)
+    for sock in socks:
+        sock.close()
+    Path(args.out).write_text(json.dumps([asdict(Sub(i, False)) for i in range(args.n)]))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("port", type=int)
@@ -119,7 +155,12 @@ def main() -> None:
     parser.add_argument("out")
     parser.add_argument("--sample", type=int, default=10)
     parser.add_argument("--batch", action="store_true", help="subscribe with batch=true")
-    asyncio.run(run(parser.parse_args()))
+    parser.add_argument("--silent", action="store_true", help="subscribers that never read")
+    args = parser.parse_args()
+    if args.silent:
+        silent(args)
+    else:
+        asyncio.run(run(args))
 
 
 if __name__ == "__main__":

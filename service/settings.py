@@ -127,7 +127,7 @@ class Settings(BaseSettings):
     key_prefix: str = Field(default="mirror", pattern=r"^[A-Za-z0-9_.\-]+$")
     start: str = "now"  # now | start | FILE:POS | GTID set
     on_no_checkpoint: Literal["now", "start", "refuse"] = "now"
-    heartbeat_seconds: float = Field(default=5.0, gt=0, le=3600)
+    heartbeat_seconds: float = Field(default=1.0, gt=0, le=3600)  # silence > 2.5x: reconnect
     queue_size: int = Field(default=256, ge=1)  # transactions read ahead (the source's queue)
     queue_rows: int = Field(default=20_000, ge=1)  # and at most this many of their rows (memory bound)
     api_host: str = "127.0.0.1"

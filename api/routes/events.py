@@ -192,10 +192,15 @@ async def _serve(
     ws: WebSocket, hub: Broadcaster, sub: Subscription, batch: bool, warnings: list[str]
 ) -> None:
     lock = asyncio.Lock()  # the pump and the pong replies share the socket
+    pacer = hub.pacer
 
     async def send(text: str) -> None:
+        # Timed and paced: a send the socket's buffers accept never suspends, and subscribers
+        # must not keep the event loop from the Replicator, the lease and the health checks.
+        await pacer.wait()
         async with lock:
-            await ws.send({"type": "websocket.send", "text": text})
+            took = await pacer.timed(ws.send({"type": "websocket.send", "text": text}))
+        await pacer.charge(took)
 
     hello = {
         "type": "subscribed",
@@ -228,8 +233,19 @@ async def _serve(
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
     outcome = _outcome(done)
+    if outcome is None:
+        _log_failed_send(sub, done)
     if outcome is not None:
         await _close(ws, outcome.code, outcome.reason)
+
+
+def _log_failed_send(sub: Subscription, done: set[asyncio.Task[Any]]) -> None:
+    """Once per subscriber: the send or receive that found the client gone (the pump stops at
+    the first failure, so a broken socket is never written again)."""
+    for task in done:
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.info("websocket subscriber %d gone: %r", sub.id, exc, extra={"subscriber": sub.id})
+            return
 
 
 def _outcome(done: set[asyncio.Task[Any]]) -> Closed | None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from fastapi import APIRouter, Depends, status
 from fastapi.responses import JSONResponse
 from starlette.requests import Request
@@ -14,14 +16,18 @@ __all__ = ["readiness", "router"]
 
 router = APIRouter(prefix="/health", tags=["health"])
 
+SILENT_HEARTBEATS = 2  # heartbeat periods without a packet that make the stream count as silent
+
 
 @router.get("/live", response_model=LiveOut, summary="The process is up and its event loop answers")
 async def live() -> LiveOut:
     return LiveOut()
 
 
-def readiness(s: ReplicatorStatus, max_lag: float) -> list[str]:
-    """Every reason the mirror should not take traffic; [] when ready."""
+def readiness(s: ReplicatorStatus, max_lag: float, heartbeat: float | None = None) -> list[str]:
+    """Every reason the mirror should not take traffic; [] when ready. With `heartbeat` (the
+    source's heartbeat period), a stream silent for more than SILENT_HEARTBEATS periods is one:
+    the source or the path to it went quiet, whatever the connection's state says."""
     reasons: list[str] = []
     if s.state not in (State.STREAMING, State.RESYNCING):
         reasons.append(f"replicator is {s.state.value}")
@@ -31,6 +37,10 @@ def readiness(s: ReplicatorStatus, max_lag: float) -> list[str]:
         reasons.append(f"failed: {s.errors.last}")  # retried with backoff; the error says what to fix
     if not s.source.connected:
         reasons.append("binlog stream not connected")
+    elif heartbeat is not None and s.last_packet_at is not None:
+        silent = time.time() - s.last_packet_at
+        if silent > SILENT_HEARTBEATS * heartbeat:
+            reasons.append(f"no event or heartbeat from the source for {silent:.1f}s")
     if not s.redis_reachable:
         reasons.append("redis unreachable")
     if not s.leader:
@@ -64,7 +74,7 @@ async def ready(request: Request, settings: SettingsDep) -> ReadyOut | JSONRespo
         )
     else:
         s = source.status()
-        reasons = readiness(s, settings.max_lag_seconds)
+        reasons = readiness(s, settings.max_lag_seconds, settings.heartbeat_seconds)
         body = ReadyOut(
             ready=not reasons,
             state=s.state,

@@ -24,6 +24,12 @@ __all__ = ["run"]
 
 log = logging.getLogger(__name__)
 
+# After SIGTERM/SIGINT the replicator finishes the batch in flight; if it has not stopped this
+# long after the signal (a source or Redis gone silent mid-call), it is cancelled: the mirror
+# stays consistent (an apply call is atomic in Redis; the next start resumes from the stored
+# checkpoint). Cleanup after that is bounded too (docs/mirror.md, "Stopping").
+STOP_GRACE_SECONDS = 10.0
+
 
 def run(
     mysql: Annotated[
@@ -138,10 +144,19 @@ async def _main(settings: Settings, *, api: bool, demo_admin: MySQLUrl | None) -
         demo_task = asyncio.create_task(demo_writes(demo_admin), name="demo-writes")
     replicator = Replicator(settings)
     loop = asyncio.get_running_loop()
+    run_task = asyncio.create_task(replicator.run(), name="replicator")
+    forced: list[asyncio.TimerHandle] = []
+
+    def force_stop() -> None:
+        if not run_task.done():
+            log.warning("not stopped %gs after the signal: cancelling the replicator", STOP_GRACE_SECONDS)
+            run_task.cancel()
 
     def on_signal(sig: signal.Signals) -> None:
         log.info("%s received: stopping after the transactions in flight", sig.name)
         replicator.stop()
+        if not forced:
+            forced.append(loop.call_later(STOP_GRACE_SECONDS, force_stop))
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal, sig)
@@ -158,10 +173,15 @@ async def _main(settings: Settings, *, api: bool, demo_admin: MySQLUrl | None) -
     tune_gc()
     try:
         try:
-            await replicator.run()
+            await run_task
         except ReplicatorError as exc:
             raise _Logged() from exc
+        except asyncio.CancelledError:
+            if not forced or asyncio.current_task().cancelling():  # type: ignore[union-attr]
+                raise  # not our force_stop: someone cancelled this command
     finally:
+        for handle in forced:
+            handle.cancel()
         if hub is not None:  # before uvicorn stops: subscribers get the last changes, then 1001
             from api.server import close_subscribers
 

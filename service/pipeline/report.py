@@ -60,9 +60,13 @@ def build_status(
     applied = progress.applied
     lag: float | None = None
     if progress.applied_ts is not None or applied is not None:
-        fresh = last_packet and now - last_packet < 3 * settings.heartbeat_seconds
+        # a stream that went silent is behind by its silence, at least
+        silent = now - last_packet if last_packet else None
+        fresh = silent is not None and silent < 2 * settings.heartbeat_seconds
         if waiting == 0 and fresh:
             lag = 0.0
+        elif waiting == 0 and silent is not None:
+            lag = silent
         elif progress.applied_ts:
             lag = max(0.0, now - progress.applied_ts)
         elif last_packet:

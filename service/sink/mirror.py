@@ -20,6 +20,7 @@ Redis errors become SinkError in service/sink/replies.py (map_redis_errors) and 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import secrets
@@ -190,10 +191,18 @@ class RedisMirror:
                 return True
             return bool(await self._renew(keys=[self.layout.lease_key], args=[self.token, ttl]))
 
+    @property
+    def probe_timeout(self) -> float:
+        """How long a lease renewal or a ping may take: half the lease's TTL, so a Redis that went
+        silent ends the session (and readiness) before the lease could expire, not after the
+        client's socket timeout."""
+        return self.options.lease_ttl / 2
+
     async def renew_lease(self) -> None:
         ttl = int(self.options.lease_ttl * 1000)
         with map_redis_errors("renewing the writer lease"):
-            ok = await self._renew(keys=[self.layout.lease_key], args=[self.token, ttl])
+            async with asyncio.timeout(self.probe_timeout):
+                ok = await self._renew(keys=[self.layout.lease_key], args=[self.token, ttl])
         if not ok:
             raise await self.lease_lost(
                 LeaseLost("the writer lease expired or was taken by another instance")
@@ -208,14 +217,18 @@ class RedisMirror:
     async def release_lease(self) -> bool:
         """Delete the lease if this instance holds it; False if not held or Redis is unreachable."""
         with contextlib.suppress(SinkError), map_redis_errors("releasing the writer lease"):
-            return bool(await self._release(keys=[self.layout.lease_key], args=[self.token]))
+            async with asyncio.timeout(self.probe_timeout):  # a stop must not wait for a silent Redis
+                return bool(await self._release(keys=[self.layout.lease_key], args=[self.token]))
         return False
 
     async def ping(self) -> bool:
         """True when Redis answers; else False, with why in `ping_error`. Refused credentials
         raise SinkAccessDenied (permanent: waiting cannot help)."""
         try:
-            ok = bool(await self.redis.ping())
+            # at least a second: it only looks for Redis before taking the lease, and a very
+            # short TTL must not make a loaded Redis look unreachable
+            async with asyncio.timeout(max(self.probe_timeout, 1.0)):
+                ok = bool(await self.redis.ping())
         except (rexc.AuthenticationError, rexc.AuthorizationError, rexc.NoPermissionError) as exc:
             raise redis_access_denied("ping", exc) from exc
         except rexc.ResponseError as exc:

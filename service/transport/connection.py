@@ -40,7 +40,12 @@ ER_MASTER_FATAL_ERROR_READING_BINLOG = 1236
 # access denied (db, user/password, table, column, "you need the X privilege"), no password
 # given, auth plugin unsupported, password expired, account locked (MySQL 3118, MariaDB 4151)
 ACCESS_DENIED_CODES = frozenset({1044, 1045, 1142, 1143, 1227, 1251, 1698, 1820, 1862, 3118, 4151})
+CR_SERVER_LOST = 2013
 CONNECT_TIMEOUT = 10.0
+# The longest any reply packet may take on a query connection (side, catalog, resync, the dump's
+# setup): a connection that goes silent without closing (a black-holed path, a NAT that forgot it)
+# fails with 2013 after this instead of holding its caller (and any lock it holds) forever.
+QUERY_TIMEOUT = 10.0
 
 
 @contextlib.contextmanager
@@ -96,6 +101,24 @@ def connect_args(settings: Settings, url: MySQLUrl) -> dict[str, Any]:
     }
 
 
+class _TimedConnection(aiomysql.Connection):  # type: ignore[misc]
+    """aiomysql has no read timeout: every packet read here is bounded by `read_timeout`. On
+    expiry aiomysql closes the connection (`_close_on_cancel`) and the read fails as pymysql's
+    own read timeout does, with 2013 (mapped to a retriable SourceError by `map_errors`)."""
+
+    read_timeout: float = QUERY_TIMEOUT
+
+    async def _read_packet(self, packet_type: Any = None) -> Any:
+        args = () if packet_type is None else (packet_type,)
+        try:
+            async with asyncio.timeout(self.read_timeout):
+                return await super()._read_packet(*args)
+        except TimeoutError:
+            raise pymysql.err.OperationalError(
+                CR_SERVER_LOST, f"Lost connection to server: no reply within {self.read_timeout:g} s"
+            ) from None
+
+
 async def connect(settings: Settings, url: MySQLUrl | None = None) -> aiomysql.Connection:
     """An autocommit connection; mysql_native_password and caching_sha2_password (full auth over
     TLS, or RSA key exchange without TLS; aiomysql fetches the server's public key) both work."""
@@ -108,7 +131,9 @@ async def connect(settings: Settings, url: MySQLUrl | None = None) -> aiomysql.C
             # can swallow a cancellation (service/sink/client.py); aiomysql closes the socket
             # of a handshake cut short.
             async with asyncio.timeout(CONNECT_TIMEOUT):
-                return await aiomysql.connect(**connect_args(settings, url), program_name="binlog-mirror")
+                conn = _TimedConnection(**connect_args(settings, url), program_name="binlog-mirror")
+                await conn._connect()  # what aiomysql.connect() does, with our class
+                return conn
         except TimeoutError:
             raise SourceError(f"connecting to {url}: no answer within {CONNECT_TIMEOUT:g} s") from None
 

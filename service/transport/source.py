@@ -22,6 +22,7 @@ import contextlib
 import logging
 import time
 from collections import Counter
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 import aiomysql
@@ -47,6 +48,8 @@ from service.settings import Settings
 from service.transactions import TableFilter, Transaction, TransactionAssembler
 from service.transport.columns import ColumnNames
 from service.transport.connection import (
+    CONNECT_TIMEOUT,
+    QUERY_TIMEOUT,
     ServerInfo,
     binlog_files,
     close_connection,
@@ -65,6 +68,10 @@ log = logging.getLogger(__name__)
 
 READ_TIMEOUT_FACTOR = 2.5
 SLICE_SECONDS = 0.001  # the longest the reader decodes before letting the other tasks run
+# The longest a caller waits for the side connection (held by another caller): every read on it
+# is bounded by QUERY_TIMEOUT, and a holder runs at most a reconnect and a few queries.
+SIDE_WAIT = CONNECT_TIMEOUT + 2 * QUERY_TIMEOUT
+KILL_TIMEOUT = 2.0  # the longest close() spends asking the source to end an old dump thread
 
 
 @dataclass(slots=True)
@@ -112,6 +119,10 @@ class _Session:
 
 
 _EOF = object()
+_OUR_DUMP_THREAD = (
+    "SELECT ID FROM information_schema.PROCESSLIST WHERE ID = %s AND COMMAND LIKE 'Binlog Dump%%' "
+    "AND USER = SUBSTRING_INDEX(CURRENT_USER(), '@', 1)"
+)
 
 
 class BinlogSource:
@@ -153,6 +164,10 @@ class BinlogSource:
         self._session: _Session | None = None
         self._task: asyncio.Task[None] | None = None
         self._done = False
+        # dump threads of connections this source gave up on: the server notices a dead dump
+        # socket only when it next writes to it, and until then lists the registration that makes
+        # the next preflight wait (docs/replication.md); they are KILLed instead
+        self._stale_dumps: list[int] = []
 
     # -- lifecycle -------------------------------------------------------------------------------
     async def __aenter__(self) -> BinlogSource:
@@ -198,9 +213,15 @@ class BinlogSource:
                 await self._task
             self._task = None
         if self._session is not None:
+            self._stale_dumps.append(self._session.stream.thread_id)
             await close_connection(self._session.stream.connection)
             self._fold(self._session.decoder.stats)
             self._session = None
+        if self._stale_dumps and self._ctl is not None and not self._ctl.closed:
+            # only on a side connection still open: close() must not wait for a reconnect
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(KILL_TIMEOUT):
+                    await self._kill_stale_dumps()
         if self._ctl is not None:
             await close_connection(self._ctl)
             self._ctl = None
@@ -247,8 +268,7 @@ class BinlogSource:
 
     async def source_position(self) -> Checkpoint:
         """The source's current end of binlog (SHOW MASTER STATUS / SHOW BINARY LOG STATUS)."""
-        async with self._ctl_lock:
-            ctl = await self._control()
+        async with self._side("reading the source's position") as ctl:
             assert self.info is not None
             return await current_checkpoint(ctl, self.info)
 
@@ -262,8 +282,8 @@ class BinlogSource:
         counted: a lower bound."""
         if not since.file:
             return None
-        async with self._ctl_lock:
-            files = await binlog_files(await self._control())
+        async with self._side("listing the binary logs") as ctl:
+            files = await binlog_files(ctl)
         if not files:
             return None
         total = 0
@@ -288,10 +308,38 @@ class BinlogSource:
 
     # -- internals -------------------------------------------------------------------------------
     async def _control(self) -> aiomysql.Connection:
-        """The side connection (preflight, positions, information_schema); reopened when lost."""
+        """The side connection (preflight, positions, information_schema); reopened when lost
+        (a read that timed out closed it)."""
         if self._ctl is None or self._ctl.closed:
             self._ctl = await connect(self.settings)
         return self._ctl
+
+    @contextlib.asynccontextmanager
+    async def _side(self, what: str) -> AsyncIterator[aiomysql.Connection]:
+        """The side connection, for one caller at a time. The lock is held across I/O whose
+        every read is bounded (QUERY_TIMEOUT), and waiting for it is bounded too (SIDE_WAIT)."""
+        try:
+            async with asyncio.timeout(SIDE_WAIT):
+                await self._ctl_lock.acquire()
+        except TimeoutError:
+            raise SourceError(f"{what}: the side connection stayed busy for {SIDE_WAIT:g} s") from None
+        try:
+            yield await self._control()
+        finally:
+            self._ctl_lock.release()
+
+    async def _kill_stale_dumps(self) -> None:
+        """End the server side of dump connections given up on (the registration of our
+        server_id goes with them), so the next dump or preflight need not wait for the server
+        to notice. Best effort: a thread already gone (1094) or an error leaves it to time."""
+        async with self._side("ending an old dump thread") as ctl:
+            while self._stale_dumps:
+                thread = self._stale_dumps.pop()
+                with contextlib.suppress(SourceError):
+                    # only a dump thread of this user: after a server restart the id may be
+                    # someone else's connection
+                    if await fetch(ctl, _OUR_DUMP_THREAD, (thread,)):
+                        await fetch(ctl, f"KILL CONNECTION {int(thread)}")
 
     async def _resolve(self, ctl: aiomysql.Connection, info: ServerInfo, start: StartPoint) -> _Resume:
         if isinstance(start, Checkpoint):
@@ -342,6 +390,9 @@ class BinlogSource:
         """A new dump connection + decoder + tracker from the resume point."""
         assert self._resume is not None and self.info is not None
         resume = self._resume
+        if self._stale_dumps:
+            with contextlib.suppress(SourceError):
+                await self._kill_stale_dumps()
         conn = await connect(self.settings)
         stream = BinlogStream(conn, self.info, read_timeout=self.heartbeat * READ_TIMEOUT_FACTOR)
         try:
@@ -403,6 +454,7 @@ class BinlogSource:
         self.stats.connected = False
         self.stats.last_error = str(exc)
         if session is not None:
+            self._stale_dumps.append(session.stream.thread_id)
             session.stream.close()
             self._fold(session.decoder.stats)
         self._session = None
@@ -476,8 +528,8 @@ class BinlogSource:
         or a transaction that waits for room in the queue."""
         if txn.ddl and self._names_from_schema:
             schemas = sorted({s for d in txn.ddl for s, _ in d.tables} | {d.schema for d in txn.ddl})
-            async with self._ctl_lock:
-                await self._columns.refresh(await self._control(), [s for s in schemas if s] or None)
+            async with self._side("reading column names") as ctl:
+                await self._columns.refresh(ctl, [s for s in schemas if s] or None)
         # The consumer may be behind: waiting here stops reading (TCP pushes back).
         await self._queue.put(txn, len(txn.changes))
         self._delivered(session, 1, txn)

@@ -125,6 +125,7 @@ class Proxy:
         self._server: asyncio.Server | None = None
         self._pairs: list[tuple[asyncio.StreamWriter, asyncio.StreamWriter]] = []
         self._tasks: set[asyncio.Task[None]] = set()
+        self._frozen: set[asyncio.StreamWriter] = set()
         self.connections = 0
 
     async def __aenter__(self) -> Proxy:
@@ -153,7 +154,7 @@ class Proxy:
     async def _pipe(self, src: asyncio.StreamReader, dst: asyncio.StreamWriter, downstream: bool) -> None:
         with contextlib.suppress(OSError, asyncio.IncompleteReadError):
             while data := await src.read(65536):
-                while self.stalled and not dst.is_closing():
+                while (self.stalled or dst in self._frozen) and not dst.is_closing():
                     await asyncio.sleep(0.05)  # hold the bytes: a half-open connection
                 if downstream and self.cut_after is not None:
                     if len(data) >= self.cut_after:  # pass part of the chunk, then fail mid-packet
@@ -165,6 +166,12 @@ class Proxy:
                 dst.write(data)
                 await dst.drain()
         dst.close()
+
+    def freeze(self) -> None:
+        """Hold every byte of the connections open now, both ways, for good, without closing
+        them (a black-holed path); connections made later pass."""
+        for a, b in self._pairs:
+            self._frozen |= {a, b}
 
     def drop(self) -> None:
         """Close every current connection (both sides), like a network failure."""

@@ -21,11 +21,11 @@ from prometheus_client import CollectorRegistry, generate_latest
 from api.main import create_app
 from api.metrics import StatusCollector
 from api.routes.health import readiness
+from service.backoff import Backoff
+from service.devtools.stack import LocalStack
 from service.pipeline.replicator import Replicator
 from service.pipeline.status import State
 from service.settings import load_settings
-from service.devtools.stack import LocalStack
-from service.transport.backoff import Backoff
 
 pytestmark = pytest.mark.integration
 

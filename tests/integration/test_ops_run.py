@@ -24,8 +24,8 @@ import redis as redis_sync
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from service.sink.keys import KeyLayout
 from service.devtools.stack import LocalStack
+from service.sink.keys import KeyLayout
 
 pytestmark = pytest.mark.integration
 

@@ -62,3 +62,12 @@ def test_no_import_cycle_in_service_or_api() -> None:
     modules = set(graph.modules)
     adjacency = {m: graph.find_modules_directly_imported_by(m) & modules for m in modules}
     assert _cycles(adjacency) == []
+
+
+def test_no_module_of_service_or_api_is_over_600_lines() -> None:
+    """Small modules (issue 23): one that grows past this is split along its jobs."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    sizes = {p: len(p.read_text().splitlines()) for d in ("service", "api") for p in (root / d).rglob("*.py")}
+    assert not {str(p.relative_to(root)): n for p, n in sizes.items() if n > 600}
