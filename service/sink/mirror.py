@@ -225,8 +225,7 @@ class RedisMirror:
         """True when Redis answers; else False, with why in `ping_error`. Refused credentials
         raise SinkAccessDenied (permanent: waiting cannot help)."""
         try:
-            # at least a second: it only looks for Redis before taking the lease, and a very
-            # short TTL must not make a loaded Redis look unreachable
+            # at least 1 s: a very short lease TTL must not make a loaded Redis look unreachable
             async with asyncio.timeout(max(self.probe_timeout, 1.0)):
                 ok = bool(await self.redis.ping())
         except (rexc.AuthenticationError, rexc.AuthorizationError, rexc.NoPermissionError) as exc:
