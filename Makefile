@@ -25,7 +25,7 @@ system-packages:
 	  else echo "run: sudo apt-get install -y $(APT_PACKAGES)"; exit 1; fi; fi
 
 demo: system-packages $(BIN)/binlog-mirror
-	$(BIN)/binlog-mirror run
+	$(BIN)/binlog-mirror demo
 
 lint: $(BIN)/binlog-mirror
 	$(BIN)/ruff check .

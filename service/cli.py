@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from importlib.metadata import version
 from pathlib import Path
 from typing import Annotated
 
@@ -14,7 +15,7 @@ from rich.console import Console
 from service.batch_cli import replay, snapshot
 from service.binlog_cli import decode
 from service.errors import ReplicatorError
-from service.run_cli import run
+from service.run_cli import demo, run
 from service.stack import LocalStack
 from service.stream_cli import stream
 
@@ -28,6 +29,7 @@ app.add_typer(stack_app, name="stack")
 app.command("stream")(stream)
 app.command("decode")(decode)
 app.command("run")(run)
+app.command("demo")(demo)
 app.command("snapshot")(snapshot)
 app.command("replay")(replay)
 
@@ -43,12 +45,24 @@ StackDir = Annotated[
 
 def fail(message: str, code: int = 1) -> typer.Exit:
     """One clear line on stderr, then exit non-zero."""
-    console.print(f"[red]error:[/red] {message}", highlight=False, markup=True)
+    console.print(f"[red]error:[/red] {message}", highlight=False, markup=True, soft_wrap=True)
     return typer.Exit(code)
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"binlog-mirror {version('binlog-mirror')}")
+        raise typer.Exit()
+
+
 @app.callback()
-def main(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False) -> None:
+def main(
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False,
+    show_version: Annotated[
+        bool,
+        typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit."),
+    ] = False,
+) -> None:
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

@@ -1,7 +1,9 @@
 """`binlog-mirror run`: the replicator (+ the HTTP API in the same event loop).
 
-With neither --mysql nor --redis (nor their env vars / config), it starts the local stack and a
-trickle of demo writes: the README's demo command.
+`run` needs both servers (flags, env vars or config) and names the missing settings otherwise.
+`binlog-mirror demo` starts the local stack and a trickle of demo writes: the README's demo
+command. Demo mode is never a fallback: in a container a forgotten setting must not install
+MariaDB.
 """
 
 from __future__ import annotations
@@ -16,10 +18,10 @@ from typing import Annotated, Any
 import typer
 
 from service.batch_cli import split_globs
-from service.errors import ReplicatorError
+from service.errors import ConfigError, ReplicatorError
 from service.settings import MySQLUrl, Settings, load_settings
 
-__all__ = ["run"]
+__all__ = ["demo", "run"]
 
 log = logging.getLogger(__name__)
 
@@ -67,10 +69,29 @@ def run(
             server_id=server_id,
             api_port=api_port,
         )
-        demo_admin: MySQLUrl | None = None
-        if settings.mysql is None and settings.redis is None:
-            settings, demo_admin = _demo_settings(settings)
-        asyncio.run(_main(settings, api=api, demo_admin=demo_admin))
+        missing = [
+            f"BINLOG_MIRROR_{name.upper()}" for name in ("mysql", "redis") if getattr(settings, name) is None
+        ]
+        if missing:
+            raise ConfigError(
+                f"no server configured: set {' and '.join(missing)} (or --mysql/--redis, or mysql/redis"
+                " in --config FILE); `binlog-mirror demo` runs against a throwaway local stack"
+            )
+        asyncio.run(_main(settings, api=api, demo_admin=None))
+    except ReplicatorError as exc:
+        raise fail(str(exc)) from None
+
+
+def demo(
+    api_port: Annotated[int | None, typer.Option("--api-port")] = None,
+) -> None:
+    """Start a throwaway local MariaDB + Redis (.stack/) and mirror a trickle of demo writes."""
+    from service.cli import fail
+
+    try:
+        settings = load_settings(None, api_port=api_port)
+        settings, demo_admin = _demo_settings(settings)
+        asyncio.run(_main(settings, api=True, demo_admin=demo_admin))
     except ReplicatorError as exc:
         raise fail(str(exc)) from None
 

@@ -48,3 +48,43 @@ def test_exclude_tables_flag_refuses_a_pattern_without_schema(started: list[Sett
     result = CliRunner().invoke(app, ["run", *URLS, "--exclude-tables", "tmp"])
     assert result.exit_code == 1 and not started
     assert "exclude_tables" in result.output and "must be schema.table" in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "named"),
+    [
+        ([], {}, "BINLOG_MIRROR_MYSQL and BINLOG_MIRROR_REDIS"),
+        (URLS[:2], {}, "BINLOG_MIRROR_REDIS"),
+        ([], {"BINLOG_MIRROR_REDIS": "redis://cache:6379/0"}, "BINLOG_MIRROR_MYSQL"),
+    ],
+)
+def test_run_without_servers_names_the_missing_settings(
+    started: list[Settings],
+    monkeypatch: pytest.MonkeyPatch,
+    args: list[str],
+    env: dict[str, str],
+    named: str,
+) -> None:
+    """No demo fallback: in a container a forgotten setting must not start (or install) a stack."""
+    for name in ("BINLOG_MIRROR_MYSQL", "BINLOG_MIRROR_REDIS"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    result = CliRunner().invoke(app, ["run", *args])
+    assert result.exit_code == 1 and not started
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1, result.output
+    assert f"set {named} (" in lines[0] and "binlog-mirror demo" in lines[0]
+
+
+def test_version_prints_the_installed_version() -> None:
+    from importlib.metadata import version
+
+    result = CliRunner().invoke(app, ["--version"])
+    assert result.exit_code == 0
+    assert result.output == f"binlog-mirror {version('binlog-mirror')}\n"
+
+
+def test_demo_is_its_own_command() -> None:
+    result = CliRunner().invoke(app, ["demo", "--help"])
+    assert result.exit_code == 0 and "throwaway local MariaDB" in result.output
