@@ -4,7 +4,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-APT_PACKAGES := mariadb-server mariadb-client redis-server python3-venv default-jre-headless
+APT_PACKAGES := mariadb-server mariadb-client redis-server python3-venv default-jre-headless buildah mmdebstrap prometheus
 
 .PHONY: demo test lint typecheck pytest bench bench-stream bench-e2e bench-fanout bench-memory bench-table-ops bench-redis-floor fast pure system-packages clean
 
