@@ -28,8 +28,7 @@ RUN if [ "$COMPILE" = 1 ]; then \
 WORKDIR /src
 COPY pyproject.toml README.md ./
 # Two venvs: /opt/binlog-mirror is what ships; /opt/tools (mypy, setuptools) builds it. The
-# dependencies come first, in their own layer. pip's cache stays in this stage (or in a volume
-# the builder mounts at /root/.cache/pip, as tests/deploy/test_image.py does), never in the image.
+# dependencies come first, in their own layer. pip's cache stays in this stage, never in the image.
 RUN python3 -m venv /opt/binlog-mirror && python3 -m venv /opt/tools \
  && python3 -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; \
       print("\n".join(p["dependencies"]), file=open("/tmp/requirements.txt", "w")); \

@@ -4,10 +4,12 @@ test stack until /health/ready, as a Kubernetes probe would see it.
 No Docker engine here: buildah builds (vfs storage, chroot isolation, as root) from a Debian
 base image that mmdebstrap makes from Debian's packages, so no registry is needed. Both come
 from apt (`.ci/run` and `make system-packages` install them); without them the test skips.
-The base tarball, the image storage and a pip cache live under BINLOG_MIRROR_IMAGE_CACHE
-(default /var/tmp/binlog-mirror-image), outside the repository: reruns skip the debootstrap
-and download nothing new. The test builds the pure-Python image (COMPILE=0) to stay lean; set
-BINLOG_MIRROR_IMAGE_COMPILE=1 to build the compiled default (about 20 min on 2 busy cores).
+The base tarball and the image storage live under BINLOG_MIRROR_IMAGE_CACHE (default
+/var/tmp/binlog-mirror-image), outside the repository: reruns skip the debootstrap (about 3 min)
+and keep only the base image between runs. pip downloads the dependencies on each build (a
+`--volume` on pip's cache directory stayed empty with buildah 1.28's bud). The test builds the
+pure-Python image (COMPILE=0) to stay lean; BINLOG_MIRROR_IMAGE_COMPILE=1 builds the compiled
+default (19.5 min measured on 2 busy cores, cold).
 """
 
 from __future__ import annotations
@@ -110,12 +112,11 @@ def base_image() -> str:
 @pytest.fixture(scope="module")
 def image(base_image: str) -> Iterator[str]:
     """The Dockerfile's default target, built from the local base (one build per session)."""
-    (CACHE / "pip").mkdir(exist_ok=True)
     # The host's trust store (and a pip.conf pointing pip at it), so a TLS-inspecting proxy that
-    # the host trusts works inside the build too; pip's own cache persists across runs.
+    # the host trusts works inside the build too.
     pip_conf = CACHE / "pip.conf"
     pip_conf.write_text("[global]\ncert = /etc/ssl/certs/ca-certificates.crt\n")
-    volumes = ["--volume", f"{CACHE / 'pip'}:/root/.cache/pip", "--volume", f"{pip_conf}:/etc/pip.conf:ro"]
+    volumes = ["--volume", f"{pip_conf}:/etc/pip.conf:ro"]
     host_cas = Path("/etc/ssl/certs/ca-certificates.crt")
     if host_cas.exists():
         volumes += ["--volume", f"{host_cas}:{host_cas}:ro"]
