@@ -1,37 +1,79 @@
-# One image for the replicator + API. Run ONE replica per source: the binlog reader is a single
-# writer (a Redis lease fences out a second instance, but it would only stand by).
-# It ships the mypyc-compiled build (`make fast`); `--build-arg COMPILE=0` builds a pure-Python one.
-FROM python:3.11-slim AS build
+# syntax=docker/dockerfile:1
+# binlog-mirror: the replicator + API (default target) and `spark` (+ a JRE and pyspark, for
+# `snapshot` / `replay`). Run one writer per source; a second replica stands by on the Redis lease.
+#
+#   docker build -t binlog-mirror .                       # mypyc-compiled build
+#   docker build --build-arg COMPILE=0 -t binlog-mirror . # pure Python
+#   docker build --target spark -t binlog-mirror:spark .
+#
+# BASE is any Debian bookworm image with python3 >= 3.11 and its venv module: the official
+# python image by default (pin a digest with python:3.11.14-slim-bookworm@sha256:...), or one made
+# from Debian packages (tests/deploy/test_image.py builds one with mmdebstrap: no registry needed).
+ARG BASE=python:3.11.14-slim-bookworm
+
+FROM ${BASE} AS build
 ARG COMPILE=1
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore PYTHONDONTWRITEBYTECODE=1
+# Build stage only: a C compiler and Python's headers for mypyc (the python image has the headers;
+# a plain Debian base needs python3-dev). Versions are the base release's: pinning them would break
+# the build at each Debian point release, and nothing from here reaches the runtime image.
+# $pkgs is a word list on purpose (SC2086).
+# hadolint ignore=DL3008,SC2086
+RUN if [ "$COMPILE" = 1 ]; then \
+      pkgs="gcc libc6-dev"; \
+      python3 -c 'import os, sysconfig, sys; sys.exit(not os.path.exists(sysconfig.get_path("include") + "/Python.h"))' \
+        || pkgs="$pkgs python3-dev"; \
+      apt-get update && apt-get install -y --no-install-recommends $pkgs && rm -rf /var/lib/apt/lists/*; \
+    fi
 WORKDIR /src
 COPY pyproject.toml README.md ./
-# From pyproject.toml: the dependencies, installed first (own layer; mypyc type-checks against
-# them, as `make fast` does in the dev venv), and the dev extra's mypy and stubs.
-RUN python -c 'import pathlib, tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; \
-      pathlib.Path("/tmp/requirements.txt").write_text("\n".join(p["dependencies"])); \
+# Two venvs: /opt/binlog-mirror is what ships; /opt/tools (mypy, setuptools) builds it. The
+# dependencies come first, in their own layer. pip's cache stays in this stage, never in the image.
+RUN python3 -m venv /opt/binlog-mirror && python3 -m venv /opt/tools \
+ && python3 -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; \
+      print("\n".join(p["dependencies"]), file=open("/tmp/requirements.txt", "w")); \
       dev = [r for r in p["optional-dependencies"]["dev"] if r.startswith(("mypy", "types-"))]; \
-      pathlib.Path("/tmp/mypyc-requirements.txt").write_text("\n".join(dev))' \
- && pip install --no-cache-dir --prefix=/install -r /tmp/requirements.txt
-# Build stage only (the runtime stage gets neither): a C compiler, mypy and the stubs.
-RUN if [ "$COMPILE" = 1 ]; then \
-      apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev \
-      && rm -rf /var/lib/apt/lists/* \
-      && pip install --no-cache-dir "setuptools>=68" -r /tmp/mypyc-requirements.txt; \
-    fi
+      print("\n".join(dev), file=open("/tmp/tools.txt", "w"))' \
+ && /opt/binlog-mirror/bin/pip install -r /tmp/requirements.txt \
+ && /opt/tools/bin/pip install "setuptools>=70.1" -r /tmp/tools.txt
 COPY service ./service
 COPY api ./api
-# The build writes *.so next to their .py; they are package data (pyproject.toml), so they install.
-RUN if [ "$COMPILE" = 1 ]; then \
-      PYTHONPATH=/install/lib/python3.11/site-packages python -m service.devtools.build_decoder; \
-    fi \
- && pip install --no-cache-dir --no-deps --prefix=/install .
+# mypyc type-checks against the shipped venv's packages (PYTHONPATH), as `make fast` does in the
+# dev venv; the *.so it writes next to their .py are package data, so the wheel carries them.
+RUN site="$(/opt/binlog-mirror/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" \
+ && if [ "$COMPILE" = 1 ]; then PYTHONPATH="$site" /opt/tools/bin/python -m service.devtools.build_decoder; fi \
+ && /opt/tools/bin/pip wheel --no-deps --no-build-isolation -w /tmp/wheel . \
+ && /opt/binlog-mirror/bin/pip install --no-deps --no-cache-dir /tmp/wheel/*.whl \
+ && /opt/binlog-mirror/bin/binlog-mirror --version
 
-FROM python:3.11-slim
-RUN useradd --system --uid 10001 mirror
-COPY --from=build /install /usr/local
-USER mirror
-ENV BINLOG_MIRROR_API_HOST=0.0.0.0 BINLOG_MIRROR_API_PORT=8080
+FROM ${BASE} AS runtime-base
+RUN useradd --system --uid 10001 --gid 0 --no-create-home --home-dir /nonexistent mirror
+COPY --from=build /opt/binlog-mirror /opt/binlog-mirror
+ENV PATH=/opt/binlog-mirror/bin:$PATH PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 \
+    BINLOG_MIRROR_API_HOST=0.0.0.0 BINLOG_MIRROR_API_PORT=8080
 EXPOSE 8080
-HEALTHCHECK --interval=15s --timeout=3s CMD python -c "import urllib.request,sys; urllib.request.urlopen('http://127.0.0.1:8080/health/live')" || exit 1
-# Settings come from the environment: BINLOG_MIRROR_MYSQL, BINLOG_MIRROR_REDIS, BINLOG_MIRROR_TABLES, ...
-ENTRYPOINT ["binlog-mirror", "run"]
+# /health/live needs no token. Plain Python: the image has no curl.
+HEALTHCHECK --interval=15s --timeout=3s --start-period=20s --retries=3 \
+  CMD ["python3", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/health/live' % os.environ.get('BINLOG_MIRROR_API_PORT', '8080'), timeout=2)"]
+# Settings come from the environment: BINLOG_MIRROR_MYSQL, BINLOG_MIRROR_REDIS, BINLOG_MIRROR_TABLES,
+# BINLOG_MIRROR_API_TOKEN, ... (docs/operations.md). Without MYSQL/REDIS `run` exits 1 naming them.
+ENTRYPOINT ["binlog-mirror"]
+CMD ["run"]
+
+# The batch jobs (`snapshot`, `replay`): a JRE and pyspark (the spark extra) on the runtime.
+FROM runtime-base AS spark
+USER 0
+COPY pyproject.toml /tmp/pyproject.toml
+# The JRE follows the base's Debian release (see the build stage); man1 must exist for its postinst.
+# hadolint ignore=DL3008
+RUN mkdir -p /usr/share/man/man1 \
+ && apt-get update && apt-get install -y --no-install-recommends openjdk-17-jre-headless \
+ && rm -rf /var/lib/apt/lists/* \
+ && python3 -c 'import tomllib; p = tomllib.load(open("/tmp/pyproject.toml", "rb"))["project"]; \
+      print("\n".join(p["optional-dependencies"]["spark"]), file=open("/tmp/spark.txt", "w"))' \
+ && /opt/binlog-mirror/bin/pip install --no-cache-dir -r /tmp/spark.txt && rm /tmp/spark.txt /tmp/pyproject.toml
+USER 10001:0
+
+# The default target: the replicator + API, as a numeric non-root user (runAsNonRoot can check it).
+FROM runtime-base AS runtime
+USER 10001:0

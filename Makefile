@@ -4,9 +4,12 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-APT_PACKAGES := mariadb-server mariadb-client redis-server python3-venv default-jre-headless chromium
+APT_PACKAGES := mariadb-server mariadb-client redis-server python3-venv default-jre-headless
+# Only the tests need these: the dashboard's browser test (chromium), the image test (buildah,
+# mmdebstrap) and the alert-rule tests (promtool, in prometheus).
+TEST_APT_PACKAGES := chromium buildah mmdebstrap prometheus
 
-.PHONY: demo test lint typecheck pytest bench bench-stream bench-e2e bench-fanout bench-memory bench-table-ops bench-redis-floor fast pure system-packages clean
+.PHONY: demo test lint typecheck pytest bench bench-stream bench-e2e bench-fanout bench-memory bench-table-ops bench-redis-floor fast pure system-packages test-packages clean
 
 $(BIN)/binlog-mirror: pyproject.toml
 	@$(PYTHON) -c 'import venv, ensurepip' 2>/dev/null || $(MAKE) system-packages
@@ -16,7 +19,7 @@ $(BIN)/binlog-mirror: pyproject.toml
 	@touch $@
 
 system-packages:
-	@missing=""; for b in mariadbd redis-server mariadb-binlog java chromium; do \
+	@missing=""; for b in mariadbd redis-server mariadb-binlog java; do \
 	  command -v $$b >/dev/null || [ -x /usr/sbin/$$b ] || missing=1; done; \
 	$(PYTHON) -c 'import venv, ensurepip' 2>/dev/null || missing=1; \
 	if [ -n "$$missing" ]; then \
@@ -24,8 +27,16 @@ system-packages:
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES); \
 	  else echo "run: sudo apt-get install -y $(APT_PACKAGES)"; exit 1; fi; fi
 
+test-packages: system-packages
+	@missing=""; for b in chromium buildah mmdebstrap promtool; do \
+	  command -v $$b >/dev/null || missing=1; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(TEST_APT_PACKAGES); \
+	  else echo "run: sudo apt-get install -y $(TEST_APT_PACKAGES) (or the tests that need them skip)"; fi; fi
+
 demo: system-packages $(BIN)/binlog-mirror
-	$(BIN)/binlog-mirror run
+	$(BIN)/binlog-mirror demo
 
 lint: $(BIN)/binlog-mirror
 	$(BIN)/ruff check .
@@ -35,7 +46,7 @@ lint: $(BIN)/binlog-mirror
 typecheck: $(BIN)/binlog-mirror
 	$(BIN)/mypy
 
-pytest: system-packages $(BIN)/binlog-mirror
+pytest: test-packages $(BIN)/binlog-mirror
 	$(BIN)/pytest
 
 test: lint typecheck pytest

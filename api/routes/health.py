@@ -1,14 +1,18 @@
-"""Liveness (no auth: the process answers) and readiness (the mirror is usable)."""
+"""Liveness (the process answers) and readiness (the mirror is usable).
+
+Neither needs the API token, so orchestrator probes (Kubernetes, compose, a Docker HEALTHCHECK)
+work with one set: they answer with a state and reasons only, never rows, positions or URLs.
+"""
 
 from __future__ import annotations
 
 import time
 
-from fastapi import APIRouter, Depends, status
+from fastapi import APIRouter, status
 from fastapi.responses import JSONResponse
 from starlette.requests import Request
 
-from api.deps import AUTH_RESPONSES, SettingsDep, StatusSource, require_token
+from api.deps import SettingsDep, StatusSource
 from api.schemas import LiveOut, ReadyOut
 from service.pipeline.status import ReplicatorStatus, State
 
@@ -56,11 +60,7 @@ def readiness(s: ReplicatorStatus, max_lag: float, heartbeat: float | None = Non
     "/ready",
     response_model=ReadyOut,
     summary="Stream connected, Redis reachable, lag under max_lag_seconds",
-    responses={
-        **AUTH_RESPONSES,
-        503: {"model": ReadyOut, "description": "Not ready; `reasons` says why."},
-    },
-    dependencies=[Depends(require_token)],
+    responses={503: {"model": ReadyOut, "description": "Not ready; `reasons` says why."}},
 )
 async def ready(request: Request, settings: SettingsDep) -> ReadyOut | JSONResponse:
     source: StatusSource | None = request.app.state.status_source

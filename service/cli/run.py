@@ -1,7 +1,9 @@
 """`binlog-mirror run`: the replicator (+ the HTTP API in the same event loop).
 
-With neither --mysql nor --redis (nor their env vars / config), it starts the local stack and a
-trickle of demo writes: the README's demo command.
+`run` needs both servers (flags, env vars or config) and names the missing settings otherwise.
+`binlog-mirror demo` starts the local stack and a trickle of demo writes: the README's demo
+command. Demo mode is never a fallback: in a container a forgotten setting must not install
+MariaDB.
 """
 
 from __future__ import annotations
@@ -16,11 +18,11 @@ from typing import Annotated, Any
 import typer
 
 from service.cli.common import fail, split_globs
-from service.errors import ReplicatorError
+from service.errors import ConfigError, ReplicatorError
 from service.settings import MySQLUrl, Settings, load_settings
 from service.startup import bind_api_socket, check_access
 
-__all__ = ["run"]
+__all__ = ["demo", "run"]
 
 log = logging.getLogger(__name__)
 
@@ -99,12 +101,31 @@ def run(
             mysql_password_file=mysql_password_file,
             redis_password_file=redis_password_file,
         )
-        demo_admin: MySQLUrl | None = None
-        if settings.mysql is None and settings.redis is None:
-            settings, demo_admin = _demo_settings(settings)
-        asyncio.run(_main(settings, api=api, demo_admin=demo_admin))
+        missing = [
+            f"BINLOG_MIRROR_{name.upper()}" for name in ("mysql", "redis") if getattr(settings, name) is None
+        ]
+        if missing:
+            raise ConfigError(
+                f"no server configured: set {' and '.join(missing)} (or --mysql/--redis, or mysql/redis"
+                " in --config FILE); `binlog-mirror demo` runs against a throwaway local stack"
+            )
+        asyncio.run(_main(settings, api=api, demo_admin=None))
     except _Logged:
         raise typer.Exit(1) from None  # the replicator logged its error: printed once
+    except ReplicatorError as exc:
+        raise fail(str(exc)) from None
+
+
+def demo(
+    api_port: Annotated[int | None, typer.Option("--api-port")] = None,
+) -> None:
+    """Start a throwaway local MariaDB + Redis (.stack/) and mirror a trickle of demo writes."""
+    try:
+        settings = load_settings(None, api_port=api_port)
+        settings, demo_admin = _demo_settings(settings)
+        asyncio.run(_main(settings, api=True, demo_admin=demo_admin))
+    except _Logged:
+        raise typer.Exit(1) from None
     except ReplicatorError as exc:
         raise fail(str(exc)) from None
 

@@ -36,6 +36,20 @@ def test_liveness_needs_no_token(make_client: Callable[..., TestClient]) -> None
     assert r.status_code == 200 and r.json() == {"status": "ok"}
 
 
+def test_readiness_needs_no_token_and_shows_no_data(
+    make_client: Callable[..., TestClient], double: StatusDouble
+) -> None:
+    """Probes carry no token: the answer is the state and the reasons, nothing the token guards."""
+    c = make_client(api_token=TOKEN)
+    for headers in ({}, {"Authorization": "Bearer nope"}):
+        r = c.get("/health/ready", headers=headers)
+        assert r.status_code == 200
+        assert set(r.json()) == {"ready", "state", "reasons", "lag_seconds", "max_lag_seconds"}
+    double.snapshot = replace(double.snapshot, redis_reachable=False)
+    r = c.get("/health/ready")
+    assert r.status_code == 503 and r.json()["reasons"] == ["redis unreachable"]
+
+
 def test_ready_when_streaming(client: TestClient) -> None:
     r = client.get("/health/ready")
     assert r.status_code == 200
@@ -161,8 +175,8 @@ def test_unknown_route_is_json_404(client: TestClient) -> None:
     assert r.status_code == 404 and r.json() == {"detail": "Not Found"}
 
 
-@pytest.mark.parametrize("path", ["/health/ready", "/position", "/lag", "/tables", "/tables/a/b", "/metrics"])
-def test_token_required_everywhere_but_liveness(make_client: Callable[..., TestClient], path: str) -> None:
+@pytest.mark.parametrize("path", ["/position", "/lag", "/tables", "/tables/a/b", "/metrics"])
+def test_token_required_everywhere_but_the_probes(make_client: Callable[..., TestClient], path: str) -> None:
     c = make_client(api_token=TOKEN)
     missing = c.get(path)
     assert missing.status_code == 401 and "missing bearer token" in missing.json()["detail"]

