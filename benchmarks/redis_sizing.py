@@ -22,8 +22,8 @@ from pathlib import Path
 
 import redis as redis_sync
 
+from service.devtools.stack import LocalStack
 from service.sink.keys import KeyLayout
-from service.stack import LocalStack
 
 DB = "sizing"
 DDL = (

@@ -1,5 +1,5 @@
 """GTIDs and GTID-set arithmetic: values built from fields, parsed from and formatted to the
-servers' text forms; pure (no I/O), compiled with the stream (service/build_decoder.py).
+servers' text forms; pure (no I/O), compiled with the stream (service/devtools/build_decoder.py).
 
     MySQL     "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5:7"      (uuid, then gno intervals)
               "3e11fa47-...:1-5:etl:1-3"                          (8.4 tagged GTIDs: tag, then its intervals)

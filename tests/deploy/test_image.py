@@ -30,8 +30,8 @@ import httpx
 import pytest
 import redis as redis_sync
 
+from service.devtools.stack import LocalStack
 from service.sink.keys import KeyLayout
-from service.stack import LocalStack
 
 ROOT = Path(__file__).resolve().parents[2]
 CACHE = Path(os.environ.get("BINLOG_MIRROR_IMAGE_CACHE", "/var/tmp/binlog-mirror-image"))
@@ -179,7 +179,7 @@ def free_port() -> int:
 @pytest.mark.timeout(3000)
 def test_image_runs_as_a_numeric_user_and_prints_its_version(container: str) -> None:
     out = buildah(*run_args(container, "binlog-mirror", "--version")).stdout
-    assert out.strip() == f"binlog-mirror {version('binlog-mirror')}"
+    assert out.strip().startswith(f"binlog-mirror {version('binlog-mirror')} (")
     assert buildah(*run_args(container, "id", "-u")).stdout.strip() == "10001"
     config = buildah("inspect", "--format", "{{.OCIv1.Config.User}}", IMAGE).stdout.strip()
     assert config == "10001:0"
