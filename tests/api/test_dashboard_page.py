@@ -16,9 +16,10 @@ from apihelpers import TOKEN, StatusDouble, streaming_status
 from fastapi.testclient import TestClient
 from websockets.asyncio.client import connect
 
-from api.log_redaction import LOGGERS, TokenRedactor, redact_query
+from api.log_redaction import LOGGERS
 from api.main import create_app
 from api.server import ApiServer
+from service.logsetup import RedactSecrets, redact
 from service.pipeline.status import ResyncStatus, TableStatus
 from service.settings import Settings
 
@@ -111,7 +112,7 @@ def test_info_before_the_replicator_starts_is_503() -> None:
     ids=["only", "middle", "case", "other-name", "none"],
 )
 def test_redact_query(text: str, expected: str) -> None:
-    assert redact_query(text) == expected
+    assert redact(text) == expected
 
 
 def test_filter_rewrites_uvicorn_access_record() -> None:
@@ -124,7 +125,7 @@ def test_filter_rewrites_uvicorn_access_record() -> None:
         ("127.0.0.1:5000", "GET", "/lag?token=s3cret", "1.1", 401),
         None,
     )
-    assert TokenRedactor().filter(record) is True
+    assert RedactSecrets().filter(record) is True
     assert record.getMessage() == '127.0.0.1:5000 - "GET /lag?token=*** HTTP/1.1" 401'
 
 
