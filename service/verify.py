@@ -39,6 +39,7 @@ from service.checkpoint import BinlogPosition, Checkpoint
 from service.errors import ConfigError, SinkError
 from service.pipeline.catalog import Catalog, TableInfo
 from service.settings import Settings
+from service.sink.checkpoints import decode_checkpoint
 from service.sink.client import redis_client
 from service.sink.keys import KeyLayout, split_key
 from service.sink.mirror import MirrorOptions, RedisMirror, map_redis_errors
@@ -445,10 +446,11 @@ class _Run:
         for start in range(0, len(changes), size):
             cp = await self._lease()
             with map_redis_errors("reading the checkpoint"):
-                gtid = await self.redis.hget(self.layout.checkpoint_key, "gtid")
+                stored = decode_checkpoint(await self.redis.hgetall(self.layout.checkpoint_key))
+            gtid = stored.gtid if stored else None
             span = EventSpan(cp.position.file, cp.position.pos, cp.position.pos)
             part = tuple(_at(c, span) for c in changes[start : start + size])
-            txn = Transaction(part, (), _s(gtid) if gtid else None, cp.ts or int(time.time()), cp)
+            txn = Transaction(part, (), gtid, cp.ts or int(time.time()), cp)
             await self.mirror.apply([(txn, ())])
         return len(changes)
 

@@ -46,6 +46,7 @@ class StoredCheckpoint:
     checkpoint: Checkpoint
     id: str  # the chain head
     values: str | None  # the value mode recorded with it; None in a hash written before it was
+    gtid: str | None = None  # the GTID of the transaction it ends (None: not in GTID mode)
 
 
 def decode_checkpoint(raw: Mapping[Any, bytes | str]) -> StoredCheckpoint | None:
@@ -55,7 +56,7 @@ def decode_checkpoint(raw: Mapping[Any, bytes | str]) -> StoredCheckpoint | None
     f = {_text(k): _text(v) for k, v in raw.items()}
     position = BinlogPosition(f["file"], int(f["pos"]))
     checkpoint = Checkpoint(position, f.get("gtid_set", ""), int(f.get("ts", 0)))
-    return StoredCheckpoint(checkpoint, f["id"], f.get("values"))
+    return StoredCheckpoint(checkpoint, f["id"], f.get("values"), f.get("gtid") or None)
 
 
 def _text(value: bytes | str) -> str:
