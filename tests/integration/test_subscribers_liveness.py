@@ -162,10 +162,11 @@ async def test_silent_subscribers_do_not_slow_the_apply(stack: LocalStack, batch
             f"{hub.dropped} subscribers dropped"
         )
         assert not poller.failures, poller.failures[:3]
-        # The aim is under a second, and most runs are (docs/BENCHMARKS.md, "Fan-out liveness").
-        # The bound is 2 s: on the shared 2-core machine (load average 9-11) a full garbage
-        # collection alone paused the loop for up to 0.8 s of wall clock, subscribers or not.
-        assert poller.worst < 2.0, f"/health/live took {poller.worst:.2f}s ({base_worst:.2f}s without)"
+        # Under a second (issue 25). Measured worst on this machine with nothing else running:
+        # 213 ms (change mode) and 95 ms (batch mode); only with 7 test suites sharing the 2 cores
+        # (load average 9-11) did a full garbage collection pause the loop for up to 0.8 s
+        # (docs/BENCHMARKS.md, "Fan-out liveness").
+        assert poller.worst < 1.0, f"/health/live took {poller.worst:.2f}s ({base_worst:.2f}s without)"
         assert status.leader and status.errors.count == errors_before, status.errors
         assert loaded < 2 * base, f"{loaded:.1f}s with subscribers, {base:.1f}s without"
         # cut off as lagging (1013); in batch mode a few may hold the whole load in their
