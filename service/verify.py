@@ -450,7 +450,8 @@ class _Run:
             gtid = stored.gtid if stored else None
             span = EventSpan(cp.position.file, cp.position.pos, cp.position.pos)
             part = tuple(_at(c, span) for c in changes[start : start + size])
-            txn = Transaction(part, (), gtid, cp.ts or int(time.time()), cp)
+            # the checkpoint's own time: the stored hash is rewritten exactly as it was
+            txn = Transaction(part, (), gtid, cp.ts, cp)
             await self.mirror.apply([(txn, ())])
         return len(changes)
 

@@ -57,6 +57,18 @@ def root(stack: LocalStack, db: str | None = None) -> pymysql.connections.Connec
     return stack.root_connection(db)
 
 
+def run_sql(stack: LocalStack, db: str | None, *statements: str) -> None:
+    """Run statements as root (in `db`, when given) and commit."""
+    conn = root(stack, db)
+    try:
+        with conn.cursor() as cur:
+            for sql in statements:
+                cur.execute(sql)
+        conn.commit()
+    finally:
+        conn.close()
+
+
 def create_schema(stack: LocalStack, db: str) -> None:
     conn = root(stack)
     with conn.cursor() as cur:

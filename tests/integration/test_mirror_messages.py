@@ -18,24 +18,13 @@ from tests.integration.mirror_helpers import (
     actual,
     expected,
     mirror_settings,
-    root,
+    run_sql,
     settle,
     stop_replicator,
     unique_names,
 )
 
 pytestmark = pytest.mark.integration
-
-
-def _sql(stack: LocalStack, db: str, *statements: str) -> None:
-    conn = root(stack, db)
-    try:
-        with conn.cursor() as cur:
-            for sql in statements:
-                cur.execute(sql)
-        conn.commit()
-    finally:
-        conn.close()
 
 
 def _messages(caplog: pytest.LogCaptureFixture) -> str:
@@ -47,8 +36,8 @@ async def test_flushall_is_reported_as_lost_keys(stack: LocalStack, caplog: pyte
     assert info is not None
     db, prefix = unique_names()
     redis_url = info.redis_url.rsplit("/", 1)[0] + "/5"  # a database of its own: FLUSHALL == FLUSHDB here
-    _sql(stack, "mysql", f"CREATE DATABASE {db}")
-    _sql(stack, db, "CREATE TABLE t (id INT PRIMARY KEY, v INT)", "INSERT INTO t VALUES (1, 1), (2, 2)")
+    run_sql(stack, "mysql", f"CREATE DATABASE {db}")
+    run_sql(stack, db, "CREATE TABLE t (id INT PRIMARY KEY, v INT)", "INSERT INTO t VALUES (1, 1), (2, 2)")
     caplog.set_level(logging.INFO)
     rep = Replicator(mirror_settings(stack, db, prefix, redis=redis_url, on_no_checkpoint="start"))
     task = asyncio.create_task(rep.run())
@@ -56,7 +45,7 @@ async def test_flushall_is_reported_as_lost_keys(stack: LocalStack, caplog: pyte
     try:
         await settle(rep, stack)
         r.flushdb()
-        _sql(stack, db, "INSERT INTO t VALUES (3, 3)")
+        run_sql(stack, db, "INSERT INTO t VALUES (3, 3)")
         deadline = time.monotonic() + 60
         while "Redis lost the mirror's keys" not in _messages(caplog):
             assert time.monotonic() < deadline, _messages(caplog)
@@ -81,8 +70,8 @@ async def test_key_change_caught_up_is_reported_as_such(
     info = stack.load()
     assert info is not None
     db, prefix = unique_names()
-    _sql(stack, "mysql", f"CREATE DATABASE {db}")
-    _sql(
+    run_sql(stack, "mysql", f"CREATE DATABASE {db}")
+    run_sql(
         stack,
         db,
         "CREATE TABLE t (id INT PRIMARY KEY, code VARCHAR(10) NOT NULL, v INT, UNIQUE KEY (code))",
@@ -96,7 +85,7 @@ async def test_key_change_caught_up_is_reported_as_such(
     finally:
         await stop_replicator(rep, task)
     # while the mirror is stopped: an update, then the primary key moves to another column
-    _sql(
+    run_sql(
         stack,
         db,
         "UPDATE t SET v = 10 WHERE id = 1",

@@ -23,6 +23,7 @@ from tests.integration.mirror_helpers import (
     expected,
     mirror_settings,
     root,
+    run_sql,
     settle,
     stop_replicator,
 )
@@ -32,17 +33,6 @@ pytestmark = pytest.mark.integration
 DB, PREFIX = "nometa", "nmd"
 KEYS = {"bin": ("k",)}
 PNG = "X'89504E470D0A1A0A0000000D49484452FFFE'"
-
-
-def _sql(stack: LocalStack, *statements: str) -> None:
-    conn = root(stack)
-    try:
-        with conn.cursor() as cur:
-            for sql in statements:
-                cur.execute(sql)
-        conn.commit()
-    finally:
-        conn.close()
 
 
 @pytest.mark.parametrize("metadata", ["NO_LOG", "MINIMAL"])
@@ -59,8 +49,9 @@ async def test_binary_and_latin1_values_and_keys_are_exact(
             cur.execute("SELECT @@binlog_row_metadata")
             assert cur.fetchone() == (metadata,)
         conn.close()
-        _sql(
+        run_sql(
             own,
+            None,
             f"CREATE DATABASE {DB} CHARACTER SET utf8mb4",
             f"CREATE TABLE {DB}.bin (k VARBINARY(8) PRIMARY KEY, b BLOB, b4 BINARY(4), "
             "l VARCHAR(20) CHARACTER SET latin1, u VARCHAR(20), n INT, "
@@ -72,15 +63,17 @@ async def test_binary_and_latin1_values_and_keys_are_exact(
         task = asyncio.create_task(rep.run())
         try:
             await settle(rep, own)
-            _sql(
+            run_sql(
                 own,
+                None,
                 f"INSERT INTO {DB}.bin VALUES (X'FF', {PNG}, 'ab', 'ñandú', 'ñandú ☃', 1, 'it''s', 'p,q r'), "
                 "(X'FE', X'FEFF', X'DEADBEEF', 'plain', 'plain', 2, 'x', ''), "
                 "('abc', 'abc', 'abc', 'abc', 'abc', 3, NULL, NULL)",
             )
             # updates and deletes find their row by the binary key: 0xFF and 0xFE stay apart
-            _sql(
+            run_sql(
                 own,
+                None,
                 f"UPDATE {DB}.bin SET b = X'C328', l = 'ÿ€', b4 = 'a', n = 10, e = 'ñ' WHERE k = X'FF'",
                 f"UPDATE {DB}.bin SET k = X'FD', u = '€' WHERE k = X'FE'",
                 f"DELETE FROM {DB}.bin WHERE k = 'abc'",
@@ -98,7 +91,7 @@ async def test_binary_and_latin1_values_and_keys_are_exact(
 
             # a column in a character set without a codec: the table is refused, by name
             caplog.set_level(logging.ERROR)
-            _sql(own, f"ALTER TABLE {DB}.bin ADD COLUMN a VARCHAR(5) CHARACTER SET armscii8")
+            run_sql(own, None, f"ALTER TABLE {DB}.bin ADD COLUMN a VARCHAR(5) CHARACTER SET armscii8")
             with pytest.raises(PreflightError, match=r"nometa\.bin\.a \(armscii8\)"):
                 await asyncio.wait_for(task, 60)
         finally:
@@ -112,8 +105,9 @@ def test_schema_export_feeds_decode(stack: LocalStack, tmp_path: Path) -> None:
     info = stack.load()
     assert info is not None
     db = "schema_export_t"
-    _sql(
+    run_sql(
         stack,
+        None,
         f"DROP DATABASE IF EXISTS {db}",
         f"CREATE DATABASE {db} CHARACTER SET utf8mb4",
         f"CREATE TABLE {db}.t (k VARBINARY(8) PRIMARY KEY, l TEXT CHARACTER SET latin1, n INT)",
