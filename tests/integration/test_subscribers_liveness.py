@@ -5,10 +5,10 @@ Each client opens a TCP connection, sends the websocket upgrade request with its
 the query string, and never reads a byte: its socket's buffers fill and the server's sends to it
 stop making progress. The load is applied once without subscribers and once with them; the apply
 time may grow (the fan-out work is real) but stays within 2x, `/health/live` (timed from another
-thread, so that a starved event loop shows) keeps answering (see the bound below), and the writer
-lease is never lost. The subscribers are cut off with 1013 (lagging). The figures are printed
-(pytest -s) for docs/BENCHMARKS.md; benchmarks/fanout.py --silent measures the same with the
-subscribers in processes of their own."""
+process, as a prober does, so that a starved event loop shows) keeps answering (see the bound
+below), and the writer lease is never lost. The subscribers are cut off with 1013 (lagging). The
+figures are printed (pytest -s) for docs/BENCHMARKS.md; benchmarks/fanout.py --silent measures the
+same with the subscribers in processes of their own."""
 
 from __future__ import annotations
 
@@ -18,11 +18,12 @@ import contextlib
 import gc
 import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 from typing import Any
 
-import httpx
 import pytest
 
 from api.main import create_app
@@ -56,32 +57,51 @@ def _silent_subscriber(port: int, db: str, batch: bool) -> socket.socket:
     return sock
 
 
+# The prober runs in a process of its own, as a kubelet or load balancer does: a thread of this
+# process would share its GIL with the event loop under test and time its own waits for the GIL.
+_PROBE = """
+import sys, time, httpx
+with httpx.Client(base_url=sys.argv[1], timeout=30) as http:
+    while True:
+        t0 = time.monotonic()
+        try:
+            http.get("/health/live").raise_for_status()
+            error = ""
+        except httpx.HTTPError as exc:
+            error = repr(exc)
+        print(f"{time.monotonic() - t0:.6f} {error}", flush=True)
+        time.sleep(0.05)
+"""
+
+
 class _LivePoller(threading.Thread):
-    """GET /health/live every 50 ms from its own thread; keeps the slowest answer."""
+    """GET /health/live every 50 ms from another process; keeps the slowest answer."""
 
     def __init__(self, port: int) -> None:
         super().__init__(daemon=True)
-        self.port = port
         self.worst = 0.0
         self.polls = 0
         self.failures: list[str] = []
-        self._halt = threading.Event()
+        self._proc = subprocess.Popen(
+            [sys.executable, "-c", _PROBE, f"http://127.0.0.1:{port}"], stdout=subprocess.PIPE, text=True
+        )
 
     def run(self) -> None:
-        with httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=30) as http:
-            while not self._halt.is_set():
-                t0 = time.monotonic()
-                try:
-                    http.get("/health/live").raise_for_status()
-                except httpx.HTTPError as exc:
-                    self.failures.append(repr(exc))
-                self.worst = max(self.worst, time.monotonic() - t0)
-                self.polls += 1
-                self._halt.wait(0.05)
+        assert self._proc.stdout is not None
+        for line in self._proc.stdout:
+            seconds, _, error = line.rstrip("\n").partition(" ")
+            if error:
+                self.failures.append(error)
+            self.worst = max(self.worst, float(seconds))
+            self.polls += 1
 
     def stop(self) -> None:
-        self._halt.set()
+        if self._proc.poll() is None:
+            self._proc.terminate()
+            self._proc.wait(30)
         self.join(60)
+        if self._proc.stdout is not None:
+            self._proc.stdout.close()
 
 
 async def _load(stack: LocalStack, db: str, rep: Replicator, first_id: int) -> float:
@@ -162,11 +182,10 @@ async def test_silent_subscribers_do_not_slow_the_apply(stack: LocalStack, batch
             f"{hub.dropped} subscribers dropped"
         )
         assert not poller.failures, poller.failures[:3]
-        # The aim is under a second (issue 25): alone, the worst was 95-213 ms; inside the whole
-        # suite one run took 1.09 s (batch mode, 0.04 s without subscribers), and with other
-        # suites sharing the 2 cores a full garbage collection paused the loop for up to 0.8 s
-        # (docs/BENCHMARKS.md, "Fan-out liveness"). The bound stays 2 s until that is found.
-        assert poller.worst < 2.0, f"/health/live took {poller.worst:.2f}s ({base_worst:.2f}s without)"
+        # Under a second (issue 25). Timed from a thread of this process the worst was once 1.09 s
+        # inside the whole suite: that thread waited for the GIL the event loop holds; a prober in
+        # its own process saw 42-552 ms with the machine at load average 4-6 (docs/BENCHMARKS.md).
+        assert poller.worst < 1.0, f"/health/live took {poller.worst:.2f}s ({base_worst:.2f}s without)"
         assert status.leader and status.errors.count == errors_before, status.errors
         assert loaded < 2 * base, f"{loaded:.1f}s with subscribers, {base:.1f}s without"
         # cut off as lagging (1013); in batch mode a few may hold the whole load in their
