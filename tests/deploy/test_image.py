@@ -54,17 +54,13 @@ pytestmark = [
 ]
 
 
+# buildah with the test's own image store (vfs: no overlay mounts needed)
+BUILDAH = ["buildah", "--storage-driver", "vfs"]
+BUILDAH += ["--root", str(CACHE / "storage"), "--runroot", str(CACHE / "run")]
+
+
 def buildah(*args: str, timeout: float = 600, check: bool = True) -> subprocess.CompletedProcess[str]:
-    command = [
-        "buildah",
-        "--storage-driver",
-        "vfs",
-        "--root",
-        str(CACHE / "storage"),
-        "--runroot",
-        str(CACHE / "run"),
-        *args,
-    ]
+    command = [*BUILDAH, *args]
     result = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
     if check and result.returncode != 0:
         pytest.fail(f"{' '.join(command[:8])}... exited {result.returncode}:\n{result.stderr[-3000:]}")
@@ -208,16 +204,7 @@ def test_image_mirrors_the_stack_and_turns_ready(container: str, stack: LocalSta
         "BINLOG_MIRROR_API_TOKEN": TOKEN,
         "BINLOG_MIRROR_HEARTBEAT_SECONDS": "1",
     }
-    command = [
-        "buildah",
-        "--storage-driver",
-        "vfs",
-        "--root",
-        str(CACHE / "storage"),
-        "--runroot",
-        str(CACHE / "run"),
-        *run_args(container, "binlog-mirror", "run", env=env),
-    ]
+    command = [*BUILDAH, *run_args(container, "binlog-mirror", "run", env=env)]
     marker = f"BINLOG_MIRROR_API_PORT={port}".encode()
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     api = f"http://127.0.0.1:{port}"
