@@ -28,7 +28,7 @@ from redis.asyncio import Redis
 
 from service.backoff import Backoff
 from service.checkpoint import Checkpoint, StartPoint, parse_start
-from service.errors import ConfigError, LeaseLost, PositionLost, ReplicatorError
+from service.errors import ConfigError, HistoryMismatch, LeaseLost, PositionLost, ReplicatorError
 from service.pipeline.applier import BATCH_MAX, BATCH_ROWS, AppliedHook, Applier
 from service.pipeline.catalog import Catalog
 from service.pipeline.control import Control
@@ -94,6 +94,7 @@ class Replicator:
         )
         self.mirror = RedisMirror(self.redis, self.layout, self.catalog.key_columns, options)
         self._stop = asyncio.Event()
+        self._recopy: str | None = None  # why the next session copies the selected tables again
         self._source: TransactionSource | None = None
         self._past = PastSources()
         self.progress = Progress()
@@ -157,6 +158,14 @@ class Replicator:
                 except ReplicatorError as exc:
                     if isinstance(exc, PositionLost):
                         exc = self._position_lost(exc)
+                    if isinstance(exc, HistoryMismatch):
+                        if self.settings.on_history_mismatch == "recopy":
+                            log.warning(
+                                "%s: copying the selected tables again (on_history_mismatch=recopy)", exc
+                            )
+                            self._recopy = f"history mismatch ({exc})"
+                            continue
+                        exc = self._history_mismatch(exc)
                     progress.error(exc)
                     if not exc.retriable:
                         progress.set_state(State.FAILED)
@@ -189,9 +198,30 @@ class Replicator:
         lost.__cause__ = exc
         return lost
 
+    def _history_mismatch(self, exc: HistoryMismatch) -> HistoryMismatch:
+        """The same error, with what it means and the way out (docs/mirror.md, "History check")."""
+        where = self.progress.applied.position if self.progress.applied else "?"
+        mismatch = HistoryMismatch(
+            f"the stored checkpoint {where} belongs to another history than this source's binlog "
+            f"(a rebuilt or replaced server?): {exc}. Following it would mix two servers' rows. "
+            "Way out: start again with --on-history-mismatch recopy (BINLOG_MIRROR_ON_HISTORY_"
+            "MISMATCH=recopy) to copy the selected tables again from this source and stream from "
+            f"its current position; or delete the mirror's keys ({self.layout.prefix}:*) and copy "
+            "the tables with `binlog-mirror snapshot`"
+        )
+        mismatch.__cause__ = exc
+        return mismatch
+
     # -- session ---------------------------------------------------------------------------------
     async def _start_point(self) -> tuple[Checkpoint | None, StartPoint]:
         checkpoint = await self.mirror.load_checkpoint()
+        self._recopy = self._recopy or self.mirror.recopy
+        if self._recopy is not None:
+            # the stored checkpoint stays the chain head; the bootstrap's apply replaces it
+            log.warning(
+                "copying the selected tables again from the source's current position: %s", self._recopy
+            )
+            return None, "now"
         if checkpoint is not None:
             return checkpoint, checkpoint
         policy = self.settings.on_no_checkpoint
@@ -263,9 +293,10 @@ class Replicator:
         actions = [
             TableAction(ActionKind.DROP, s, t, reason="no longer selected") for s, t in sorted(dropped)
         ]
+        recopy = self._recopy
         actions += [
-            TableAction(ActionKind.RESYNC, s, t, reason="newly selected")
-            for s, t in sorted(wanted - mirrored)
+            TableAction(ActionKind.RESYNC, s, t, reason="recopy" if recopy else "newly selected")
+            for s, t in sorted(wanted if recopy else wanted - mirrored)
         ]
         self._unmatched.check(wanted, "bootstrap")
         end = checkpoint or source.start_checkpoint
@@ -278,15 +309,19 @@ class Replicator:
         log.info(
             "bootstrap at %s: %d table(s) to copy, %d to drop",
             end.position,
-            len(wanted - mirrored),
+            len(actions) - len(dropped),
             len(dropped),
         )
         await self.mirror.apply([(Transaction((), (), None, end.ts, end), actions)])
         self._applier.note_actions(actions)
         self.progress.applied = end
+        self._recopy = None  # the checkpoint just stored cleared the marker, the resyncs are marked
 
     async def _stats_loop(self, source: TransactionSource) -> None:
         while True:
+            # a maxmemory-policy changed at runtime to allkeys-*: stop (and mark for a re-copy
+            # when keys were evicted) now, not at the next start
+            await self.mirror.check_server()
             # measured from the APPLIED checkpoint: what is still to read plus what is read
             # and not yet in Redis (the source's end of binlog is the other end)
             applied = self.progress.applied
