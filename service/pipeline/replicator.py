@@ -8,7 +8,8 @@ resync and status. This module runs the loop and the session; the jobs live besi
             applier  source queue -> batches -> mirror.send -> on_applied hooks   (applier.py)
             lease    renew every ttl/3; LeaseLost ends the session, back to standby  (lease.py)
             resyncs  one task per table being re-read after a DDL                   (resyncs.py)
-            stats    refresh bytes-behind every few seconds
+            stats    refresh bytes-behind every few seconds; check Redis may not evict keys
+            verifier the background verifier, when on (verifier.py)
       status()      Progress + source counters -> ReplicatorStatus                  (report.py)
 
 Every session starts from the checkpoint STORED in Redis, never from memory, so a failure at any
@@ -47,6 +48,7 @@ from service.pipeline.sources import (
 )
 from service.pipeline.status import ReplicatorStatus, State
 from service.pipeline.unmatched import UnmatchedPatterns
+from service.pipeline.verifier import BackgroundVerifier, drift_counter
 from service.settings import Settings
 from service.sink.client import redis_client
 from service.sink.keys import KeyLayout, split_key
@@ -109,6 +111,14 @@ class Replicator:
             "Seconds from planning a batch of transactions (up to 1,000) to reading Redis' replies",
             buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
             registry=None,
+        )
+        # the background verifier (off unless verify_rows_per_second > 0); its drift counter is
+        # registered by the API as apply_seconds is
+        self.drift_rows = drift_counter()
+        self._verifier = (
+            BackgroundVerifier(settings, self.progress, self.mirror.token, self.drift_rows)
+            if settings.verify_rows_per_second > 0
+            else None
         )
         self._applier = Applier(
             self.mirror, self.catalog, self.filter, self.progress, self._resyncs, self.on_applied,
@@ -254,6 +264,8 @@ class Replicator:
                 async with asyncio.TaskGroup() as tg:
                     tg.create_task(watch(lease), name="lease")
                     tg.create_task(self._stats_loop(source), name="stats")
+                    if self._verifier is not None:  # its own connections; never raises
+                        tg.create_task(self._verifier.run(), name="verifier")
                     self._resyncs.attach(tg, source.source_position)
                     for tid in await self.mirror.pending_resyncs():
                         parts = split_key(tid)
