@@ -221,11 +221,13 @@ def build_registry(
 
 
 def register_pipeline_metrics(registry: CollectorRegistry, pipeline: object) -> None:
-    """Register the collectors a pipeline object owns (`apply_seconds`), once per registry."""
-    histogram = getattr(pipeline, "apply_seconds", None)
-    if not isinstance(histogram, Histogram):
-        return
-    try:
-        registry.register(histogram)
-    except ValueError:  # already registered in this registry
-        pass
+    """Register the collectors a pipeline object owns (`apply_seconds`, the background
+    verifier's `drift_rows`), once per registry."""
+    for name, kind in (("apply_seconds", Histogram), ("drift_rows", Counter)):
+        collector = getattr(pipeline, name, None)
+        if not isinstance(collector, kind):
+            continue
+        try:
+            registry.register(collector)
+        except ValueError:  # already registered in this registry
+            pass

@@ -231,6 +231,18 @@ class RowCountsOut(BaseModel):
     skipped: int
 
 
+class VerifyOut(BaseModel):
+    """What the background verifier found in this table (docs/mirror.md, "Background verifier")."""
+
+    changed: int = Field(description="Rows whose stored fields differed from the source's.")
+    missing: int = Field(description="Source rows the mirror lacked.")
+    extra: int = Field(description="Keys the mirror held that no source row has.")
+    repaired: int = Field(description="Rows it rewrote or deleted (verify_repair on).")
+    last_verified_time: dt.datetime | None = Field(
+        description="When it last finished comparing the table; null before the first pass ends."
+    )
+
+
 class ResyncOut(BaseModel):
     started_time: dt.datetime
     rows_done: int
@@ -265,6 +277,11 @@ class TableSummaryOut(BaseModel):
     rows_applied: RowCountsOut
     last_change_ts: int | None
     last_change_time: dt.datetime | None
+    verify: VerifyOut | None = Field(
+        default=None,
+        description="The background verifier's counts since this process started (counted again at "
+        "each pass while a difference lasts); null when it is off or has not reached the table.",
+    )
 
     model_config = {"populate_by_name": True}
 
@@ -305,7 +322,21 @@ def _table_fields(t: TableStatus) -> dict[str, Any]:
         ),
         "last_change_ts": t.last_change_ts,
         "last_change_time": _time(t.last_change_ts),
+        "verify": _verify(t),
     }
+
+
+def _verify(t: TableStatus) -> VerifyOut | None:
+    if t.verified_ts is None and not t.drift:
+        return None
+    drift = dict(t.drift)
+    return VerifyOut(
+        changed=drift.get("changed", 0),
+        missing=drift.get("missing", 0),
+        extra=drift.get("extra", 0),
+        repaired=t.repaired,
+        last_verified_time=_time(t.verified_ts),
+    )
 
 
 class TablesOut(BaseModel):

@@ -11,7 +11,8 @@ stored form in Redis in service/sink/checkpoints.py.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+import zlib
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Literal
 
@@ -46,6 +47,7 @@ __all__ = [
     "BinlogPosition",
     "Checkpoint",
     "CheckpointTracker",
+    "EventMark",
     "GtidSet",
     "MariadbGtid",
     "MariadbGtidPos",
@@ -136,6 +138,49 @@ class BinlogPosition:
 # --- checkpoints and start points ---------------------------------------------------------------
 
 
+@dataclass(slots=True, unsafe_hash=True, init=False)  # built per transaction: see above
+class EventMark:
+    """What identifies the event that ends a checkpoint (the history check, docs/mirror.md): where
+    it starts, its type, server_id and timestamp from its header, and `detail`: the XID of an XID
+    event, the CRC32 of a query's statement text, 0 otherwise. Header fields, not the CRC32
+    trailer: they exist with binlog_checksum=NONE too. Stored as text: `offset type server ts detail`."""
+
+    offset: int
+    type_code: int
+    server_id: int
+    timestamp: int
+    detail: int
+
+    def __init__(self, offset: int, type_code: int, server_id: int, timestamp: int, detail: int = 0) -> None:
+        self.offset, self.type_code, self.server_id = offset, type_code, server_id
+        self.timestamp, self.detail = timestamp, detail
+
+    def __reduce__(self) -> tuple[type[EventMark], tuple[int, int, int, int, int]]:
+        return EventMark, (self.offset, self.type_code, self.server_id, self.timestamp, self.detail)
+
+    @classmethod
+    def of(cls, event: Event) -> EventMark:
+        h = event.header
+        if isinstance(event, XidEvent):
+            detail = event.xid
+        elif isinstance(event, QueryEvent):
+            detail = zlib.crc32(event.sql_bytes)
+        else:
+            detail = 0
+        return cls(h.offset, h.type_code, h.server_id, h.timestamp, detail)
+
+    def __str__(self) -> str:
+        return f"{self.offset} {self.type_code} {self.server_id} {self.timestamp} {self.detail}"
+
+    @classmethod
+    def parse(cls, text: str) -> EventMark:
+        parts = text.split()
+        if len(parts) != 5 or not all(p.isdigit() for p in parts):
+            raise ValueError(f"event mark {text!r} is not 'offset type server_id timestamp detail'")
+        offset, type_code, server_id, timestamp, detail = map(int, parts)
+        return cls(offset, type_code, server_id, timestamp, detail)
+
+
 @dataclass(slots=True, unsafe_hash=True, init=False)
 class Checkpoint:
     """The resume point after a committed transaction."""
@@ -143,12 +188,19 @@ class Checkpoint:
     position: BinlogPosition
     gtid_set: str = ""  # executed set after the transaction: "uuid:1-5,..." or MariaDB "0-1-100,..."
     ts: int = 0  # source timestamp of the transaction's commit event
+    # the event ending at `position` (None: not known, e.g. a start point or a file's start);
+    # not part of equality: two checkpoints at one position are the same resume point
+    mark: EventMark | None = field(default=None, compare=False)
 
-    def __init__(self, position: BinlogPosition, gtid_set: str = "", ts: int = 0) -> None:
-        self.position, self.gtid_set, self.ts = position, gtid_set, ts
+    def __init__(
+        self, position: BinlogPosition, gtid_set: str = "", ts: int = 0, mark: EventMark | None = None
+    ) -> None:
+        self.position, self.gtid_set, self.ts, self.mark = position, gtid_set, ts, mark
 
-    def __reduce__(self) -> tuple[type[Checkpoint], tuple[BinlogPosition, str, int]]:
-        return Checkpoint, (self.position, self.gtid_set, self.ts)
+    def __reduce__(
+        self,
+    ) -> tuple[type[Checkpoint], tuple[BinlogPosition, str, int, EventMark | None]]:
+        return Checkpoint, (self.position, self.gtid_set, self.ts, self.mark)
 
 
 StartPoint = Literal["now", "start"] | BinlogPosition | MysqlGtidSet | MariadbGtidPos | Checkpoint
@@ -334,7 +386,8 @@ class CheckpointTracker:
             else:
                 mysql_base = self.gtids if isinstance(self.gtids, MysqlGtidSet) else MysqlGtidSet()
                 self.gtids = mysql_base.add(gtid)
-        return Checkpoint(BinlogPosition(self._file, self._pos), self._gtid_text, event.header.timestamp)
+        position = BinlogPosition(self._file, self._pos)
+        return Checkpoint(position, self._gtid_text, event.header.timestamp, EventMark.of(event))
 
     def _advance(self, event: Event, kind: int) -> None:
         h = event.header

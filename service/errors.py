@@ -13,6 +13,8 @@
     ├── SourceError                    (retriable) MySQL lost, timed out, or refused
     │   ├── PositionLost               (not retriable) ERR 1236: position purged/unknown
     │   ├── PreflightError             (not retriable) the source is not configured to be read
+    │   ├── HistoryMismatch            (not retriable) the source's event at the checkpoint is not
+    │   │                              the one applied: another server, or a rebuilt one
     │   └── SourceAccessDenied         (permanent) wrong user/password, missing privilege
     ├── SinkError                      (retriable) Redis unavailable
     │   ├── LeaseLost                  (not retriable here) another instance holds the writer lease
@@ -36,6 +38,7 @@ __all__ = [
     "ChecksumMismatch",
     "ConfigError",
     "DecodeError",
+    "HistoryMismatch",
     "InvalidValue",
     "LeaseLost",
     "MissingTableMap",
@@ -107,6 +110,15 @@ class PositionLost(SourceError):
 
 class PreflightError(SourceError):
     retriable = False
+
+
+class HistoryMismatch(SourceError):
+    """The event ending at the stored checkpoint is not, on this source, the event the mirror
+    applied last (service/checkpoint.py EventMark): following the checkpoint would apply another
+    history's transactions on top of this one's rows."""
+
+    retriable = False
+    setting = "BINLOG_MIRROR_ON_HISTORY_MISMATCH"
 
 
 class SourceAccessDenied(SourceError):

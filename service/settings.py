@@ -127,6 +127,9 @@ class Settings(BaseSettings):
     key_prefix: str = Field(default="mirror", pattern=r"^[A-Za-z0-9_.\-]+$")
     start: str = "now"  # now | start | FILE:POS | GTID set
     on_no_checkpoint: Literal["now", "start", "refuse"] = "now"
+    # the source's event at the checkpoint is another one (a rebuilt or replaced server):
+    # stop, or copy the selected tables again from this source (docs/mirror.md, "History check")
+    on_history_mismatch: Literal["stop", "recopy"] = "stop"
     heartbeat_seconds: float = Field(default=1.0, gt=0, le=3600)  # silence > 2.5x: reconnect
     queue_size: int = Field(default=256, ge=1)  # transactions read ahead (the source's queue)
     queue_rows: int = Field(default=20_000, ge=1)  # and at most this many of their rows (memory bound)
@@ -140,6 +143,9 @@ class Settings(BaseSettings):
     changelog_maxlen: int = Field(default=0, ge=0)  # >0: keep a change-log stream of ~this many entries
     lease_ttl_seconds: float = Field(default=3.0, gt=0.1, le=600)  # writer lease; standby takes over after it
     resync_chunk_rows: int = Field(default=1000, ge=1)  # rows per SELECT when re-reading a table
+    # background verifier (docs/mirror.md): rows/s compared with the source; 0 = off
+    verify_rows_per_second: float = Field(default=0.0, ge=0)
+    verify_repair: bool = False  # rewrite the rows it finds different (else only count them)
     table_step_rows: int = Field(default=500, ge=1)  # rows per call of DROP/TRUNCATE/RENAME/resync work
     api_cors_origins: list[str] = []  # "*" or exact origins; empty = no CORS headers
     ws_buffer_events: int = Field(default=10_000, ge=0)  # ring kept for websocket resume

@@ -26,7 +26,7 @@ import asyncio
 import datetime as dt
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,7 +54,7 @@ from service.transport.connection import (
     server_info,
 )
 
-__all__ = ["Difference", "LeaseHeld", "TableReport", "VerifyReport", "Verifier"]
+__all__ = ["Difference", "LeaseHeld", "TableReport", "VerifyReport", "VerifyRun", "Verifier"]
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +152,7 @@ class Verifier:
                 async with conn.cursor() as cur:
                     await cur.execute("SET SESSION time_zone = '+00:00'")  # TIMESTAMPs as UTC
             info = await server_info(conn)
-            run = _Run(self, conn, info, redis, mirror)
+            run = VerifyRun(self, conn, info, redis, mirror)
             tables = await self.catalog.wanted_tables(conn)
             for schema, table in tables:
                 t = await self.catalog.load(conn, schema, table)
@@ -183,13 +183,23 @@ class Verifier:
         return report
 
 
-class _Run:
+class VerifyRun:
+    """One pass's connections and the steps of a verify (check, recheck, repair); `Verifier.run`
+    drives it for the CLI, service/pipeline/verifier.py for the background verifier."""
+
     def __init__(
-        self, v: Verifier, conn: aiomysql.Connection, info: ServerInfo, redis: Redis, mirror: RedisMirror
+        self,
+        v: Verifier,
+        conn: aiomysql.Connection,
+        info: ServerInfo,
+        redis: Redis,
+        mirror: RedisMirror,
+        pace: Callable[[int], Awaitable[None]] | None = None,
     ) -> None:
         self.v, self.conn, self.info, self.redis, self.mirror = v, conn, info, redis, mirror
         self.layout = v.layout
         self._leased = False
+        self._pace = pace  # awaited after each chunk read, with its row count (a rows/s budget)
 
     # -- reading ------------------------------------------------------------------------------
     async def _source_position(self) -> BinlogPosition:
@@ -304,6 +314,8 @@ class _Run:
                     target = position
             seen.update(suffixes)
             report.rows += len(rows)
+            if self._pace is not None:
+                await self._pace(len(rows))
             last = tuple(rows[-1][c] for c in key)
             if len(rows) < self.v.chunk_rows:
                 break
@@ -467,6 +479,49 @@ class _Run:
                 changes.append(_delete(t.schema, t.table, t.key, suffix, span, now))
         done = await self._apply(changes)
         log.info("repaired %d rows of %s.%s", done, t.schema, t.table)
+        return done
+
+    async def repair_live(self, t: TableInfo, suffixes: Sequence[str]) -> int:
+        """Repair rows while the service applies (the background verifier, which shares its
+        writer lease): the checkpoint C is read first, then the rows from the source (at or past
+        C: the source is never behind its mirror), and the call is fenced by the chain check on C.
+        The transactions after C the service applies next lead to the source's rows again; when
+        it applied one meanwhile, the call writes nothing (SinkError) and the rows wait for the
+        next pass."""
+        assert t.key is not None
+        key, utc = t.key, frozenset(c.name for c in t.columns if c.type == "TIMESTAMP")
+        types = {c.name: c.type for c in t.columns}
+        binary = [types.get(c, "") in _BINARY_TYPES for c in key]
+        cols = ", ".join(_q(c) for c in key)
+        done = 0
+        size = max(1, self.v.settings.chunk_rows)
+        for start in range(0, len(suffixes), size):
+            part = list(suffixes[start : start + size])
+            cp = await self._lease()  # the chain head is now C
+            with map_redis_errors("reading the checkpoint"):
+                stored = decode_checkpoint(await self.redis.hgetall(self.layout.checkpoint_key))
+            if stored is None or stored.checkpoint != cp:
+                raise SinkError("the checkpoint moved while repairing: retried at the next pass")
+            lookup = {sfx: kv for sfx in part if (kv := _key_values(sfx, binary)) is not None}
+            rows: dict[str, dict[str, Any]] = {}
+            if lookup:
+                tuples = ", ".join(["(" + ", ".join(["%s"] * len(key)) + ")"] * len(lookup))
+                for r in await self._select(
+                    f"SELECT * FROM {_q(t.schema)}.{_q(t.table)} WHERE ({cols}) IN ({tuples})",
+                    [v for kv in lookup.values() for v in kv],
+                    f"repair of {t.schema}.{t.table}",
+                ):
+                    rows[self.layout.row_suffix([r[c] for c in key])] = _utc(r, utc)
+            span = EventSpan(cp.position.file, cp.position.pos, cp.position.pos)
+            now = int(time.time())
+            changes = tuple(
+                RowChange(Op.INSERT, t.schema, t.table, None, rows[sfx], span, now, 0)
+                if sfx in rows
+                else _delete(t.schema, t.table, key, sfx, span, now)
+                for sfx in part
+            )
+            await self.mirror.apply([(Transaction(changes, (), stored.gtid, cp.ts, cp), ())])
+            done += len(changes)
         return done
 
     async def repair_orphans(self, schema: str, table: str, extras: Sequence[str]) -> int:

@@ -67,6 +67,26 @@ def run(
     on_no_checkpoint: Annotated[
         str | None, typer.Option("--on-no-checkpoint", help="now | start | refuse (first start only).")
     ] = None,
+    on_history_mismatch: Annotated[
+        str | None,
+        typer.Option(
+            "--on-history-mismatch",
+            help="stop | recopy: when the source's event at the checkpoint is another one (default stop).",
+        ),
+    ] = None,
+    verify_rows_per_second: Annotated[
+        float | None,
+        typer.Option(
+            "--verify-rows-per-second",
+            help="Background verifier: compare this many rows/s with the source (default 0: off).",
+        ),
+    ] = None,
+    verify_repair: Annotated[
+        bool | None,
+        typer.Option(
+            "--verify-repair/--no-verify-repair", help="The verifier rewrites the rows it finds wrong."
+        ),
+    ] = None,
     value_mode: Annotated[str | None, typer.Option("--value-mode", help="hash | json")] = None,
     changelog: Annotated[
         int | None, typer.Option("--changelog-maxlen", help="Keep a change-log stream of ~N entries.")
@@ -91,6 +111,9 @@ def run(
             exclude_tables=split_globs(exclude_tables),
             key_prefix=prefix,
             on_no_checkpoint=on_no_checkpoint,
+            on_history_mismatch=on_history_mismatch,
+            verify_rows_per_second=verify_rows_per_second,
+            verify_repair=verify_repair,
             value_mode=value_mode,
             changelog_maxlen=changelog,
             server_id=server_id,

@@ -28,6 +28,11 @@ class TableCounters:
     deletes: int = 0
     last_change_ts: int | None = None
     resync: ResyncStatus | None = None
+    # the background verifier (service/pipeline/verifier.py): rows found different, by kind
+    # (changed | missing | extra), rows it repaired, when it last finished the table
+    drift: dict[str, int] = field(default_factory=dict)
+    repaired: int = 0
+    verified_ts: float | None = None
 
 
 @dataclass(slots=True)

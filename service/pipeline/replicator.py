@@ -8,7 +8,8 @@ resync and status. This module runs the loop and the session; the jobs live besi
             applier  source queue -> batches -> mirror.send -> on_applied hooks   (applier.py)
             lease    renew every ttl/3; LeaseLost ends the session, back to standby  (lease.py)
             resyncs  one task per table being re-read after a DDL                   (resyncs.py)
-            stats    refresh bytes-behind every few seconds
+            stats    refresh bytes-behind every few seconds; check Redis may not evict keys
+            verifier the background verifier, when on (verifier.py)
       status()      Progress + source counters -> ReplicatorStatus                  (report.py)
 
 Every session starts from the checkpoint STORED in Redis, never from memory, so a failure at any
@@ -28,7 +29,7 @@ from redis.asyncio import Redis
 
 from service.backoff import Backoff
 from service.checkpoint import Checkpoint, StartPoint, parse_start
-from service.errors import ConfigError, LeaseLost, PositionLost, ReplicatorError
+from service.errors import ConfigError, HistoryMismatch, LeaseLost, PositionLost, ReplicatorError
 from service.pipeline.applier import BATCH_MAX, BATCH_ROWS, AppliedHook, Applier
 from service.pipeline.catalog import Catalog
 from service.pipeline.control import Control
@@ -47,6 +48,7 @@ from service.pipeline.sources import (
 )
 from service.pipeline.status import ReplicatorStatus, State
 from service.pipeline.unmatched import UnmatchedPatterns
+from service.pipeline.verifier import BackgroundVerifier, drift_counter
 from service.settings import Settings
 from service.sink.client import redis_client
 from service.sink.keys import KeyLayout, split_key
@@ -94,6 +96,7 @@ class Replicator:
         )
         self.mirror = RedisMirror(self.redis, self.layout, self.catalog.key_columns, options)
         self._stop = asyncio.Event()
+        self._recopy: str | None = None  # why the next session copies the selected tables again
         self._source: TransactionSource | None = None
         self._past = PastSources()
         self.progress = Progress()
@@ -108,6 +111,14 @@ class Replicator:
             "Seconds from planning a batch of transactions (up to 1,000) to reading Redis' replies",
             buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
             registry=None,
+        )
+        # the background verifier (off unless verify_rows_per_second > 0); its drift counter is
+        # registered by the API as apply_seconds is
+        self.drift_rows = drift_counter()
+        self._verifier = (
+            BackgroundVerifier(settings, self.progress, self.mirror.token, self.drift_rows)
+            if settings.verify_rows_per_second > 0
+            else None
         )
         self._applier = Applier(
             self.mirror, self.catalog, self.filter, self.progress, self._resyncs, self.on_applied,
@@ -157,6 +168,14 @@ class Replicator:
                 except ReplicatorError as exc:
                     if isinstance(exc, PositionLost):
                         exc = self._position_lost(exc)
+                    if isinstance(exc, HistoryMismatch):
+                        if self.settings.on_history_mismatch == "recopy":
+                            log.warning(
+                                "%s: copying the selected tables again (on_history_mismatch=recopy)", exc
+                            )
+                            self._recopy = f"history mismatch ({exc})"
+                            continue
+                        exc = self._history_mismatch(exc)
                     progress.error(exc)
                     if not exc.retriable:
                         progress.set_state(State.FAILED)
@@ -192,9 +211,30 @@ class Replicator:
         lost.__cause__ = exc
         return lost
 
+    def _history_mismatch(self, exc: HistoryMismatch) -> HistoryMismatch:
+        """The same error, with what it means and the way out (docs/mirror.md, "History check")."""
+        where = self.progress.applied.position if self.progress.applied else "?"
+        mismatch = HistoryMismatch(
+            f"the stored checkpoint {where} belongs to another history than this source's binlog "
+            f"(a rebuilt or replaced server?): {exc}. Following it would mix two servers' rows. "
+            "Way out: start again with --on-history-mismatch recopy (BINLOG_MIRROR_ON_HISTORY_"
+            "MISMATCH=recopy) to copy the selected tables again from this source and stream from "
+            f"its current position; or delete the mirror's keys ({self.layout.prefix}:*) and copy "
+            "the tables with `binlog-mirror snapshot`"
+        )
+        mismatch.__cause__ = exc
+        return mismatch
+
     # -- session ---------------------------------------------------------------------------------
     async def _start_point(self) -> tuple[Checkpoint | None, StartPoint]:
         checkpoint = await self.mirror.load_checkpoint()
+        self._recopy = self._recopy or self.mirror.recopy
+        if self._recopy is not None:
+            # the stored checkpoint stays the chain head; the bootstrap's apply replaces it
+            log.warning(
+                "copying the selected tables again from the source's current position: %s", self._recopy
+            )
+            return None, "now"
         if checkpoint is not None:
             return checkpoint, checkpoint
         policy = self.settings.on_no_checkpoint
@@ -227,6 +267,8 @@ class Replicator:
                 async with asyncio.TaskGroup() as tg:
                     tg.create_task(watch(lease), name="lease")
                     tg.create_task(self._stats_loop(source), name="stats")
+                    if self._verifier is not None:  # its own connections; never raises
+                        tg.create_task(self._verifier.run(), name="verifier")
                     self._resyncs.attach(tg, source.source_position)
                     for tid in await self.mirror.pending_resyncs():
                         parts = split_key(tid)
@@ -266,9 +308,10 @@ class Replicator:
         actions = [
             TableAction(ActionKind.DROP, s, t, reason="no longer selected") for s, t in sorted(dropped)
         ]
+        recopy = self._recopy
         actions += [
-            TableAction(ActionKind.RESYNC, s, t, reason="newly selected")
-            for s, t in sorted(wanted - mirrored)
+            TableAction(ActionKind.RESYNC, s, t, reason="recopy" if recopy else "newly selected")
+            for s, t in sorted(wanted if recopy else wanted - mirrored)
         ]
         self._unmatched.check(wanted, "bootstrap")
         end = checkpoint or source.start_checkpoint
@@ -281,15 +324,19 @@ class Replicator:
         log.info(
             "bootstrap at %s: %d table(s) to copy, %d to drop",
             end.position,
-            len(wanted - mirrored),
+            len(actions) - len(dropped),
             len(dropped),
         )
         await self.mirror.apply([(Transaction((), (), None, end.ts, end), actions)])
         self._applier.note_actions(actions)
         self.progress.applied = end
+        self._recopy = None  # the checkpoint just stored cleared the marker, the resyncs are marked
 
     async def _stats_loop(self, source: TransactionSource) -> None:
         while True:
+            # a maxmemory-policy changed at runtime to allkeys-*: stop (and mark for a re-copy
+            # when keys were evicted) now, not at the next start
+            await self.mirror.check_server()
             # measured from the APPLIED checkpoint: what is still to read plus what is read
             # and not yet in Redis (the source's end of binlog is the other end)
             applied = self.progress.applied

@@ -97,6 +97,9 @@ def build_status(
                 last_change_ts=c.last_change_ts,
                 resync=c.resync,
                 settle_until=settling.get(mirror.layout.table_id(*key)) if settling else None,
+                drift=tuple(sorted(c.drift.items())),
+                repaired=c.repaired,
+                verified_ts=c.verified_ts,
             )
         )
     received = (source.received if source is not None else None) or progress.received

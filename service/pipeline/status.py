@@ -84,6 +84,10 @@ class TableStatus:
     resync: ResyncStatus | None = None  # set while the table is being re-read
     # after a resync: until the stream applies past this position, updates carry whole rows
     settle_until: BinlogPosition | None = None
+    # the background verifier: rows found different by kind, rows repaired, when last verified
+    drift: tuple[tuple[str, int], ...] = ()
+    repaired: int = 0
+    verified_ts: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,8 +10,13 @@ anything else that looks at a mirror (tests, benchmarks, tools).
     ts        source timestamp of its commit
     gtid      the transaction's own GTID ("" when none)
     values    hash | json: the value mode the rows were written in
+    event     the event ending at `pos` (`EventMark`: "offset type server_id timestamp detail"),
+              checked against the source at every resume; "" when not known (a start point)
+    recopy    "" after every apply; a reason when the mirror is known incomplete (an eviction
+              stop wrote it): the next start copies the selected tables again, which clears it
 
-Field order and text are part of the format: existing mirrors must keep loading.
+Field order and text are part of the format: existing mirrors must keep loading (a hash written
+before `event` existed resumes unchecked; one with only `recopy` has no checkpoint).
 """
 
 from __future__ import annotations
@@ -20,9 +25,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from service.checkpoint import BinlogPosition, Checkpoint
+from service.checkpoint import BinlogPosition, Checkpoint, EventMark
 
-__all__ = ["StoredCheckpoint", "checkpoint_fields", "decode_checkpoint"]
+__all__ = ["RECOPY_FIELD", "StoredCheckpoint", "checkpoint_fields", "decode_checkpoint", "recopy_reason"]
+
+RECOPY_FIELD = "recopy"
 
 
 def checkpoint_fields(
@@ -38,6 +45,8 @@ def checkpoint_fields(
         "ts": str(end.ts or ts or 0),
         "gtid": gtid or "",
         "values": values,
+        "event": str(end.mark) if end.mark is not None else "",
+        RECOPY_FIELD: "",
     }
 
 
@@ -47,16 +56,27 @@ class StoredCheckpoint:
     id: str  # the chain head
     values: str | None  # the value mode recorded with it; None in a hash written before it was
     gtid: str | None = None  # the GTID of the transaction it ends (None: not in GTID mode)
+    marked: bool = True  # False: written before the `event` field existed (resumed unchecked)
 
 
 def decode_checkpoint(raw: Mapping[Any, bytes | str]) -> StoredCheckpoint | None:
     """The stored checkpoint from the hash's fields (as HGETALL returns them); None when empty."""
-    if not raw:
-        return None
     f = {_text(k): _text(v) for k, v in raw.items()}
+    if "file" not in f:
+        return None  # empty, or only the recopy marker left when the checkpoint was lost
     position = BinlogPosition(f["file"], int(f["pos"]))
-    checkpoint = Checkpoint(position, f.get("gtid_set", ""), int(f.get("ts", 0)))
-    return StoredCheckpoint(checkpoint, f["id"], f.get("values"), f.get("gtid") or None)
+    event = f.get("event")
+    mark = EventMark.parse(event) if event else None
+    checkpoint = Checkpoint(position, f.get("gtid_set", ""), int(f.get("ts", 0)), mark)
+    return StoredCheckpoint(checkpoint, f["id"], f.get("values"), f.get("gtid") or None, event is not None)
+
+
+def recopy_reason(raw: Mapping[Any, bytes | str]) -> str | None:
+    """The recopy marker's reason from the hash's fields; None when not set."""
+    for k, v in raw.items():
+        if _text(k) == RECOPY_FIELD:
+            return _text(v) or None
+    return None
 
 
 def _text(value: bytes | str) -> str:

@@ -36,7 +36,7 @@ from redis.asyncio import Redis
 from service.checkpoint import BinlogPosition, Checkpoint
 from service.errors import ConfigError, LeaseLost, SinkError
 from service.sink.channel import ScriptChannel
-from service.sink.checkpoints import checkpoint_fields, decode_checkpoint
+from service.sink.checkpoints import checkpoint_fields, decode_checkpoint, recopy_reason
 from service.sink.diagnose import lease_loss
 from service.sink.keys import KeyLayout
 from service.sink.plan import (
@@ -51,6 +51,7 @@ from service.sink.plan import (
 )
 from service.sink.replies import SentBatch, map_redis_errors, redis_access_denied
 from service.sink.scripts import APPLY, RELEASE, RENEW, RESYNC_FINISH, RESYNC_REREAD, RESYNC_ROWS
+from service.sink.server import check_server
 from service.sink.values import field_value, json_document
 from service.transactions import Transaction
 
@@ -117,6 +118,9 @@ class RedisMirror:
         self._prev = ""  # id of the checkpoint the next transaction must follow
         self._resume: _Progress | None = None  # a chunked transaction to resume (from load)
         self._warned_aof = False
+        # why the selected tables must be copied again (the checkpoint hash's recopy marker, read
+        # by load_checkpoint; cleared in Redis by the next apply's checkpoint)
+        self.recopy: str | None = None
         # table id -> (generation, planner.resyncs_planned) as its resync read them at its start
         self._resync_planned_at: dict[str, tuple[int, int]] = {}
 
@@ -136,9 +140,16 @@ class RedisMirror:
         self.planner.settling = {_s(k): BinlogPosition.parse(_s(v)) for k, v in settle.items()}
         self._resume = _Progress.parse({_s(k): _s(v) for k, v in progress.items()})
         stored = decode_checkpoint(raw)
+        self.recopy = recopy_reason(raw)
         if stored is None:
             self._prev = ""
             return None
+        if not stored.marked:
+            log.info(
+                "the checkpoint %s was stored without its event (written by an older version): "
+                "resuming without the history check this once; the next apply stores it",
+                stored.id,
+            )
         mode = self._values
         if stored.values not in (None, mode):
             # the script would meet keys of the other type in the middle of a call
@@ -155,32 +166,10 @@ class RedisMirror:
         return checkpoint_fields(txn.end, txn.gtid, self._values, txn.ts)
 
     async def check_server(self) -> None:
-        """Refuse a Redis Cluster node or a Redis that may evict keys, and warn (once) when it
-        keeps no append-only file. Read from INFO: managed Redis services often rename CONFIG."""
-        with map_redis_errors("reading the Redis server's settings"):
-            info = await self.redis.info("memory", "persistence", "cluster")
-        if int(info.get("cluster_enabled", 0)):
-            raise ConfigError(
-                "this Redis is a Redis Cluster node, which the mirror does not support: its scripts "
-                "write a transaction's rows, whatever their hash slots, in one atomic call. Give "
-                "it a standalone Redis (a primary, with replicas if you like)"
-            )
-        policy = str(info.get("maxmemory_policy", "noeviction"))
-        if int(info.get("maxmemory", 0)) > 0 and policy.startswith("allkeys-"):
-            raise ConfigError(
-                f"this Redis has maxmemory-policy {policy} and a maxmemory limit: it may evict "
-                "mirrored rows and the mirror's own keys (checkpoint, key indexes), and the mirror "
-                "would silently stop matching the source. Set maxmemory-policy noeviction (writes "
-                "then wait while Redis is full) or a volatile-* policy, or give the mirror a Redis "
-                "of its own"
-            )
-        if not int(info.get("aof_enabled", 0)) and not self._warned_aof:
-            self._warned_aof = True
-            log.warning(
-                "this Redis keeps no append-only file (appendonly no): after a Redis restart the "
-                "mirror resumes from the checkpoint of its last RDB snapshot, if any (the binlog "
-                "must still hold that position), else as on_no_checkpoint says"
-            )
+        """Refuse a Redis Cluster node or a Redis that may evict keys (marking the mirror for a
+        re-copy when it did), warn once without an append-only file (service/sink/server.py)."""
+        warned = await check_server(self.redis, self.layout.checkpoint_key, warn_aof=not self._warned_aof)
+        self._warned_aof = self._warned_aof or warned
 
     # -- lease ---------------------------------------------------------------------------------------
     async def acquire_lease(self) -> bool:

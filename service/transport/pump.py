@@ -14,10 +14,11 @@ import time
 from collections.abc import Iterator
 
 from service.binlog import BinlogDecoder
-from service.binlog.constants import EventType
-from service.binlog.events import Event, TableMapEvent, TransactionPayloadEvent
+from service.binlog.constants import LOG_EVENT_ARTIFICIAL_F, EventType
+from service.binlog.events import Event, FormatDescriptionEvent, TableMapEvent, TransactionPayloadEvent
 from service.binlog.schema import TableSchema
-from service.checkpoint import BinlogPosition
+from service.checkpoint import BinlogPosition, EventMark
+from service.errors import HistoryMismatch
 from service.queues import RowQueue
 from service.transactions import Transaction, TransactionAssembler
 
@@ -36,7 +37,12 @@ class EventPump:
     before a reconnect) are dropped; it clears at the first one past it.
     `seen` (events of the last run), `delivered` (transactions it queued), `last` (the last of
     them) and `last_ts` are for the caller to publish. TRANSACTION_PAYLOAD is
-    flattened here as `BinlogDecoder.decode_events` does, without its generator per event."""
+    flattened here as `BinlogDecoder.decode_events` does, without its generator per event.
+
+    `expect`: the history check (docs/mirror.md). The dump then starts at the event ending at
+    the checkpoint, and the first real event (not one the server makes up: the fake ROTATE, the
+    FORMAT_DESCRIPTION resent) must be that event, else HistoryMismatch; its transaction
+    ends at `skip_until` and is dropped."""
 
     def __init__(
         self,
@@ -47,6 +53,7 @@ class EventPump:
         *,
         skip_until: BinlogPosition | None = None,
         hold_ddl: bool = False,
+        expect: EventMark | None = None,
     ) -> None:
         self.decoder = decoder
         self.assembler = assembler
@@ -54,6 +61,7 @@ class EventPump:
         self.queue = queue
         self.skip_until = skip_until
         self.hold_ddl = hold_ddl
+        self.expect = expect
         self.seen = 0  # events decoded by the last run() (payloads' inner events included)
         self.delivered = 0  # transactions the last run() put in the queue
         self.last: Transaction | None = None  # the last transaction put in the queue
@@ -104,6 +112,8 @@ class EventPump:
                 return None
 
     def _event(self, event: Event) -> Transaction | None:
+        if self.expect is not None:
+            self._check(event, self.expect)
         self.seen += 1
         ts = event.header.timestamp
         if ts:
@@ -112,6 +122,25 @@ class EventPump:
             table = event.table
             self.table_maps[table.schema, table.table] = table
         return self.assembler.feed(event)
+
+    def _check(self, event: Event, expect: EventMark) -> None:
+        h = event.header
+        if (
+            h.flags & LOG_EVENT_ARTIFICIAL_F
+            or (h.log_pos == 0 and self._inner is None)
+            or type(event) is FormatDescriptionEvent
+        ):
+            return  # made up by the server for this dump
+        if h.offset == expect.offset and h.type_code != expect.type_code:
+            if type(event) is TransactionPayloadEvent or self._inner is not None:
+                return  # a compressed transaction: its commit event inside carries the mark
+        self.expect = None
+        found = EventMark.of(event)
+        if found != expect:
+            raise HistoryMismatch(
+                f"the event at offset {expect.offset} is not the one applied: stored "
+                f"{_describe(expect)}, the source has {_describe(found)}"
+            )
 
     def _queued(self, txn: Transaction) -> bool:
         """Put `txn` in the queue unless the caller must deliver it; True when it is done with."""
@@ -128,6 +157,17 @@ class EventPump:
         self.delivered += 1
         self.last = txn
         return True
+
+
+def _describe(mark: EventMark) -> str:
+    try:
+        name = EventType(mark.type_code).name
+    except ValueError:
+        name = f"type {mark.type_code}"
+    return (
+        f"{name} at {mark.offset} (server_id {mark.server_id}, timestamp {mark.timestamp}, "
+        f"{'xid' if name == 'XID' else 'detail'} {mark.detail})"
+    )
 
 
 def _is_heartbeat(raw: bytes) -> bool:

@@ -36,13 +36,14 @@ from service.checkpoint import (
     BinlogPosition,
     Checkpoint,
     CheckpointTracker,
+    EventMark,
     MariadbGtidPos,
     MysqlGtidSet,
     StartPoint,
     parse_gtid_set,
     parse_start,
 )
-from service.errors import ReplicatorError, SourceError
+from service.errors import DecodeError, HistoryMismatch, ReplicatorError, SourceError
 from service.queues import RowQueue
 from service.settings import Settings
 from service.transactions import TableFilter, Transaction, TransactionAssembler
@@ -107,6 +108,7 @@ class _Resume:
     checkpoint: Checkpoint
     gtid_mode: bool  # dump by GTID set (else by file/pos)
     skip_until: BinlogPosition | None = None  # drop transactions ending at or before this
+    expect: EventMark | None = None  # the history check of the dump being opened (_open)
 
 
 @dataclass(slots=True)
@@ -399,7 +401,18 @@ class BinlogSource:
             await stream.prepare(heartbeat=self.heartbeat, server_id=self.server_id)
             cp = resume.checkpoint
             gtids = parse_gtid_set(cp.gtid_set) if cp.gtid_set else None
-            if resume.gtid_mode:
+            resume.expect = mark = _history_mark(cp) if not resume.gtid_mode else None
+            if mark is not None:
+                # The history check: dump from the start of the event ending at the checkpoint
+                # (the pump compares it); its transaction, applied already, is skipped.
+                if resume.skip_until is None or resume.skip_until < cp.position:
+                    resume.skip_until = cp.position
+                await stream.dump_position(
+                    BinlogPosition(cp.position.file, mark.offset),
+                    server_id=self.server_id,
+                    non_block=self.non_blocking,
+                )
+            elif resume.gtid_mode:
                 empty: MysqlGtidSet | MariadbGtidPos = (
                     MariadbGtidPos() if self.info.mariadb else MysqlGtidSet()
                 )
@@ -493,19 +506,36 @@ class BinlogSource:
             self._queue,
             skip_until=resume.skip_until,
             hold_ddl=self._names_from_schema,  # refresh the column names before the next rows
+            expect=resume.expect,
         )
         clock = time.perf_counter
         slice_end = clock() + SLICE_SECONDS
         while True:
             raws = await session.stream.read_batch()
             if raws is None:
+                if pump.expect is not None:
+                    raise HistoryMismatch(
+                        f"the source's binlog ends before the event at {resume.checkpoint.position.file}:"
+                        f"{pump.expect.offset} that the mirror applied last"
+                    )
                 return True
             stats.last_event_at = time.time()
             size, heartbeats = pump.load(raws)
             stats.bytes += size
             stats.heartbeats += heartbeats
             while pump.pending:
-                txn = pump.run(slice_end)
+                try:
+                    txn = pump.run(slice_end)
+                except DecodeError as exc:
+                    if pump.expect is None:
+                        raise
+                    # not even an event boundary there: bytes of another history
+                    raise HistoryMismatch(
+                        f"no event starts at {resume.checkpoint.position.file}:{pump.expect.offset} "
+                        f"where the mirror's last applied event did: {exc}"
+                    ) from exc
+                if pump.expect is None:
+                    resume.expect = None
                 stats.events += pump.seen
                 stats.last_event_ts = pump.last_ts or stats.last_event_ts
                 stats.read_position = tracker.position
@@ -542,6 +572,15 @@ class BinlogSource:
         self.received = last
         self.stats.transactions += count
         self.stats.delivered = last.end
+
+
+def _history_mark(cp: Checkpoint) -> EventMark | None:
+    """The event to check when resuming from `cp` by file and position: its mark, when it ends
+    exactly at `cp` in `cp`'s file (a file's start, or a start point, has none)."""
+    mark = cp.mark
+    if mark is None or not cp.position.file or not 4 <= mark.offset < cp.position.pos:
+        return None
+    return mark
 
 
 def _type_names(dstats: DecoderStats) -> Counter[str]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from service.checkpoint import BinlogPosition, Checkpoint
-from service.sink.checkpoints import checkpoint_fields, decode_checkpoint
+from service.checkpoint import BinlogPosition, Checkpoint, EventMark
+from service.sink.checkpoints import checkpoint_fields, decode_checkpoint, recopy_reason
 
 END = Checkpoint(BinlogPosition("mysql-bin.000003", 1234), "0-1-100,1-2-5", 1_700_000_000)
 
@@ -21,6 +21,8 @@ def test_fields_are_the_stored_form() -> None:
         ("ts", "1700000000"),
         ("gtid", "0-1-100"),
         ("values", "json"),
+        ("event", ""),
+        ("recopy", ""),
     ]
 
 
@@ -47,3 +49,21 @@ def test_a_hash_written_before_values_was_recorded() -> None:
 
 def test_no_checkpoint() -> None:
     assert decode_checkpoint({}) is None
+
+
+def test_the_event_mark_round_trips_and_a_hash_without_it_is_unmarked() -> None:
+    mark = EventMark(1207, 16, 1, 1_700_000_000, 42)
+    fields = checkpoint_fields(Checkpoint(END.position, END.gtid_set, END.ts, mark), "0-1-100")
+    assert fields["event"] == "1207 16 1 1700000000 42"
+    stored = decode_checkpoint(fields)
+    assert stored is not None and stored.checkpoint.mark == mark and stored.marked
+    old = decode_checkpoint({"id": "b.000001:4", "file": "b.000001", "pos": "4"})
+    assert old is not None and old.checkpoint.mark is None and not old.marked
+
+
+def test_the_recopy_marker() -> None:
+    fields = checkpoint_fields(END)
+    assert recopy_reason(fields) is None  # every apply clears it
+    assert recopy_reason({**fields, "recopy": "Redis evicted keys"}) == "Redis evicted keys"
+    # only the marker left (the checkpoint itself was lost): no checkpoint, still a recopy
+    assert decode_checkpoint({b"recopy": b"x"}) is None and recopy_reason({b"recopy": b"x"}) == "x"

@@ -105,3 +105,29 @@ def test_version_prints_the_installed_version() -> None:
 def test_demo_is_its_own_command() -> None:
     result = CliRunner().invoke(app, ["demo", "--help"])
     assert result.exit_code == 0 and "throwaway local MariaDB" in result.output
+
+
+def test_integrity_flags_and_their_env_vars(started: list[Settings], monkeypatch: pytest.MonkeyPatch) -> None:
+    """--on-history-mismatch, --verify-rows-per-second, --verify-repair (docs/mirror.md)."""
+    args = ["run", *URLS, "--on-history-mismatch", "recopy", "--verify-rows-per-second", "250"]
+    result = CliRunner().invoke(app, [*args, "--verify-repair"])
+    assert result.exit_code == 0, result.output
+    s = started[0]
+    assert (s.on_history_mismatch, s.verify_rows_per_second, s.verify_repair) == ("recopy", 250, True)
+    defaults = CliRunner().invoke(app, ["run", *URLS])
+    assert defaults.exit_code == 0, defaults.output
+    assert (started[1].on_history_mismatch, started[1].verify_rows_per_second) == ("stop", 0)
+    assert started[1].verify_repair is False
+    monkeypatch.setenv("BINLOG_MIRROR_ON_HISTORY_MISMATCH", "recopy")
+    monkeypatch.setenv("BINLOG_MIRROR_VERIFY_ROWS_PER_SECOND", "10")
+    monkeypatch.setenv("BINLOG_MIRROR_VERIFY_REPAIR", "true")
+    assert CliRunner().invoke(app, ["run", *URLS]).exit_code == 0
+    assert (started[2].on_history_mismatch, started[2].verify_rows_per_second, started[2].verify_repair) == (
+        "recopy",
+        10,
+        True,
+    )
+    bad = CliRunner().invoke(app, ["run", *URLS, "--on-history-mismatch", "ignore"])
+    assert (
+        bad.exit_code != 0 and "on_history_mismatch" in bad.output and "--on-history-mismatch" in bad.output
+    )

@@ -1,0 +1,70 @@
+"""What the mirror asks of its Redis (docs/mirror.md, "What the mirror asks of its Redis"),
+checked from INFO at every session start and every few seconds while it runs: managed Redis
+services often rename CONFIG away.
+
+A Redis that may evict keys stops the mirror. When it has evicted keys already (`evicted_keys`),
+the mirror may be incomplete: the checkpoint hash's recopy marker is set (service/sink/checkpoints.py)
+so that the next start copies the selected tables again.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from redis.asyncio import Redis
+
+from service.errors import ConfigError
+from service.sink.checkpoints import RECOPY_FIELD
+from service.sink.replies import map_redis_errors
+
+__all__ = ["check_server", "mark_recopy"]
+
+log = logging.getLogger(__name__)
+
+
+async def check_server(redis: Redis, checkpoint_key: str, *, warn_aof: bool = True) -> bool:
+    """Raise ConfigError for a Redis Cluster node or a Redis that may evict keys; True when it
+    warned (`warn_aof`) that Redis keeps no append-only file."""
+    with map_redis_errors("reading the Redis server's settings"):
+        info = await redis.info("memory", "persistence", "cluster", "stats")
+    if int(info.get("cluster_enabled", 0)):
+        raise ConfigError(
+            "this Redis is a Redis Cluster node, which the mirror does not support: its scripts "
+            "write a transaction's rows, whatever their hash slots, in one atomic call. Give "
+            "it a standalone Redis (a primary, with replicas if you like)"
+        )
+    policy = str(info.get("maxmemory_policy", "noeviction"))
+    if int(info.get("maxmemory", 0)) > 0 and policy.startswith("allkeys-"):
+        evicted = int(info.get("evicted_keys", 0))
+        if evicted:
+            await mark_recopy(redis, checkpoint_key, f"Redis evicted keys (maxmemory-policy {policy})")
+            lost = (
+                f"Redis has evicted {evicted} key(s) since it started: the mirror is now "
+                "incomplete (rows or key indexes may be gone). It is marked for a re-copy: the next "
+                "start copies the selected tables again. "
+            )
+        else:
+            lost = "No key was evicted yet (evicted_keys 0): the mirror is still complete. "
+        raise ConfigError(
+            f"this Redis has maxmemory-policy {policy} and a maxmemory limit: it may evict "
+            "mirrored rows and the mirror's own keys (checkpoint, key indexes), and the mirror "
+            f"would silently stop matching the source. {lost}Set maxmemory-policy noeviction "
+            "(writes then wait while Redis is full) or a volatile-* policy, or give the mirror a "
+            "Redis of its own"
+        )
+    if warn_aof and not int(info.get("aof_enabled", 0)):
+        log.warning(
+            "this Redis keeps no append-only file (appendonly no): after a Redis restart the "
+            "mirror resumes from the checkpoint of its last RDB snapshot, if any (the binlog "
+            "must still hold that position), else as on_no_checkpoint says"
+        )
+        return True
+    return False
+
+
+async def mark_recopy(redis: Redis, checkpoint_key: str, reason: str) -> None:
+    """Persist that the mirror is incomplete: the next start copies the selected tables again
+    (the checkpoint hash's recopy field; the checkpoint of the next apply clears it)."""
+    with map_redis_errors("marking the mirror for a re-copy"):
+        await redis.hset(checkpoint_key, RECOPY_FIELD, reason)
+    log.warning("the mirror is marked for a re-copy of the selected tables: %s", reason)
