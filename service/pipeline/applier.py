@@ -161,12 +161,37 @@ class Applier:
             if info is not None and info.unknown_defaults:  # read when the table was empty
                 await self.load(schema, table)
         batch = [self._complete_inserts(t) if t.partial else t for t in batch]
+        if any(t.changes for t in batch):
+            await self._load_foreign_keys()
         mirrored = self.progress.mirrored
         units = [(txn, [a for d in txn.ddl for a in ddl_actions(d, self.filter, mirrored)]) for txn in batch]
+        if self.catalog.fk_graph().by_parent:
+            units = [(txn, actions + self._cascade_resyncs(txn)) for txn, actions in units]
         flight = _Flight(units, time.perf_counter(), await self.mirror.send(units))
         txns, rows = self.progress.in_flight
         self.progress.in_flight = (txns + len(batch), rows + sum(len(t.changes) for t in batch))
         return flight
+
+    async def _load_foreign_keys(self) -> None:
+        """Read the foreign keys (at start, after a DDL), and the definitions of the tables they
+        link that are not loaded (the planner keys the child rows a cascade reaches)."""
+        assert self.definitions is not None
+        fks = self.catalog.foreign_keys
+        if fks is None or self.catalog.fk_stale:
+            fks = await self.definitions.foreign_keys()
+        for schema, table in sorted(fks.tables):
+            if not self.catalog.known(schema, table):
+                await self.load(schema, table)
+
+    def _cascade_resyncs(self, txn: Transaction) -> list[TableAction]:
+        """RESYNC actions for the mirrored tables `txn`'s cascades reach but the apply script cannot
+        update from its sets (Planner.fk_resyncs): copied again, as after an ALTER."""
+        mirrored = self.progress.mirrored
+        return [
+            TableAction(ActionKind.RESYNC, s, t, reason="foreign-key cascade the mirror cannot apply")
+            for s, t in self.mirror.planner.cascades.resyncs(txn)
+            if (s, t) in mirrored
+        ]
 
     async def _finish(self, flight: _Flight) -> None:
         units = flight.units
@@ -200,6 +225,8 @@ class Applier:
                         self.catalog.forget(s, t or None)
                 self.note_actions(actions)
                 self.unmatched.check(self.progress.mirrored, f"after the DDL at {txn.end.position}")
+            elif actions:  # cascades copied again (_cascade_resyncs)
+                self.note_actions(actions)
             for hook in self.hooks:
                 try:
                     hook(txn, first)

@@ -27,6 +27,7 @@ import aiomysql
 from service.checkpoint import BinlogPosition, Checkpoint
 from service.sink.keys import split_key
 from service.sink.mirror import RedisMirror
+from service.sink.replies import map_redis_errors
 from service.transport.connection import fetch, map_errors
 
 __all__ = ["resync_table"]
@@ -99,6 +100,7 @@ async def resync_table(
                 break
             if utc_columns:
                 rows = [_utc(row, utc_columns) for row in rows]
+            await add_fk_members(mirror, schema, table, rows)  # before the rows: see add_fk_members
             if await mirror.resync_rows(schema, table, rows, generation) is None:
                 _superseded(schema, table, done)
                 return done
@@ -134,6 +136,7 @@ async def resync_table(
                     rows = list(await cur.fetchall())
             if utc_columns:
                 rows = [_utc(row, utc_columns) for row in rows]
+        await add_fk_members(mirror, schema, table, rows)
         written = await mirror.resync_reread(schema, table, generation, entries, rows)
         if written:
             reread_rows += written
@@ -178,3 +181,18 @@ def _utc(row: dict[str, Any], columns: frozenset[str]) -> dict[str, Any]:
         if isinstance(v, dt.datetime) and v.tzinfo is None:
             out[c] = v.replace(tzinfo=dt.UTC)
     return out
+
+
+async def add_fk_members(mirror: RedisMirror, schema: str, table: str, rows: list[dict[str, Any]]) -> None:
+    """Put rows copied from the source (a resync, the bootstrap) in the sets of their foreign-key
+    values, before the copy writes them: the sets are candidates that a cascade checks against
+    the stored row, so a member whose row the copy then does not write (the stream did) is
+    harmless, while a row without its member would be missed."""
+    sets = mirror.planner.cascades.members(schema, table, rows)
+    if not sets:
+        return
+    with map_redis_errors(f"indexing the foreign keys of {schema}.{table}"):
+        async with mirror.redis.pipeline(transaction=False) as pipe:
+            for key, members in sets.items():
+                pipe.sadd(key, *members)
+            await pipe.execute()

@@ -77,6 +77,9 @@ class Resyncs:
             # unknown to the catalog counts as unkeyable and is skipped (rows were lost that way).
             with map_errors(f"reading the definition of {schema}.{table}"):
                 info = await self.catalog.load(conn, schema, table)
+            if self.catalog.fk_stale:  # the copy puts rows in the sets of their foreign keys
+                with map_errors("reading the foreign keys of the source's tables"):
+                    await self.catalog.load_foreign_keys(conn)
 
             def progress(done: int, total: int | None, reread: int) -> None:
                 counters.resync = ResyncStatus(started, done, total, "resync", reread)

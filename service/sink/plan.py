@@ -13,6 +13,7 @@ from typing import Any
 
 from service.binlog.rowchange import Op, Row, RowChange
 from service.checkpoint import BinlogPosition
+from service.sink.cascades import CascadePlan
 from service.sink.keys import KeyLayout, escape
 from service.sink.values import TEXT_FORMS, field_value, json_document, key_text
 from service.transactions import Transaction
@@ -102,6 +103,11 @@ class Planner:
     _lean: dict[str, list[Arg]] = field(default_factory=dict, repr=False)
     _written: set[tuple[str, str, str]] = field(default_factory=set, repr=False)
     _acted: bool = field(default=False, repr=False)
+    # the cascade ops of tables with foreign keys (service/sink/cascades.py)
+    cascades: CascadePlan = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.cascades = CascadePlan(self.layout, self.key_columns, self.json_mode, self._suffix)
 
     # -- row changes -----------------------------------------------------------------------------
     def _keys(self, schema: str, table: str) -> tuple[str, str, str, str]:
@@ -402,6 +408,7 @@ class Planner:
         self._lean.clear()
         self._written.clear()
         self._acted = False
+        self.cascades.begin_call()
 
     def _actions(self, out: list[Arg], actions: Sequence[TableAction]) -> None:
         for a in actions:
@@ -456,6 +463,8 @@ class Planner:
         seen = self._registered
         seq_only: list[Arg] = ["S"] if self.changelog_maxlen is not None else []
         changes, partial = txn.changes, txn.partial
+        fks = self.cascades.foreign_keys()
+        fk_tables = fks.tables  # empty for most sources: no per-row cost below
         for i in indexes:
             ch = changes[i]
             ops = self.change(ch, i in partial)
@@ -470,6 +479,8 @@ class Planner:
                 out += self.context(*key)
                 self._table = key
             out += ops
+            if fk_tables and key in fk_tables:
+                self.cascades.ops(out, ch, i in partial, fks)
 
     def table_ids(self, txn: Transaction) -> list[str]:
         """The table id of each change of `txn` (one escape per table, not per change)."""

@@ -233,6 +233,9 @@ while i <= n do
   elseif op == 'C' then                  -- the table of the next row ops: base index table_id touched
     base, index, tid, touched = ARGV[i + 1] .. ':', ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
     i = i + 5
+  elseif op == 'FA' or op == 'FR' then   -- a row joins (leaves) the set of its foreign-key value:
+    note(ARGV[i + 1], ARGV[i + 2], op == 'FA')  -- set suffix (cascade.lua; batched like `__keys`)
+    i = i + 3
   else
     flush()                              -- the ops below may read or change the sets
     if op == 'H' then                    -- HSET key count f v ...
@@ -291,6 +294,10 @@ while i <= n do
       end
       if todo and key ~= '' and (left == 0 or left == '0') then redis.call('HSET', key, uid, 'done') end
       i = i + (op == 'CU' and 6 or 8)
+    elseif op == 'F' then                -- the foreign keys of the cascades below (cascade.lua)
+      i = fk_graph(i)
+    elseif op == 'FD' or op == 'FU' then -- a parent row's cascade (cascade.lua): sets flushed above
+      i = fk_op(op, i)
     elseif op == 'RB' then               -- a resync in flight writes no more rows: table_id
       -- The mark is fenced ("- {reason}"): no copy can take it up, whatever generation it
       -- holds or reads from now on (the calls after this one refill `__stale`); the table's
