@@ -25,6 +25,7 @@ from service.pipeline.catalog import Catalog
 from service.pipeline.control import Control
 from service.pipeline.ddl import ddl_actions
 from service.pipeline.progress import Progress, TableCounters
+from service.pipeline.resync import write_fk_defs
 from service.pipeline.resyncs import Resyncs
 from service.pipeline.sources import TableDefinitions, TransactionSource
 from service.pipeline.unmatched import UnmatchedPatterns
@@ -165,8 +166,8 @@ class Applier:
             await self._load_foreign_keys()
         mirrored = self.progress.mirrored
         units = [(txn, [a for d in txn.ddl for a in ddl_actions(d, self.filter, mirrored)]) for txn in batch]
-        if self.catalog.fk_graph().by_parent:
-            units = [(txn, actions + self._cascade_resyncs(txn)) for txn, actions in units]
+        if self.catalog.fk_graph().tables:
+            units = [(txn, actions + self._cascade_resyncs(txn, actions)) for txn, actions in units]
         flight = _Flight(units, time.perf_counter(), await self.mirror.send(units))
         txns, rows = self.progress.in_flight
         self.progress.in_flight = (txns + len(batch), rows + sum(len(t.changes) for t in batch))
@@ -179,19 +180,29 @@ class Applier:
         fks = self.catalog.foreign_keys
         if fks is None or self.catalog.fk_stale:
             fks = await self.definitions.foreign_keys()
+            await write_fk_defs(self.mirror)
         for schema, table in sorted(fks.tables):
             if not self.catalog.known(schema, table):
                 await self.load(schema, table)
 
-    def _cascade_resyncs(self, txn: Transaction) -> list[TableAction]:
+    def _cascade_resyncs(self, txn: Transaction, actions: list[TableAction]) -> list[TableAction]:
         """RESYNC actions for the mirrored tables `txn`'s cascades reach but the apply script cannot
-        update from its sets (Planner.fk_resyncs): copied again, as after an ALTER."""
-        mirrored = self.progress.mirrored
-        return [
+        update from its sets (CascadePlan.resyncs), and for the new name of a renamed table with
+        foreign keys (its rows left the sets under the old name): copied again, as after an ALTER."""
+        mirrored, children = self.progress.mirrored, self.catalog.fk_graph().by_child
+        out = [
+            TableAction(ActionKind.RESYNC, a.new_schema, a.new_table, reason="renamed, with foreign keys")
+            for a in actions
+            if a.kind is ActionKind.RENAME and a.new_schema is not None and a.new_table is not None
+            # the catalog reads the source's present: the new name may already be the one it knows
+            if (a.schema, a.table) in children or (a.new_schema, a.new_table) in children
+        ]
+        out += [
             TableAction(ActionKind.RESYNC, s, t, reason="foreign-key cascade the mirror cannot apply")
             for s, t in self.mirror.planner.cascades.resyncs(txn)
             if (s, t) in mirrored
         ]
+        return out
 
     async def _finish(self, flight: _Flight) -> None:
         units = flight.units

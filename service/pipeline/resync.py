@@ -196,3 +196,17 @@ async def add_fk_members(mirror: RedisMirror, schema: str, table: str, rows: lis
             for key, members in sets.items():
                 pipe.sadd(key, *members)
             await pipe.execute()
+
+
+async def write_fk_defs(mirror: RedisMirror) -> None:
+    """Store each child table's `__fkdefs` (its sets and their columns) after the foreign keys
+    were read: what DROP, TRUNCATE and RENAME read to take the rows out of their sets
+    (lua/cascade.lua, op FC). Metadata only: a definition more than needed costs an SREM."""
+    defs = mirror.planner.cascades.defs()
+    if not defs:
+        return
+    with map_redis_errors("storing the tables' foreign-key sets (__fkdefs)"):
+        async with mirror.redis.pipeline(transaction=False) as pipe:
+            for key, mapping in defs.items():
+                pipe.hset(key, mapping=mapping)  # type: ignore[arg-type]
+            await pipe.execute()

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from service.checkpoint import Checkpoint
 from service.pipeline.catalog import Catalog
 from service.pipeline.progress import Progress, TableCounters
-from service.pipeline.resync import resync_table
+from service.pipeline.resync import resync_table, write_fk_defs
 from service.pipeline.status import ResyncStatus, State
 from service.settings import Settings
 from service.sink.mirror import RedisMirror
@@ -80,6 +80,7 @@ class Resyncs:
             if self.catalog.fk_stale:  # the copy puts rows in the sets of their foreign keys
                 with map_errors("reading the foreign keys of the source's tables"):
                     await self.catalog.load_foreign_keys(conn)
+                await write_fk_defs(self.mirror)
 
             def progress(done: int, total: int | None, reread: int) -> None:
                 counters.resync = ResyncStatus(started, done, total, "resync", reread)

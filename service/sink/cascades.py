@@ -12,7 +12,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from service.binlog.rowchange import Op, Row, RowChange
-from service.sink.fks import ACTING, ForeignKey, ForeignKeys, fk_field, fk_text, fk_value, set_prefix
+from service.sink.fks import (
+    ACTING,
+    ForeignKey,
+    ForeignKeys,
+    defs_key,
+    fk_field,
+    fk_text,
+    fk_value,
+    set_prefix,
+)
 from service.sink.keys import KeyLayout
 from service.transactions import Transaction
 
@@ -143,6 +152,26 @@ class CascadePlan:
                 if fk not in ids or not known:
                     out.append(fk.child)
         return fks.descendants(dict.fromkeys(out)) if out else []
+
+    def clear_op(self) -> tuple[Arg, ...]:
+        """Op FC for a unit of whole-table work: the rows a DROP or TRUNCATE removes (or a RENAME
+        moves away) leave the sets their table's `__fkdefs` names. Read in Redis, not from the
+        graph: the catalog reads the source's present, where a renamed or dropped table is gone
+        already. () when the source has no foreign keys between mirrored tables."""
+        if not self.foreign_keys().keys:
+            return ()
+        return ("FC", int(self.json_mode))
+
+    def defs(self) -> dict[str, dict[str, bytes]]:
+        """`__fkdefs` of each child table: set prefix -> its fields (`len:field` each), what op FC
+        reads; written (HSET) whenever the graph is read (RedisMirror users: pipeline/resync.py)."""
+        out: dict[str, dict[str, bytes]] = {}
+        for fk in self.foreign_keys().keys:
+            fields = [fk_field(c, self.json_mode) for c in fk.columns]
+            raw = [f.encode() if isinstance(f, str) else f for f in fields]
+            spec = b"".join(b"%d:%s" % (len(f), f) for f in raw)
+            out.setdefault(defs_key(self.layout, fk.schema, fk.table), {})[set_prefix(self.layout, fk)] = spec
+        return out
 
     def members(self, schema: str, table: str, rows: list[dict[str, Any]]) -> dict[bytes, list[str]]:
         """The sets of the foreign-key values of rows copied from the source -> their suffixes."""

@@ -5,6 +5,8 @@ log only the parent's row event, so the mirror applies them (docs/mirror.md, "Fo
 that it keeps, with the rows, one set per referencing value:
 
     {prefix}:{schema}:{child}:__fk:{constraint}:{value}   set of the child rows' key suffixes
+    {prefix}:{schema}:{child}:__fkdefs                    hash: each constraint's set prefix -> its
+                                                          columns (what DROP/TRUNCATE/RENAME read)
 
 `value` is the child row's foreign-key columns, each as `{length}:{text}` in the layout's own form
 (the hash field's bytes, or the raw JSON text of the value in the json layout), so the apply
@@ -27,7 +29,7 @@ from service.binlog.canonical import value_to_json
 from service.sink.keys import KeyLayout, escape
 from service.sink.values import TEXT_FORMS, field_value
 
-__all__ = ["ACTING", "ForeignKey", "ForeignKeys", "fk_field", "fk_text", "fk_value", "set_prefix"]
+__all__ = ["ACTING", "ForeignKey", "ForeignKeys", "defs_key", "fk_field", "fk_text", "fk_value", "set_prefix"]
 
 ACTING = ("CASCADE", "SET NULL")  # the rules that change child rows (RESTRICT/NO ACTION: none)
 MAX_DEPTH = 15  # InnoDB refuses a statement whose cascades go deeper (FK_MAX_CASCADE_DEL)
@@ -132,3 +134,8 @@ def set_prefix(layout: KeyLayout, fk: ForeignKey) -> str:
     """The sets of `fk`'s values are this + the encoded value. `__fk` cannot be a row's key part
     (a part starting with `__` is escaped), and the escaped constraint name ends at the next `:`."""
     return f"{layout.table_base(fk.schema, fk.table)}:__fk:{escape(fk.name)}:"
+
+
+def defs_key(layout: KeyLayout, schema: str, table: str) -> str:
+    """`{table}:__fkdefs`: hash of the table's set prefixes -> their columns, for op FC."""
+    return f"{layout.table_base(schema, table)}:__fkdefs"

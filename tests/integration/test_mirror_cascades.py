@@ -153,3 +153,81 @@ async def test_cascades_mirrored(stack: LocalStack, layout: str) -> None:
         _sets_exact(stack, redis_url, prefix, db, json)
     finally:
         await stop_replicator(rep, task)
+
+
+def _fk_keys(redis_url: str, prefix: str, db: str, table: str) -> list[bytes]:
+    r = redis_sync.Redis.from_url(redis_url)
+    try:
+        return list(r.scan_iter(match=f"{KeyLayout(prefix).table_base(db, table)}:__fk:*", count=1000))
+    finally:
+        r.close()
+
+
+async def test_cascade_sets_follow_ddl(stack: LocalStack) -> None:
+    """A constraint added by ALTER is read again and its table's copy fills its sets; TRUNCATE,
+    RENAME and DROP take a table's sets with its rows; a cascade the script cannot apply (ON
+    UPDATE CASCADE into the child's primary key) re-copies the child instead."""
+    db, prefix = unique_names()
+    create_schema(stack, db)
+    run_sql(
+        stack,
+        db,
+        *SCHEMA,
+        "CREATE TABLE kid (pid INT NOT NULL, seq INT NOT NULL, v VARCHAR(10), PRIMARY KEY (pid, seq), "
+        "CONSTRAINT k_pid FOREIGN KEY (pid) REFERENCES parent (id) ON DELETE CASCADE ON UPDATE CASCADE)",
+        "CREATE TABLE late (id INT PRIMARY KEY, pid INT NULL)",
+    )
+    _fill(stack, db, 1)
+    run_sql(stack, db, *[f"INSERT INTO kid VALUES ({p}, {s}, 'k') " for p in range(1, 11) for s in (1, 2)])
+    keys = {**KEYS, "kid": ("pid", "seq")}
+    info = stack.load()
+    assert info is not None
+    redis_url = info.redis_url
+    rep = Replicator(mirror_settings(stack, db, prefix))
+    task = asyncio.create_task(rep.run())
+    try:
+        await settle(rep, stack, timeout=60)
+        run_sql(
+            stack,
+            db,
+            "INSERT INTO late VALUES (1, 6), (2, 6), (3, 7), (4, NULL)",
+            "ALTER TABLE late ADD CONSTRAINT l_pid FOREIGN KEY (pid) REFERENCES parent (id) "
+            "ON DELETE CASCADE",
+        )
+        await settle(rep, stack, timeout=60)
+        run_sql(
+            stack,
+            db,
+            "UPDATE parent SET id = 99 WHERE id = 2",  # kid's key follows: kid is copied again
+            "DELETE FROM parent WHERE id = 6",  # late 1, 2 go (the constraint the ALTER added)
+        )
+        await settle(rep, stack, timeout=60)
+        _check_tables(stack, redis_url, prefix, db, {**keys, "late": ("id",)})
+
+        assert _fk_keys(redis_url, prefix, db, "grand")
+        run_sql(stack, db, "TRUNCATE TABLE grand")
+        await settle(rep, stack, timeout=60)
+        assert not _fk_keys(redis_url, prefix, db, "grand")
+        run_sql(
+            stack, db, "INSERT INTO grand VALUES (1, 31, 'x'), (2, 41, 'y')", "RENAME TABLE late TO late2"
+        )
+        await settle(rep, stack, timeout=60)
+        assert not _fk_keys(redis_url, prefix, db, "late")
+        assert _fk_keys(redis_url, prefix, db, "late2")
+        run_sql(stack, db, "DELETE FROM parent WHERE id IN (3, 7)")  # child 31, grand 1, late2 3
+        await settle(rep, stack, timeout=60)
+        _check_tables(stack, redis_url, prefix, db, {**keys, "late2": ("id",)})
+        run_sql(stack, db, "DROP TABLE late2")
+        await settle(rep, stack, timeout=60)
+        assert not _fk_keys(redis_url, prefix, db, "late2")
+    finally:
+        await stop_replicator(rep, task)
+
+
+def _check_tables(
+    stack: LocalStack, redis_url: str, prefix: str, db: str, keys: dict[str, tuple[str, ...]]
+) -> None:
+    want = expected(stack, db, keys)
+    got = actual(redis_url, prefix, db, tuple(keys))
+    for table in keys:
+        assert got[table] == want[table], table

@@ -142,3 +142,37 @@ local function fk_op(op, i)              -- op FD or FU at ARGV[i]; returns the 
   fk_cascade(c, ARGV[i + 2], new, 1)
   return i + 4 + #mask
 end
+
+-- Op FC json, before a unit of table work (CU, MU): the rows the unit removes (DROP, TRUNCATE) or
+-- moves away (RENAME: the new name is copied again, which fills its own sets) first leave the sets
+-- that the table's `__fkdefs` names (set_prefix -> its fields, `len:field` each).
+local fk_clear, fk_clear_json = nil, nil
+local function fk_clear_spec(i)          -- op FC at ARGV[i]; returns the index after it
+  fk_clear_json = ARGV[i + 1] == '1'
+  return i + 2
+end
+local function fk_clear_for(base)        -- a CU/MU unit on the table whose row keys start with base
+  if fk_clear_json == nil then return end
+  local spec = {json = fk_clear_json, list = {}}
+  local defs = redis.call('HGETALL', base .. ':__fkdefs')
+  for j = 1, #defs, 2 do
+    local c, enc, at = {setp = defs[j], cf = {}}, defs[j + 1], 1
+    while at <= #enc do
+      local colon = string.find(enc, ':', at, true)
+      local len = tonumber(string.sub(enc, at, colon - 1))
+      c.cf[#c.cf + 1] = string.sub(enc, colon + 1, colon + len)
+      at = colon + len + 1
+    end
+    spec.list[#spec.list + 1] = c
+  end
+  fk_clear = #spec.list > 0 and spec or nil
+end
+local function fk_clear_done() fk_clear, fk_clear_json = nil, nil end
+local function fk_unlink(key, m)         -- a CU/MU unit is about to remove or move row `key`
+  if not fk_clear then return end
+  fk.json = fk_clear.json
+  for _, c in ipairs(fk_clear.list) do
+    local e = fk_enc(fk_read(key, c.cf))
+    if e then redis.call('SREM', c.setp .. e, m) end
+  end
+end
