@@ -25,7 +25,7 @@ from service.pipeline.catalog import Catalog
 from service.pipeline.control import Control
 from service.pipeline.ddl import ddl_actions
 from service.pipeline.progress import Progress, TableCounters
-from service.pipeline.resync import write_fk_defs
+from service.pipeline.resync import fk_sets_missing, write_fk_defs
 from service.pipeline.resyncs import Resyncs
 from service.pipeline.sources import TableDefinitions, TransactionSource
 from service.pipeline.unmatched import UnmatchedPatterns
@@ -75,6 +75,7 @@ class Applier:
         self.apply_seconds = apply_seconds
         self.control, self.unmatched = control, unmatched
         self.definitions: TableDefinitions | None = None  # the session's, set by the replicator
+        self._fk_unfilled: list[tuple[str, str]] = []  # child tables whose sets no copy filled
 
     async def load(self, schema: str, table: str) -> None:
         assert self.definitions is not None
@@ -168,6 +169,9 @@ class Applier:
         units = [(txn, [a for d in txn.ddl for a in ddl_actions(d, self.filter, mirrored)]) for txn in batch]
         if self.catalog.fk_graph().tables:
             units = [(txn, actions + self._cascade_resyncs(txn, actions)) for txn, actions in units]
+        if self._fk_unfilled:
+            txn, actions = units[0]
+            units[0] = (txn, actions + self._fill_fk_sets())
         flight = _Flight(units, time.perf_counter(), await self.mirror.send(units))
         txns, rows = self.progress.in_flight
         self.progress.in_flight = (txns + len(batch), rows + sum(len(t.changes) for t in batch))
@@ -181,9 +185,26 @@ class Applier:
         if fks is None or self.catalog.fk_stale:
             fks = await self.definitions.foreign_keys()
             await write_fk_defs(self.mirror)
+            self._fk_unfilled = await fk_sets_missing(self.mirror)
         for schema, table in sorted(fks.tables):
             if not self.catalog.known(schema, table):
                 await self.load(schema, table)
+
+    def _fill_fk_sets(self) -> list[TableAction]:
+        """RESYNC actions for the mirrored child tables whose sets no copy filled (rows copied by
+        `binlog-mirror snapshot`, or before cascades were kept): copied again, once. A table in
+        resync is left to it (its copy fills them)."""
+        tables, self._fk_unfilled = self._fk_unfilled, []
+        resyncing = self.mirror.planner.resyncing
+        out = [
+            TableAction(ActionKind.RESYNC, s, t, reason="filling its foreign-key sets")
+            for s, t in tables
+            if (s, t) in self.progress.mirrored and self.mirror.layout.table_id(s, t) not in resyncing
+        ]
+        if out:
+            names = ", ".join(f"{a.schema}.{a.table}" for a in out)
+            log.info("copying %s again to fill their foreign-key sets", names)
+        return out
 
     def _cascade_resyncs(self, txn: Transaction, actions: list[TableAction]) -> list[TableAction]:
         """RESYNC actions for the mirrored tables `txn`'s cascades reach but the apply script cannot

@@ -25,6 +25,7 @@ from typing import Any
 import aiomysql
 
 from service.checkpoint import BinlogPosition, Checkpoint
+from service.sink.fks import ready_key, set_prefix
 from service.sink.keys import split_key
 from service.sink.mirror import RedisMirror
 from service.sink.replies import map_redis_errors
@@ -151,6 +152,7 @@ async def resync_table(
     if removed is None:
         _superseded(schema, table, done)
         return done
+    await fk_sets_ready(mirror, schema, table)
     log.info(
         "resync of %s.%s done: %d rows read, %d read again, %d stale rows removed in %.2fs",
         schema,
@@ -210,3 +212,26 @@ async def write_fk_defs(mirror: RedisMirror) -> None:
             for key, mapping in defs.items():
                 pipe.hset(key, mapping=mapping)  # type: ignore[arg-type]
             await pipe.execute()
+
+
+async def fk_sets_ready(mirror: RedisMirror, schema: str, table: str) -> None:
+    """After a whole copy of a table: the sets of its foreign keys hold every row (`__fkready`)."""
+    fks = mirror.planner.cascades.foreign_keys().by_child.get((schema, table))
+    if fks:
+        fields = {set_prefix(mirror.layout, fk): 1 for fk in fks}
+        with map_redis_errors(f"marking the foreign-key sets of {schema}.{table} whole"):
+            await mirror.redis.hset(ready_key(mirror.layout), mapping=fields)  # type: ignore[arg-type]
+
+
+async def fk_sets_missing(mirror: RedisMirror) -> list[tuple[str, str]]:
+    """The child tables with a constraint whose sets were never filled by a copy (`__fkready`)."""
+    fks = mirror.planner.cascades.foreign_keys()
+    if not fks.keys:
+        return []
+    with map_redis_errors("reading which foreign-key sets are whole (__fkready)"):
+        ready = {_text(k) for k in await mirror.redis.hkeys(ready_key(mirror.layout))}
+    return sorted({fk.child for fk in fks.keys if set_prefix(mirror.layout, fk) not in ready})
+
+
+def _text(v: bytes | str) -> str:
+    return v.decode() if isinstance(v, bytes) else v

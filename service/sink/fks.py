@@ -7,6 +7,7 @@ that it keeps, with the rows, one set per referencing value:
     {prefix}:{schema}:{child}:__fk:{constraint}:{value}   set of the child rows' key suffixes
     {prefix}:{schema}:{child}:__fkdefs                    hash: each constraint's set prefix -> its
                                                           columns (what DROP/TRUNCATE/RENAME read)
+    {prefix}:__fkready                                    hash: set prefix -> 1 once its sets are whole
 
 `value` is the child row's foreign-key columns, each as `{length}:{text}` in the layout's own form
 (the hash field's bytes, or the raw JSON text of the value in the json layout), so the apply
@@ -29,7 +30,17 @@ from service.binlog.canonical import value_to_json
 from service.sink.keys import KeyLayout, escape
 from service.sink.values import TEXT_FORMS, field_value
 
-__all__ = ["ACTING", "ForeignKey", "ForeignKeys", "defs_key", "fk_field", "fk_text", "fk_value", "set_prefix"]
+__all__ = [
+    "ACTING",
+    "ForeignKey",
+    "ForeignKeys",
+    "defs_key",
+    "fk_field",
+    "fk_text",
+    "fk_value",
+    "ready_key",
+    "set_prefix",
+]
 
 ACTING = ("CASCADE", "SET NULL")  # the rules that change child rows (RESTRICT/NO ACTION: none)
 MAX_DEPTH = 15  # InnoDB refuses a statement whose cascades go deeper (FK_MAX_CASCADE_DEL)
@@ -139,3 +150,10 @@ def set_prefix(layout: KeyLayout, fk: ForeignKey) -> str:
 def defs_key(layout: KeyLayout, schema: str, table: str) -> str:
     """`{table}:__fkdefs`: hash of the table's set prefixes -> their columns, for op FC."""
     return f"{layout.table_base(schema, table)}:__fkdefs"
+
+
+def ready_key(layout: KeyLayout) -> str:
+    """`__fkready`: hash of the set prefixes whose sets hold every row of their table (a copy of
+    the table with that constraint known finished since); a table with a constraint missing here
+    is copied again (rows copied by `binlog-mirror snapshot`, or before cascades were kept)."""
+    return f"{layout.prefix}:__fkready"
