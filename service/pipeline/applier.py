@@ -29,6 +29,7 @@ from service.pipeline.resync import fk_sets_missing, write_fk_defs
 from service.pipeline.resyncs import Resyncs
 from service.pipeline.sources import TableDefinitions, TransactionSource
 from service.pipeline.unmatched import UnmatchedPatterns
+from service.sink.fks import ForeignKeys
 from service.sink.mirror import RedisMirror, SentBatch
 from service.sink.plan import ActionKind, TableAction
 from service.transactions import TableFilter, Transaction
@@ -76,6 +77,7 @@ class Applier:
         self.control, self.unmatched = control, unmatched
         self.definitions: TableDefinitions | None = None  # the session's, set by the replicator
         self._fk_unfilled: list[tuple[str, str]] = []  # child tables whose sets no copy filled
+        self._fk_seen: ForeignKeys | None = None  # the graph those were found for
 
     async def load(self, schema: str, table: str) -> None:
         assert self.definitions is not None
@@ -184,11 +186,13 @@ class Applier:
         fks = self.catalog.foreign_keys
         if fks is None or self.catalog.fk_stale:
             fks = await self.definitions.foreign_keys()
-            await write_fk_defs(self.mirror)
-            self._fk_unfilled = await fk_sets_missing(self.mirror)
         for schema, table in sorted(fks.tables):
             if not self.catalog.known(schema, table):
                 await self.load(schema, table)
+        if fks is not self._fk_seen:  # read here, or by a resync
+            self._fk_seen = fks
+            await write_fk_defs(self.mirror)
+            self._fk_unfilled = await fk_sets_missing(self.mirror)
 
     def _fill_fk_sets(self) -> list[TableAction]:
         """RESYNC actions for the mirrored child tables whose sets no copy filled (rows copied by

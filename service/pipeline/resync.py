@@ -25,7 +25,7 @@ from typing import Any
 import aiomysql
 
 from service.checkpoint import BinlogPosition, Checkpoint
-from service.sink.fks import ready_key, set_prefix
+from service.sink.fks import ForeignKeys, ready_key, set_prefix
 from service.sink.keys import split_key
 from service.sink.mirror import RedisMirror
 from service.sink.replies import map_redis_errors
@@ -70,6 +70,7 @@ async def resync_table(
     is +00:00), the binlog decodes them as aware UTC datetimes; they are made aware here so both
     paths store the same value (canonical JSON `...Z`)."""
     started = time.monotonic()
+    fks = mirror.planner.cascades.foreign_keys()  # the constraints whose sets this copy fills
     total: int | None = None
     est = await fetch(
         conn,
@@ -152,7 +153,7 @@ async def resync_table(
     if removed is None:
         _superseded(schema, table, done)
         return done
-    await fk_sets_ready(mirror, schema, table)
+    await fk_sets_ready(mirror, schema, table, fks)
     log.info(
         "resync of %s.%s done: %d rows read, %d read again, %d stale rows removed in %.2fs",
         schema,
@@ -214,9 +215,11 @@ async def write_fk_defs(mirror: RedisMirror) -> None:
             await pipe.execute()
 
 
-async def fk_sets_ready(mirror: RedisMirror, schema: str, table: str) -> None:
-    """After a whole copy of a table: the sets of its foreign keys hold every row (`__fkready`)."""
-    fks = mirror.planner.cascades.foreign_keys().by_child.get((schema, table))
+async def fk_sets_ready(mirror: RedisMirror, schema: str, table: str, known: ForeignKeys) -> None:
+    """After a whole copy of a table: the sets of the foreign keys it knew from its start hold
+    every row (`__fkready`; a constraint the graph gained meanwhile waits for another copy)."""
+    now = mirror.planner.cascades.foreign_keys().by_child.get((schema, table), ())
+    fks = [fk for fk in now if fk in known.by_child.get((schema, table), ())]
     if fks:
         fields = {set_prefix(mirror.layout, fk): 1 for fk in fks}
         with map_redis_errors(f"marking the foreign-key sets of {schema}.{table} whole"):

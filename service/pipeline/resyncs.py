@@ -77,7 +77,10 @@ class Resyncs:
             # unknown to the catalog counts as unkeyable and is skipped (rows were lost that way).
             with map_errors(f"reading the definition of {schema}.{table}"):
                 info = await self.catalog.load(conn, schema, table)
-            if self.catalog.fk_stale:  # the copy puts rows in the sets of their foreign keys
+            if self.catalog.foreign_keys is None:  # the copy puts rows in their foreign keys' sets
+                # (read again after a DDL by the applier only: a graph swapped under its planning
+                # could name tables it has not loaded; a constraint this copy did not know is not
+                # marked filled (`__fkready`), and the applier has the table copied again)
                 with map_errors("reading the foreign keys of the source's tables"):
                     await self.catalog.load_foreign_keys(conn)
                 await write_fk_defs(self.mirror)

@@ -127,7 +127,7 @@ class CascadePlan:
         transaction. Unresolvable: a constraint `_ids` leaves out, or a parent image that
         lacks the referenced columns (a partial image)."""
         fks = self.foreign_keys()
-        if not fks.by_parent:
+        if not fks.by_parent or not txn.changes:
             return []
         ids = self._ids(fks)
         out: list[tuple[str, str]] = []
