@@ -114,7 +114,9 @@ def test_what_the_script_cannot_apply_is_copied_again_with_what_it_reaches() -> 
     ok = _planner(ForeignKeys((CHILD, GRAND)))
     assert ok.cascades.resyncs(_txn(_change("parent", Op.DELETE, {"id": 1}, None))) == []
     # a partial parent image without the referenced column: unknown value, copied again
-    partial = Transaction((_change("parent", Op.DELETE, {"code": 1}, None),), (), "0-1-1", 1, _txn().end, {0})
+    partial = Transaction(
+        (_change("parent", Op.DELETE, {"code": 1}, None),), (), "0-1-1", 1, _txn().end, frozenset({0})
+    )
     assert ok.cascades.resyncs(partial) == [("db", "child"), ("db", "grand")]
 
 
