@@ -204,6 +204,7 @@ class Applier:
             TableAction(ActionKind.RESYNC, s, t, reason="filling its foreign-key sets")
             for s, t in tables
             if (s, t) in self.progress.mirrored and self.mirror.layout.table_id(s, t) not in resyncing
+            if self.catalog.key_columns(s, t)  # a table without a usable key has no rows in Redis
         ]
         if out:
             names = ", ".join(f"{a.schema}.{a.table}" for a in out)
