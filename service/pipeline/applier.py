@@ -25,9 +25,11 @@ from service.pipeline.catalog import Catalog
 from service.pipeline.control import Control
 from service.pipeline.ddl import ddl_actions
 from service.pipeline.progress import Progress, TableCounters
+from service.pipeline.resync import fk_sets_missing, write_fk_defs
 from service.pipeline.resyncs import Resyncs
 from service.pipeline.sources import TableDefinitions, TransactionSource
 from service.pipeline.unmatched import UnmatchedPatterns
+from service.sink.fks import ForeignKeys
 from service.sink.mirror import RedisMirror, SentBatch
 from service.sink.plan import ActionKind, TableAction
 from service.transactions import TableFilter, Transaction
@@ -74,6 +76,8 @@ class Applier:
         self.apply_seconds = apply_seconds
         self.control, self.unmatched = control, unmatched
         self.definitions: TableDefinitions | None = None  # the session's, set by the replicator
+        self._fk_unfilled: list[tuple[str, str]] = []  # child tables whose sets no copy filled
+        self._fk_seen: ForeignKeys | None = None  # the graph those were found for
 
     async def load(self, schema: str, table: str) -> None:
         assert self.definitions is not None
@@ -161,12 +165,70 @@ class Applier:
             if info is not None and info.unknown_defaults:  # read when the table was empty
                 await self.load(schema, table)
         batch = [self._complete_inserts(t) if t.partial else t for t in batch]
+        if any(t.changes for t in batch):
+            await self._load_foreign_keys()
         mirrored = self.progress.mirrored
         units = [(txn, [a for d in txn.ddl for a in ddl_actions(d, self.filter, mirrored)]) for txn in batch]
+        if self.catalog.fk_graph().tables:
+            units = [(txn, actions + self._cascade_resyncs(txn, actions)) for txn, actions in units]
+        if self._fk_unfilled:
+            txn, actions = units[0]
+            units[0] = (txn, actions + self._fill_fk_sets())
         flight = _Flight(units, time.perf_counter(), await self.mirror.send(units))
         txns, rows = self.progress.in_flight
         self.progress.in_flight = (txns + len(batch), rows + sum(len(t.changes) for t in batch))
         return flight
+
+    async def _load_foreign_keys(self) -> None:
+        """Read the foreign keys (at start, after a DDL), and the definitions of the tables they
+        link that are not loaded (the planner keys the child rows a cascade reaches)."""
+        assert self.definitions is not None
+        fks = self.catalog.foreign_keys
+        if fks is None or self.catalog.fk_stale:
+            fks = await self.definitions.foreign_keys()
+        for schema, table in sorted(fks.tables):
+            if not self.catalog.known(schema, table):
+                await self.load(schema, table)
+        if fks is not self._fk_seen:  # read here, or by a resync
+            self._fk_seen = fks
+            await write_fk_defs(self.mirror)
+            self._fk_unfilled = await fk_sets_missing(self.mirror)
+
+    def _fill_fk_sets(self) -> list[TableAction]:
+        """RESYNC actions for the mirrored child tables whose sets no copy filled (rows copied by
+        `binlog-mirror snapshot`, or before cascades were kept): copied again, once. A table in
+        resync is left to it (its copy fills them)."""
+        tables, self._fk_unfilled = self._fk_unfilled, []
+        resyncing = self.mirror.planner.resyncing
+        out = [
+            TableAction(ActionKind.RESYNC, s, t, reason="filling its foreign-key sets")
+            for s, t in tables
+            if (s, t) in self.progress.mirrored and self.mirror.layout.table_id(s, t) not in resyncing
+            if self.catalog.key_columns(s, t)  # a table without a usable key has no rows in Redis
+        ]
+        if out:
+            names = ", ".join(f"{a.schema}.{a.table}" for a in out)
+            log.info("copying %s again to fill their foreign-key sets", names)
+        return out
+
+    def _cascade_resyncs(self, txn: Transaction, actions: list[TableAction]) -> list[TableAction]:
+        """RESYNC actions for the mirrored tables `txn`'s cascades reach but the apply script cannot
+        update from its sets (CascadePlan.resyncs), and for the new name of a renamed table with
+        foreign keys (its rows left the sets under the old name): copied again, as after an ALTER."""
+        mirrored, children = self.progress.mirrored, self.catalog.fk_graph().by_child
+        out = [
+            TableAction(ActionKind.RESYNC, a.new_schema, a.new_table, reason="renamed, with foreign keys")
+            for a in actions
+            if a.kind is ActionKind.RENAME and a.new_schema is not None and a.new_table is not None
+            # the catalog reads the source's present: the new name may already be the one it knows
+            if (a.schema, a.table) in children or (a.new_schema, a.new_table) in children
+        ]
+        out += [
+            TableAction(ActionKind.RESYNC, s, t, reason="foreign-key cascade the mirror cannot apply")
+            for s, t in self.mirror.planner.cascades.resyncs(txn)
+            if (s, t) in mirrored
+        ]
+        return out
 
     async def _finish(self, flight: _Flight) -> None:
         units = flight.units
@@ -200,6 +262,8 @@ class Applier:
                         self.catalog.forget(s, t or None)
                 self.note_actions(actions)
                 self.unmatched.check(self.progress.mirrored, f"after the DDL at {txn.end.position}")
+            elif actions:  # cascades copied again (_cascade_resyncs)
+                self.note_actions(actions)
             for hook in self.hooks:
                 try:
                     hook(txn, first)

@@ -20,6 +20,7 @@ import aiomysql
 from service.binlog.schema import TableSchema
 from service.errors import CatalogMiss, SourceError
 from service.pipeline.status import ColumnStatus
+from service.sink.fks import ForeignKey, ForeignKeys
 from service.transactions import TableFilter
 from service.transport.connection import fetch
 
@@ -52,6 +53,15 @@ class Catalog:
         self.filter = table_filter
         self._tables: dict[tuple[str, str], TableInfo] = {}
         self._warned: set[tuple[str, str]] = set()
+        # The foreign keys between wanted tables as last read (None: never); `fk_stale`: to be read
+        # again (a DDL may have added, dropped or retargeted a constraint), used until then
+        self.foreign_keys: ForeignKeys | None = None
+        self.fk_stale = True
+        self._forgets = 0
+
+    def fk_graph(self) -> ForeignKeys:
+        """The foreign keys as last read (none before the first read)."""
+        return self.foreign_keys or _NO_FKS
 
     def key_columns(self, schema: str, table: str) -> tuple[str, ...] | None:
         """The key columns, or None when the table has no usable key (its rows are skipped)."""
@@ -64,6 +74,8 @@ class Catalog:
         return self._tables.get((schema, table))
 
     def forget(self, schema: str, table: str | None = None) -> None:
+        self.fk_stale = True  # a DDL may add, drop or retarget any constraint
+        self._forgets += 1
         for k in [k for k in self._tables if k[0] == schema and (table is None or k[1] == table)]:
             del self._tables[k]
 
@@ -172,6 +184,80 @@ class Catalog:
             out[name] = value
         return out, frozenset(unknown)
 
+    async def load_foreign_keys(self, conn: aiomysql.Connection) -> ForeignKeys:
+        """The foreign keys whose child and parent tables are both wanted, with their rules; none
+        when the source logs its cascades' rows itself (MySQL 9.6 and later)."""
+        (version,) = (await fetch(conn, "SELECT VERSION()"))[0]
+        forgets = self._forgets  # a DDL applied while this reads makes what it read stale
+        if _logs_cascades(str(version)):
+            return self._fks_read(ForeignKeys(logged=True), forgets)
+        # KEY_COLUMN_USAGE is readable with SELECT; MariaDB shows REFERENTIAL_CONSTRAINTS (the
+        # rules) only to users with more than SELECT on the table: SHOW CREATE TABLE then says them
+        rows = await fetch(
+            conn,
+            "SELECT TABLE_SCHEMA, TABLE_NAME, CONSTRAINT_NAME, COLUMN_NAME, REFERENCED_TABLE_SCHEMA, "
+            "REFERENCED_TABLE_NAME, REFERENCED_COLUMN_NAME FROM information_schema.KEY_COLUMN_USAGE "
+            "WHERE REFERENCED_TABLE_NAME IS NOT NULL "
+            "ORDER BY TABLE_SCHEMA, TABLE_NAME, CONSTRAINT_NAME, ORDINAL_POSITION",
+        )
+        found: dict[tuple[str, str, str], tuple[tuple[str, str], list[str], list[str]]] = {}
+        for schema, table, name, col, rschema, rtable, rcol in rows:
+            child, parent = (str(schema), str(table)), (str(rschema), str(rtable))
+            if not (self.filter.wants(*child) and self.filter.wants(*parent)):
+                continue  # a cascade into (or from) a table that is not mirrored: nothing to apply
+            entry = found.setdefault((*child, str(name)), (parent, [], []))
+            entry[1].append(str(col))
+            entry[2].append(str(rcol))
+        if not found:
+            return self._fks_read(ForeignKeys(), forgets)
+        rules: dict[tuple[str, str, str], tuple[str, str]] = {
+            (str(s), str(t), str(n)): (str(u), str(d))
+            for s, t, n, u, d in await fetch(
+                conn,
+                "SELECT CONSTRAINT_SCHEMA, TABLE_NAME, CONSTRAINT_NAME, UPDATE_RULE, DELETE_RULE "
+                "FROM information_schema.REFERENTIAL_CONSTRAINTS",
+            )
+        }
+        for schema, table in sorted({(s, t) for s, t, n in found if (s, t, n) not in rules}):
+            ((_, ddl),) = await fetch(conn, f"SHOW CREATE TABLE {_q(schema)}.{_q(table)}")
+            for m in _FK_CLAUSE.finditer(str(ddl)):
+                clauses = dict(_FK_RULE.findall(m[2]))
+                name = m[1].replace("``", "`")
+                rules[(schema, table, name)] = (
+                    clauses.get("UPDATE", "RESTRICT"),
+                    clauses.get("DELETE", "RESTRICT"),
+                )
+        parents = sorted({parent[0] for parent, _, _ in found.values()})
+        indexes: dict[tuple[str, str, str], set[str]] = {}
+        for s, t, index, col in await fetch(
+            conn,
+            "SELECT TABLE_SCHEMA, TABLE_NAME, INDEX_NAME, COLUMN_NAME FROM information_schema.STATISTICS "
+            f"WHERE NON_UNIQUE = 0 AND TABLE_SCHEMA IN ({','.join(['%s'] * len(parents))})",
+            parents,
+        ):
+            indexes.setdefault((str(s), str(t), str(index)), set()).add(str(col))
+        unique = {(s, t, frozenset(cols)) for (s, t, _), cols in indexes.items()}
+        keys = tuple(
+            ForeignKey(
+                name,
+                schema,
+                table,
+                tuple(cols),
+                parent[0],
+                parent[1],
+                tuple(rcols),
+                *rules.get((schema, table, name), ("RESTRICT", "RESTRICT")),
+                unique=(*parent, frozenset(rcols)) in unique,
+            )  # fmt: skip
+            for (schema, table, name), (parent, cols, rcols) in found.items()
+        )
+        return self._fks_read(ForeignKeys(keys), forgets)
+
+    def _fks_read(self, fks: ForeignKeys, forgets: int) -> ForeignKeys:
+        self.foreign_keys = fks
+        self.fk_stale = forgets != self._forgets
+        return fks
+
     async def wanted_tables(self, conn: aiomysql.Connection) -> list[tuple[str, str]]:
         rows = await fetch(
             conn,
@@ -218,6 +304,20 @@ _NUMERIC = {"tinyint", "smallint", "mediumint", "int", "bigint", "decimal", "flo
 # function-call defaults (current_timestamp(), uuid(), nextval(s)) and CURRENT_TIMESTAMP: evaluated
 # per row by the server, which then logs the column even in a MINIMAL image
 _EXPRESSION = re.compile(r"^(?:\w+\s*\(.*\)|CURRENT_TIMESTAMP|NOW|LOCALTIME(?:STAMP)?)$", re.I | re.S)
+
+
+_NO_FKS = ForeignKeys()
+# SHOW CREATE TABLE's foreign keys: the constraint's name, then its ON DELETE / ON UPDATE rules
+_FK_CLAUSE = re.compile(r"CONSTRAINT `((?:[^`]|``)+)` FOREIGN KEY \(.*?\) REFERENCES [^(]*\(.*?\)([^\n]*)")
+_FK_RULE = re.compile(r"ON (DELETE|UPDATE) (CASCADE|SET NULL|SET DEFAULT|RESTRICT|NO ACTION)")
+
+
+def _logs_cascades(version: str) -> bool:
+    """MySQL 9.6 moved foreign-key actions out of InnoDB: its binlog has the cascaded rows."""
+    if "mariadb" in version.lower():
+        return False
+    m = re.match(r"(\d+)\.(\d+)", version)
+    return m is not None and (int(m[1]), int(m[2])) >= (9, 6)
 
 
 def _q(ident: str) -> str:

@@ -95,6 +95,7 @@ class Replicator:
             lease_ttl=settings.lease_ttl_seconds,
         )
         self.mirror = RedisMirror(self.redis, self.layout, self.catalog.key_columns, options)
+        self.mirror.planner.cascades.foreign_keys = self.catalog.fk_graph  # cascades (fks.py)
         self._stop = asyncio.Event()
         self._recopy: str | None = None  # why the next session copies the selected tables again
         self._source: TransactionSource | None = None

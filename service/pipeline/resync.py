@@ -25,8 +25,10 @@ from typing import Any
 import aiomysql
 
 from service.checkpoint import BinlogPosition, Checkpoint
+from service.sink.fks import ForeignKeys, ready_key, set_prefix
 from service.sink.keys import split_key
 from service.sink.mirror import RedisMirror
+from service.sink.replies import map_redis_errors
 from service.transport.connection import fetch, map_errors
 
 __all__ = ["resync_table"]
@@ -68,6 +70,7 @@ async def resync_table(
     is +00:00), the binlog decodes them as aware UTC datetimes; they are made aware here so both
     paths store the same value (canonical JSON `...Z`)."""
     started = time.monotonic()
+    fks = mirror.planner.cascades.foreign_keys()  # the constraints whose sets this copy fills
     total: int | None = None
     est = await fetch(
         conn,
@@ -99,6 +102,7 @@ async def resync_table(
                 break
             if utc_columns:
                 rows = [_utc(row, utc_columns) for row in rows]
+            await add_fk_members(mirror, schema, table, rows)  # before the rows: see add_fk_members
             if await mirror.resync_rows(schema, table, rows, generation) is None:
                 _superseded(schema, table, done)
                 return done
@@ -134,6 +138,7 @@ async def resync_table(
                     rows = list(await cur.fetchall())
             if utc_columns:
                 rows = [_utc(row, utc_columns) for row in rows]
+        await add_fk_members(mirror, schema, table, rows)
         written = await mirror.resync_reread(schema, table, generation, entries, rows)
         if written:
             reread_rows += written
@@ -148,6 +153,7 @@ async def resync_table(
     if removed is None:
         _superseded(schema, table, done)
         return done
+    await fk_sets_ready(mirror, schema, table, fks)
     log.info(
         "resync of %s.%s done: %d rows read, %d read again, %d stale rows removed in %.2fs",
         schema,
@@ -178,3 +184,57 @@ def _utc(row: dict[str, Any], columns: frozenset[str]) -> dict[str, Any]:
         if isinstance(v, dt.datetime) and v.tzinfo is None:
             out[c] = v.replace(tzinfo=dt.UTC)
     return out
+
+
+async def add_fk_members(mirror: RedisMirror, schema: str, table: str, rows: list[dict[str, Any]]) -> None:
+    """Put rows copied from the source (a resync, the bootstrap) in the sets of their foreign-key
+    values, before the copy writes them: the sets are candidates that a cascade checks against
+    the stored row, so a member whose row the copy then does not write (the stream did) is
+    harmless, while a row without its member would be missed."""
+    sets = mirror.planner.cascades.members(schema, table, rows)
+    if not sets:
+        return
+    with map_redis_errors(f"indexing the foreign keys of {schema}.{table}"):
+        async with mirror.redis.pipeline(transaction=False) as pipe:
+            for key, members in sets.items():
+                pipe.sadd(key, *members)
+            await pipe.execute()
+
+
+async def write_fk_defs(mirror: RedisMirror) -> None:
+    """Store each child table's `__fkdefs` (its sets and their columns) after the foreign keys
+    were read: what DROP, TRUNCATE and RENAME read to take the rows out of their sets
+    (lua/cascade.lua, op FC). Metadata only: a definition more than needed costs an SREM."""
+    defs = mirror.planner.cascades.defs()
+    if not defs:
+        return
+    with map_redis_errors("storing the tables' foreign-key sets (__fkdefs)"):
+        async with mirror.redis.pipeline(transaction=False) as pipe:
+            for key, mapping in defs.items():
+                pipe.hset(key, mapping=mapping)  # type: ignore[arg-type]
+            await pipe.execute()
+
+
+async def fk_sets_ready(mirror: RedisMirror, schema: str, table: str, known: ForeignKeys) -> None:
+    """After a whole copy of a table: the sets of the foreign keys it knew from its start hold
+    every row (`__fkready`; a constraint the graph gained meanwhile waits for another copy)."""
+    now = mirror.planner.cascades.foreign_keys().by_child.get((schema, table), ())
+    fks = [fk for fk in now if fk in known.by_child.get((schema, table), ())]
+    if fks:
+        fields = {set_prefix(mirror.layout, fk): 1 for fk in fks}
+        with map_redis_errors(f"marking the foreign-key sets of {schema}.{table} whole"):
+            await mirror.redis.hset(ready_key(mirror.layout), mapping=fields)  # type: ignore[arg-type]
+
+
+async def fk_sets_missing(mirror: RedisMirror) -> list[tuple[str, str]]:
+    """The child tables with a constraint whose sets were never filled by a copy (`__fkready`)."""
+    fks = mirror.planner.cascades.foreign_keys()
+    if not fks.keys:
+        return []
+    with map_redis_errors("reading which foreign-key sets are whole (__fkready)"):
+        ready = {_text(k) for k in await mirror.redis.hkeys(ready_key(mirror.layout))}
+    return sorted({fk.child for fk in fks.keys if set_prefix(mirror.layout, fk) not in ready})
+
+
+def _text(v: bytes | str) -> str:
+    return v.decode() if isinstance(v, bytes) else v

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from service.checkpoint import Checkpoint
 from service.pipeline.catalog import Catalog
 from service.pipeline.progress import Progress, TableCounters
-from service.pipeline.resync import resync_table
+from service.pipeline.resync import resync_table, write_fk_defs
 from service.pipeline.status import ResyncStatus, State
 from service.settings import Settings
 from service.sink.mirror import RedisMirror
@@ -77,6 +77,13 @@ class Resyncs:
             # unknown to the catalog counts as unkeyable and is skipped (rows were lost that way).
             with map_errors(f"reading the definition of {schema}.{table}"):
                 info = await self.catalog.load(conn, schema, table)
+            if self.catalog.foreign_keys is None:  # the copy puts rows in their foreign keys' sets
+                # (read again after a DDL by the applier only: a graph swapped under its planning
+                # could name tables it has not loaded; a constraint this copy did not know is not
+                # marked filled (`__fkready`), and the applier has the table copied again)
+                with map_errors("reading the foreign keys of the source's tables"):
+                    await self.catalog.load_foreign_keys(conn)
+                await write_fk_defs(self.mirror)
 
             def progress(done: int, total: int | None, reread: int) -> None:
                 counters.resync = ResyncStatus(started, done, total, "resync", reread)

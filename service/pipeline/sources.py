@@ -17,6 +17,7 @@ import aiomysql
 from service.checkpoint import BinlogPosition, Checkpoint, StartPoint
 from service.pipeline.catalog import Catalog, TableInfo
 from service.settings import Settings
+from service.sink.fks import ForeignKeys
 from service.transactions import TableFilter, Transaction
 from service.transport.connection import ServerInfo, connect, map_errors
 from service.transport.source import SourceStats
@@ -73,6 +74,7 @@ class TableDefinitions(Protocol):
     def close(self) -> None: ...
     async def wanted_tables(self) -> list[tuple[str, str]]: ...
     async def load(self, schema: str, table: str) -> TableInfo: ...
+    async def foreign_keys(self) -> ForeignKeys: ...
 
 
 DefinitionsFactory = Callable[[Settings, Catalog], TableDefinitions]
@@ -105,3 +107,8 @@ class SourceDefinitions:
         assert self._conn is not None
         with map_errors(f"reading the definition of {schema}.{table}"):
             return await self.catalog.load(self._conn, schema, table)
+
+    async def foreign_keys(self) -> ForeignKeys:
+        assert self._conn is not None
+        with map_errors("reading the foreign keys of the source's tables"):
+            return await self.catalog.load_foreign_keys(self._conn)

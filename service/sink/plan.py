@@ -13,6 +13,8 @@ from typing import Any
 
 from service.binlog.rowchange import Op, Row, RowChange
 from service.checkpoint import BinlogPosition
+from service.sink.cascades import CascadePlan
+from service.sink.fks import defs_key
 from service.sink.keys import KeyLayout, escape
 from service.sink.values import TEXT_FORMS, field_value, json_document, key_text
 from service.transactions import Transaction
@@ -53,6 +55,7 @@ class TableWork:
     to_index: str = ""  # MU: the new name's `__keys`; CP: the set copied into
     to_base: str = ""  # MU: the new name's row-key base
     if_resync: str = ""  # CP: copy only while this table id has a resync mark ("": always)
+    fk: tuple[Arg, ...] = ()  # CU, MU: op FC, the sets of foreign-key values the rows leave
 
 
 @dataclass(slots=True)
@@ -102,6 +105,11 @@ class Planner:
     _lean: dict[str, list[Arg]] = field(default_factory=dict, repr=False)
     _written: set[tuple[str, str, str]] = field(default_factory=set, repr=False)
     _acted: bool = field(default=False, repr=False)
+    # the cascade ops of tables with foreign keys (service/sink/cascades.py)
+    cascades: CascadePlan = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.cascades = CascadePlan(self.layout, self.key_columns, self.json_mode, self._suffix)
 
     # -- row changes -----------------------------------------------------------------------------
     def _keys(self, schema: str, table: str) -> tuple[str, str, str, str]:
@@ -303,8 +311,9 @@ class Planner:
         lay = self.layout
         tid = lay.table_id(a.schema, a.table)
         self._track_marks(a, tid)
+        fkdefs: list[Arg] = ["D", defs_key(lay, a.schema, a.table)] if self.cascades.clear_op() else []
         if a.kind is ActionKind.DROP:
-            return ["R", lay.tables_key, tid] + self._end_resync(a.schema, a.table)
+            return ["R", lay.tables_key, tid, *fkdefs] + self._end_resync(a.schema, a.table)
         stale, touched = lay.stale_key(a.schema, a.table), lay.touched_key(a.schema, a.table)
         if a.kind is ActionKind.TRUNCATE:
             # a resync in flight restarts: rows it read before the TRUNCATE must not come back
@@ -322,7 +331,7 @@ class Planner:
         out += ["RC", tid, new, lay.stale_key(ns, nt), lay.touched_key(ns, nt)]
         at = self.settling.get(new)
         out += ["X", lay.settle_key, 1, new] if at is None else ["H", lay.settle_key, 1, new, str(at)]
-        return out + self._end_resync(a.schema, a.table)
+        return out + fkdefs + self._end_resync(a.schema, a.table)
 
     def _track_marks(self, a: TableAction, tid: str) -> None:
         """`resyncing`, `gaps` and `settling` after `a` (the ops of `action` change them in Redis)."""
@@ -362,8 +371,9 @@ class Planner:
         tables: list[tuple[str, str]] = []
         for a in actions:
             index, base = lay.index_key(a.schema, a.table), lay.table_base(a.schema, a.table)
+            fk = self.cascades.clear_op()
             if a.kind is ActionKind.DROP or a.kind is ActionKind.TRUNCATE:
-                work.append(TableWork("CU", index, base))
+                work.append(TableWork("CU", index, base, fk=fk))
             elif a.kind is ActionKind.RESYNC:
                 work.append(TableWork("CP", index, to_index=lay.stale_key(a.schema, a.table)))
             elif a.kind is ActionKind.RENAME:
@@ -373,7 +383,7 @@ class Planner:
                 tid, n_stale = lay.table_id(a.schema, a.table), lay.stale_key(a.new_schema, a.new_table)
                 work += [
                     TableWork("CU", n_index, n_base),
-                    TableWork("MU", index, base, n_index, n_base),
+                    TableWork("MU", index, base, n_index, n_base, fk=fk),
                     TableWork("CP", n_index, to_index=n_stale, if_resync=tid),  # for op RC
                 ]
                 tables.append((a.new_schema, a.new_table))
@@ -402,6 +412,7 @@ class Planner:
         self._lean.clear()
         self._written.clear()
         self._acted = False
+        self.cascades.begin_call()
 
     def _actions(self, out: list[Arg], actions: Sequence[TableAction]) -> None:
         for a in actions:
@@ -456,6 +467,8 @@ class Planner:
         seen = self._registered
         seq_only: list[Arg] = ["S"] if self.changelog_maxlen is not None else []
         changes, partial = txn.changes, txn.partial
+        fks = self.cascades.foreign_keys()
+        fk_tables = fks.tables  # empty for most sources: no per-row cost below
         for i in indexes:
             ch = changes[i]
             ops = self.change(ch, i in partial)
@@ -470,6 +483,8 @@ class Planner:
                 out += self.context(*key)
                 self._table = key
             out += ops
+            if fk_tables and key in fk_tables:
+                self.cascades.ops(out, ch, i in partial, fks)
 
     def table_ids(self, txn: Transaction) -> list[str]:
         """The table id of each change of `txn` (one escape per table, not per change)."""
@@ -530,9 +545,9 @@ def work_op(key: str, uid: str, w: TableWork, limit: int, cursor: Arg = "") -> l
     previous call returned, "" at first). The call returns 0 (CP: cursor "0") once the unit is
     done, recorded in `key` (`__tableops`); otherwise what is left (CP: the next cursor)."""
     if w.op == "CU":
-        return ["CU", key, uid, limit, w.index, w.base]
+        return [*w.fk, "CU", key, uid, limit, w.index, w.base]
     if w.op == "MU":
-        return ["MU", key, uid, limit, w.index, w.base, w.to_index, w.to_base]
+        return [*w.fk, "MU", key, uid, limit, w.index, w.base, w.to_index, w.to_base]
     return ["CP", key, uid, limit, cursor, w.index, w.to_index, w.if_resync]
 
 

@@ -22,7 +22,9 @@ from importlib.resources import files
 
 __all__ = ["APPLY", "RELEASE", "RENEW", "RESYNC_FINISH", "RESYNC_REREAD", "RESYNC_ROWS"]
 
-LUA_FILES = ("common", "apply", "resync_rows", "resync_finish", "resync_reread", "renew", "release")
+LUA_FILES = (
+    "common", "cascade", "apply", "resync_rows", "resync_finish", "resync_reread", "renew", "release"
+)  # fmt: skip
 
 
 def _load(name: str) -> str:
@@ -33,7 +35,7 @@ _COMMON = _load("common")
 
 RENEW = _load("renew")
 RELEASE = _load("release")
-APPLY = _COMMON + _load("apply")
+APPLY = _COMMON + _load("cascade") + _load("apply")  # cascade.lua: foreign keys (docs/mirror.md)
 RESYNC_ROWS = _COMMON + _load("resync_rows")
 RESYNC_FINISH = _COMMON + _load("resync_finish")
 RESYNC_REREAD = _COMMON + _load("resync_reread")

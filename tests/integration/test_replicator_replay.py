@@ -28,6 +28,7 @@ from service.pipeline.replicator import Replicator
 from service.pipeline.status import State
 from service.settings import Settings, load_settings
 from service.sink.checkpoints import decode_checkpoint
+from service.sink.fks import ForeignKeys
 from service.sink.keys import KeyLayout
 from service.transactions import TableFilter, Transaction, TransactionAssembler
 from service.transport.connection import ServerInfo
@@ -135,6 +136,10 @@ class FixedDefinitions:
         info = TableInfo(schema, table, key, "primary" if key else "none", ())
         self.catalog.put(info)
         return info
+
+    async def foreign_keys(self) -> ForeignKeys:
+        self.catalog.foreign_keys = ForeignKeys()  # the recording has none
+        return self.catalog.foreign_keys
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,7 @@
 -- rows carry only values, their column names come once per call with the shape (op K). Row ops'
 -- `__keys` and `__touched` members are collected and written by one SADD (or SREM) per run of
 -- adds (or removes) of a set, before the next other op and at the end (same call: still atomic).
+-- Ops F, FD, FU, FA, FR and FC (foreign-key cascades and their sets) are documented in cascade.lua.
 -- Whether a table is in resync (its rows go to `__touched`, or to `__partial` when a partial image
 -- merged them: op P, PJ, N) is read once per table per call; the ops that change marks forget it.
 local err = fence(ARGV[1], ARGV[2])
@@ -233,6 +234,9 @@ while i <= n do
   elseif op == 'C' then                  -- the table of the next row ops: base index table_id touched
     base, index, tid, touched = ARGV[i + 1] .. ':', ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
     i = i + 5
+  elseif op == 'FA' or op == 'FR' then   -- a row joins (leaves) the set of its foreign-key value:
+    note(ARGV[i + 1], ARGV[i + 2], op == 'FA')  -- set suffix (cascade.lua; batched like `__keys`)
+    i = i + 3
   else
     flush()                              -- the ops below may read or change the sets
     if op == 'H' then                    -- HSET key count f v ...
@@ -275,13 +279,15 @@ while i <= n do
         left = 0
         if todo then
           local idx, from = ARGV[i + 4], ARGV[i + 5] .. ':'
+          fk_clear_for(ARGV[i + 5])              -- after op FC: rows leave their sets (cascade.lua)
           local ms = redis.call('SPOP', idx, limit)
           if op == 'CU' then
-            for _, m in ipairs(ms) do redis.call('DEL', from .. m) end
+            for _, m in ipairs(ms) do fk_unlink(from .. m, m); redis.call('DEL', from .. m) end
           else
             if key ~= '' then redis.call('HSET', key, 'to ' .. ARGV[i + 6], ARGV[i + 7]) end
             local to = ARGV[i + 7] .. ':'
             for _, m in ipairs(ms) do
+              fk_unlink(from .. m, m)            -- no-op without op FC before (cascade.lua)
               if redis.call('EXISTS', from .. m) == 1 then redis.call('RENAME', from .. m, to .. m) end
             end
             batched('SADD', ARGV[i + 6], 1, #ms, ms)
@@ -290,7 +296,14 @@ while i <= n do
         end
       end
       if todo and key ~= '' and (left == 0 or left == '0') then redis.call('HSET', key, uid, 'done') end
+      fk_clear_done()
       i = i + (op == 'CU' and 6 or 8)
+    elseif op == 'FC' then               -- the next CU/MU unit's rows leave their sets (cascade.lua)
+      i = fk_clear_spec(i)
+    elseif op == 'F' then                -- the foreign keys of the cascades below (cascade.lua)
+      i = fk_graph(i)
+    elseif op == 'FD' or op == 'FU' then -- a parent row's cascade (cascade.lua): sets flushed above
+      i = fk_op(op, i)
     elseif op == 'RB' then               -- a resync in flight writes no more rows: table_id
       -- The mark is fenced ("- {reason}"): no copy can take it up, whatever generation it
       -- holds or reads from now on (the calls after this one refill `__stale`); the table's

@@ -1,0 +1,188 @@
+"""The foreign-key part of a plan: the ops that keep the sets of referencing values with the rows,
+and the cascades the apply script runs from them (service/sink/fks.py, lua/cascade.lua).
+
+Only tables with foreign keys get here (Planner._changes): the others pay nothing per row.
+The rows a copy reads join their sets through `service.pipeline.resync.add_fk_members`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from service.binlog.rowchange import Op, Row, RowChange
+from service.sink.fks import (
+    ACTING,
+    ForeignKey,
+    ForeignKeys,
+    defs_key,
+    fk_field,
+    fk_text,
+    fk_value,
+    set_prefix,
+)
+from service.sink.keys import KeyLayout
+from service.transactions import Transaction
+
+__all__ = ["CascadePlan"]
+
+Arg = str | bytes | int
+_NO_FKS = ForeignKeys()
+
+
+def _no_fks() -> ForeignKeys:
+    return _NO_FKS
+
+
+@dataclass(slots=True)
+class CascadePlan:
+    layout: KeyLayout
+    key_columns: Callable[[str, str], tuple[str, ...] | None]
+    json_mode: bool
+    suffix: Callable[[tuple[str, ...], Row | None], str | None]  # the planner's row-key suffix
+    # The foreign keys between mirrored tables, as the catalog last read them
+    foreign_keys: Callable[[], ForeignKeys] = _no_fks
+    # op F of a graph (built once per graph) and its constraint ids; whether the call has it
+    _graph: tuple[ForeignKeys | None, list[Arg], dict[ForeignKey, str]] = field(
+        default=(None, [], {}), repr=False
+    )
+    _sent: bool = field(default=False, repr=False)
+
+    def begin_call(self) -> None:
+        self._sent = False
+
+    def ops(self, out: list[Arg], ch: RowChange, partial: bool, fks: ForeignKeys) -> None:
+        """After a row's ops: its memberships in the sets of its foreign keys' values (FR, FA),
+        and, for a parent row deleted or whose referenced columns changed, the cascade (FD, FU)
+        that the script applies to the child rows it finds in those sets."""
+        key = (ch.schema, ch.table)
+        json_mode = self.json_mode
+        cols = self.key_columns(*key) or ()
+        before, after = ch.before, ch.after
+        if partial and before is not None and after is not None:
+            after = {**before, **after}  # MINIMAL: the columns left out did not change
+        old_s, new_s = self.suffix(cols, before), self.suffix(cols, after)
+        for fk in fks.by_child.get(key, ()):
+            o = fk_value(before, fk.columns, json_mode) if old_s is not None else None
+            n = fk_value(after, fk.columns, json_mode) if new_s is not None else None
+            if o == n and old_s == new_s:
+                continue
+            prefix = set_prefix(self.layout, fk).encode()
+            if o is not None:
+                out += ("FR", prefix + o, old_s or "")
+            if n is not None:
+                out += ("FA", prefix + n, new_s or "")
+        if ch.op is Op.INSERT:
+            return
+        deleted = ch.op is Op.DELETE
+        for fk in fks.by_parent.get(key, ()):
+            if (fk.on_delete if deleted else fk.on_update) not in ACTING:
+                continue
+            cid = self._ids(fks).get(fk)
+            o = fk_value(before, fk.ref_columns, json_mode)
+            if cid is None or o is None:
+                continue  # not resolvable here: the applier has the child table copied again
+            if deleted:
+                self._graph_op(out, fks)
+                out += ("FD", cid, o)
+                continue
+            assert after is not None
+            vals = [after.get(c) for c in fk.ref_columns]
+            if fk_value(after, fk.ref_columns, json_mode) == o:
+                continue
+            self._graph_op(out, fks)
+            mask = "".join("0" if v is None else "1" for v in vals)
+            out += ("FU", cid, o, mask, *(b"" if v is None else fk_text(v, json_mode) for v in vals))
+
+    def _ids(self, fks: ForeignKeys) -> dict[ForeignKey, str]:
+        """The constraints the script can apply (`ForeignKeys.resolvable`, child rows keyed), by
+        their id in op F; built once per graph."""
+        if self._graph[0] is not fks:
+            json_mode, lay = self.json_mode, self.layout
+            args: list[Arg] = []
+            ids: dict[ForeignKey, str] = {}
+            for fk in fks.keys:
+                if not self.key_columns(*fk.child) or not fks.resolvable(fk, self.key_columns):
+                    continue
+                ids[fk] = cid = str(len(ids) + 1)
+                args += (cid, lay.table_id(*fk.parent), lay.table_id(*fk.child))
+                args += (lay.table_base(*fk.child), lay.index_key(*fk.child), lay.touched_key(*fk.child))
+                args += (set_prefix(lay, fk), fk.on_delete, fk.on_update, len(fk.columns))
+                args += [fk_field(c, json_mode) for c in fk.columns]
+                args += [fk_field(c, json_mode) for c in fk.ref_columns]
+            self._graph = (fks, ["F", self.layout.resync_key, int(json_mode), len(ids), *args], ids)
+        return self._graph[2]
+
+    def _graph_op(self, out: list[Arg], fks: ForeignKeys) -> None:
+        """Op F (the constraints the cascade ops follow), once per call, before its first FD/FU."""
+        if not self._sent:
+            self._ids(fks)
+            out += self._graph[1]
+            self._sent = True
+
+    def resyncs(self, txn: Transaction) -> list[tuple[str, str]]:
+        """The tables `txn`'s cascades reach that the script cannot update from the sets (and the
+        tables their cascades reach in turn): they are copied again (RESYNC) with the
+        transaction. Unresolvable: a constraint `_ids` leaves out, or a parent image that
+        lacks the referenced columns (a partial image)."""
+        fks = self.foreign_keys()
+        if not fks.by_parent or not txn.changes:
+            return []
+        ids = self._ids(fks)
+        out: list[tuple[str, str]] = []
+        for i, ch in enumerate(txn.changes):
+            parents = fks.by_parent.get((ch.schema, ch.table))
+            if not parents or ch.op is Op.INSERT or not self.key_columns(ch.schema, ch.table):
+                continue
+            deleted = ch.op is Op.DELETE
+            after = ch.after
+            if i in txn.partial and ch.before is not None and after is not None:
+                after = {**ch.before, **after}
+            for fk in parents:
+                rule = fk.on_delete if deleted else fk.on_update
+                if rule not in ACTING or not self.key_columns(*fk.child):
+                    continue
+                o = fk_value(ch.before, fk.ref_columns, self.json_mode)
+                known = all(ch.before is not None and c in ch.before for c in fk.ref_columns)
+                if not deleted and known and fk_value(after, fk.ref_columns, self.json_mode) == o:
+                    continue  # the referenced columns did not change
+                if known and o is None:
+                    continue  # a NULL is referenced by no row
+                if fk not in ids or not known:
+                    out.append(fk.child)
+        return fks.descendants(dict.fromkeys(out)) if out else []
+
+    def clear_op(self) -> tuple[Arg, ...]:
+        """Op FC for a unit of whole-table work: the rows a DROP or TRUNCATE removes (or a RENAME
+        moves away) leave the sets their table's `__fkdefs` names. Read in Redis, not from the
+        graph: the catalog reads the source's present, where a renamed or dropped table is gone
+        already. () when the source has no foreign keys between mirrored tables."""
+        if not self.foreign_keys().keys:
+            return ()
+        return ("FC", int(self.json_mode))
+
+    def defs(self) -> dict[str, dict[str, bytes]]:
+        """`__fkdefs` of each child table: set prefix -> its fields (`len:field` each), what op FC
+        reads; written (HSET) whenever the graph is read (RedisMirror users: pipeline/resync.py)."""
+        out: dict[str, dict[str, bytes]] = {}
+        for fk in self.foreign_keys().keys:
+            fields = [fk_field(c, self.json_mode) for c in fk.columns]
+            raw = [f.encode() if isinstance(f, str) else f for f in fields]
+            spec = b"".join(b"%d:%s" % (len(f), f) for f in raw)
+            out.setdefault(defs_key(self.layout, fk.schema, fk.table), {})[set_prefix(self.layout, fk)] = spec
+        return out
+
+    def members(self, schema: str, table: str, rows: list[dict[str, Any]]) -> dict[bytes, list[str]]:
+        """The sets of the foreign-key values of rows copied from the source -> their suffixes."""
+        fks = self.foreign_keys().by_child.get((schema, table))
+        cols = self.key_columns(schema, table) if fks else None
+        sets: dict[bytes, list[str]] = {}
+        for fk in fks or () if cols else ():
+            prefix = set_prefix(self.layout, fk).encode()
+            for row in rows:
+                value = fk_value(row, fk.columns, self.json_mode)
+                suffix = self.suffix(cols or (), row)
+                if value is not None and suffix is not None:
+                    sets.setdefault(prefix + value, []).append(suffix)
+        return sets
