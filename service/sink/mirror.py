@@ -114,6 +114,7 @@ class RedisMirror:
         self._resync_reread = redis.register_script(RESYNC_REREAD)
         self._renew = redis.register_script(RENEW)
         self._release = redis.register_script(RELEASE)
+        self._route: list[str] = []  # KEYS of the resync calls: a Redis Cluster routes by them
         self._prev = ""  # id of the checkpoint the next transaction must follow
         self._resume: _Progress | None = None  # a chunked transaction to resume (from load)
         self._warned_aof = False
@@ -161,10 +162,15 @@ class RedisMirror:
             info = await self.redis.info("memory", "persistence", "cluster")
         if int(info.get("cluster_enabled", 0)):
             raise ConfigError(
-                "this Redis is a Redis Cluster node, which the mirror does not support: its scripts "
-                "write a transaction's rows, whatever their hash slots, in one atomic call. Give "
-                "it a standalone Redis (a primary, with replicas if you like)"
+                "this Redis is a Redis Cluster node: give it as a cluster, redis+cluster://host:port"
+                "[,host:port...] (the mirror then applies each table's rows in that table's slot, "
+                "docs/mirror.md); a plain redis:// URL writes a transaction's rows, whatever their "
+                "hash slots, in one atomic call"
             )
+        self._check_info(info)
+
+    def _check_info(self, info: Mapping[str, Any]) -> None:
+        """The eviction and persistence checks of `check_server`, on one server's INFO."""
         policy = str(info.get("maxmemory_policy", "noeviction"))
         if int(info.get("maxmemory", 0)) > 0 and policy.startswith("allkeys-"):
             raise ConfigError(
@@ -475,7 +481,7 @@ class RedisMirror:
                 args.append(suffix)
                 args += self._row_args(row)
         with map_redis_errors(f"resyncing {schema}.{table}"):
-            written = int(await self._resync_rows(args=args))
+            written = int(await self._resync_rows(keys=self._route, args=args))
         return None if written < 0 else written
 
     def _row_args(self, row: Mapping[str, Any]) -> list[Arg]:
@@ -513,7 +519,7 @@ class RedisMirror:
         removed, cursor = 0, 0
         while True:  # `table_step` stale rows per call: Redis serves other clients in between
             with map_redis_errors(f"finishing the resync of {schema}.{table}"):
-                reply = await self._resync_finish(args=args)
+                reply = await self._resync_finish(keys=self._route, args=args)
             if not isinstance(reply, list):  # -1: refused
                 return None
             removed += int(reply[0])
@@ -561,7 +567,7 @@ class RedisMirror:
             row = found.get(suffix)
             args += [suffix, merges, 0, 0] if row is None else [suffix, merges, 1, *self._row_args(row)]
         with map_redis_errors(f"resyncing {schema}.{table} (rows read again)"):
-            done = int(await self._resync_reread(args=args))
+            done = int(await self._resync_reread(keys=self._route, args=args))
         return None if done < 0 else done
 
     async def pending_resyncs(self) -> dict[str, str]:
