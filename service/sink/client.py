@@ -115,4 +115,12 @@ def cluster_client(url: str, **options: Any) -> RedisCluster:
         options.setdefault("ssl", True)
     # a master that is down leaves its slots unserved: the others keep answering (the mirror's
     # calls to that master fail and are retried, docs/mirror.md)
-    return RedisCluster(startup_nodes=nodes, require_full_coverage=False, **options)
+    client = RedisCluster(startup_nodes=nodes, require_full_coverage=False, **options)
+    # the connections above for every node, those it learns of later included (the nodes
+    # manager builds them from the same connection_kwargs)
+    kwargs = client.connection_kwargs
+    mixed = _MIRROR_CONNECTIONS.get(kwargs["connection_class"], kwargs["connection_class"])
+    kwargs["connection_class"] = mixed
+    for node in client.startup_nodes:
+        node.connection_class = mixed
+    return client
