@@ -4,6 +4,7 @@ Cluster)."""
 
 from __future__ import annotations
 
+import asyncio
 import random
 import time
 from collections.abc import Iterator
@@ -14,11 +15,16 @@ import pytest
 from redis.cluster import ClusterNode, RedisCluster
 from redis.exceptions import RedisError
 
-from service.checkpoint import BinlogPosition
+from service.binlog.rowchange import EventSpan, Op, RowChange
+from service.checkpoint import BinlogPosition, Checkpoint
 from service.devtools.stack import LocalStack
+from service.errors import LeaseLost
 from service.sink.checkpoints import decode_checkpoint
-from service.sink.cluster import cluster_layout
+from service.sink.client import cluster_client
+from service.sink.cluster import ClusterMirror, cluster_layout
 from service.sink.keys import group_layout
+from service.sink.mirror import MirrorOptions
+from service.transactions import Transaction
 from tests.integration.mirror_helpers import KEYS, Rows, Workload, create_schema, expected, master_position
 from tests.integration.mirror_helpers import unique_names as _names
 from tests.integration.test_mirror_crash import _start, _stop, _Writer
@@ -166,3 +172,51 @@ def test_cluster_sigkills_and_a_master_restart(cluster_stack: LocalStack, tmp_pa
     assert kills >= 10 and writer.steps > 50, (kills, writer.steps)
     text = log.read_text(errors="replace")
     assert "Traceback" not in text, text[-3000:]
+
+
+def _txn(table: str, i: int, pos: int) -> Transaction:
+    ch = RowChange(Op.INSERT, "db", table, None, {"id": i}, EventSpan("mysql-bin.000001", 4, 9), 1, 1)
+    return Transaction((ch,), (), None, 1, Checkpoint(BinlogPosition("mysql-bin.000001", pos), "", 0))
+
+
+async def test_fencing_refuses_the_old_writer_on_every_group(cluster_stack: LocalStack) -> None:
+    """The lease is in the global slot; a writer whose lease expired and was taken over cannot
+    write a group the new writer wrote (its fencing number is older), nor the global group."""
+    info = cluster_stack.load()
+    assert info is not None
+    _, prefix = _names()
+    opts = MirrorOptions(lease_ttl=0.5)
+    a = ClusterMirror(cluster_client(info.redis_url), prefix, lambda s, t: ("id",), opts)
+    b = ClusterMirror(cluster_client(info.redis_url), prefix, lambda s, t: ("id",), opts)
+    try:
+        assert await a.acquire_lease()
+        await a.load_checkpoint()
+        await a.apply([(_txn("t1", 1, 100), ()), (_txn("t2", 1, 200), ())])
+        await asyncio.sleep(0.8)  # a stalls: its lease expires
+        assert await b.acquire_lease()
+        loaded = await b.load_checkpoint()
+        assert loaded is not None and loaded.position == BinlogPosition("mysql-bin.000001", 200)
+        await b.apply([(_txn("t1", 2, 300), ())])
+        # a still believes it writes: t1 refuses it (b's fencing number wrote there)
+        with pytest.raises(LeaseLost, match="newer writer"):
+            await a.apply([(_txn("t1", 3, 300), ())])
+        # t3 was never written by b: a's group call passes the fence, its global call does not
+        with pytest.raises(LeaseLost):
+            await a.apply([(_txn("t3", 1, 400), ())])
+        with _client(cluster_stack) as rc:
+            g1 = group_layout(prefix, "db", "t1")
+            assert sorted(rc.smembers(g1.index_key("db", "t1"))) == [b"1", b"2"]
+            assert _stored(cluster_stack, prefix) == BinlogPosition("mysql-bin.000001", 300)
+        # b goes on: a's call wrote to t3 the transaction b applies next (the same change),
+        # which t3 skips; the global call moves the checkpoint
+        await b.apply([(_txn("t3", 1, 400), ())])
+        assert _stored(cluster_stack, prefix) == BinlogPosition("mysql-bin.000001", 400)
+        with _client(cluster_stack) as rc:
+            g3 = group_layout(prefix, "db", "t3")
+            assert rc.smembers(g3.index_key("db", "t3")) == {b"1"}
+            assert rc.hget(g3.checkpoint_key, "id") == b"mysql-bin.000001:400"
+    finally:
+        await a.close()
+        await b.close()
+        await a.cluster.aclose()
+        await b.cluster.aclose()
