@@ -92,7 +92,7 @@ def snapshot(
             value_mode=value_mode,
         )
         if settings.redis is not None and settings.redis.cluster:
-            raise fail("snapshot does not support a Redis Cluster (redis+cluster://) yet: `run` copies the tables")
+            raise fail("snapshot does not support a Redis Cluster (redis+cluster://) yet")
         spark = spark_session(master, "binlog-mirror snapshot")
     except ReplicatorError as exc:
         raise fail(str(exc)) from None
