@@ -3,18 +3,22 @@
     .venv/bin/python -m benchmarks.cluster_e2e [--rows 200000] [--tables 6] [--txn-rows 100] [--repeat 2]
 
 A throwaway stack in benchmarks/.work/cluster-stack (MariaDB, one Redis and a 3-master cluster,
-`LocalStack(redis_cluster=True)`). The workload is committed first: `--rows` rows in INSERT
-transactions of `--txn-rows` rows, round-robin over `--tables` tables (a table is one slot group,
-so on a cluster its rows live on one master; several tables spread over the masters). Then
-`binlog-mirror run` (a process of its own, changelog off) mirrors that binlog range from an empty
-target, once into the single Redis and once into the cluster, alternating for `--repeat` rounds.
-rows/s = rows / (time from the first stored checkpoint, at bootstrap, to the checkpoint reaching
-the end of the workload): process start and imports are not counted.
+`LocalStack(redis_cluster=True)`). The tables (`--tables`, empty) are created and every run's
+key prefix is bootstrapped first (`binlog-mirror run` until its first checkpoint, then stopped).
+Then the workload is committed: `--rows` rows in INSERT transactions of `--txn-rows` rows,
+round-robin over the tables (a table is one slot group, so on a cluster its rows live on one
+master; several tables spread over the masters). Each timed run is `binlog-mirror run` (a process
+of its own, changelog off) resuming from its prefix's checkpoint, once into the single Redis and
+once into the cluster, alternating for `--repeat` rounds. rows/s = rows / (time from the process
+log line "streaming from" (connected, resuming: imports and connects are not counted) until
+the checkpoint stored in Redis reaches the end of the workload).
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
+import json
 import os
 import subprocess
 import sys
@@ -38,12 +42,6 @@ ROOT = HERE.parent
 def _workload(stack: LocalStack, db: str, rows: int, tables: int, txn_rows: int) -> None:
     conn = stack.root_connection()
     with conn.cursor() as cur:
-        cur.execute(f"CREATE DATABASE {db}")
-        for t in range(tables):
-            cur.execute(
-                f"CREATE TABLE {db}.t{t} (id BIGINT PRIMARY KEY, name VARCHAR(40), qty INT, "
-                "price DECIMAL(10,2), note VARCHAR(100))"
-            )
         done = 0
         while done < rows:
             n = min(txn_rows, rows - done)
@@ -75,40 +73,42 @@ def _checkpoint(client: redis.Redis | RedisCluster, key: str) -> BinlogPosition 
     return stored.checkpoint.position if stored else None
 
 
-def _run(info: StackInfo, url: str, db: str, target: BinlogPosition, cluster: bool) -> float:
-    prefix = f"b{uuid.uuid4().hex[:6]}"
-    client: redis.Redis | RedisCluster
+def _client(info: StackInfo, cluster: bool) -> redis.Redis | RedisCluster:
     if cluster:
-        client = RedisCluster(startup_nodes=[ClusterNode("127.0.0.1", p) for p in info.cluster_ports])
-        key = cluster_layout(prefix).checkpoint_key
-    else:
-        client = redis.Redis(port=info.redis_port)
-        key = KeyLayout(prefix).checkpoint_key
+        return RedisCluster(startup_nodes=[ClusterNode("127.0.0.1", p) for p in info.cluster_ports])
+    return redis.Redis(port=info.redis_port)
+
+
+def _run(
+    info: StackInfo, url: str, db: str, prefix: str, target: BinlogPosition | None, cluster: bool
+) -> float:
+    """`binlog-mirror run` until its checkpoint reaches `target` (None: until it has one, the
+    bootstrap); seconds from its "streaming from" log line to then."""
+    client = _client(info, cluster)
+    key = (cluster_layout(prefix) if cluster else KeyLayout(prefix)).checkpoint_key
     cmd = [sys.executable, "-m", "service", "run", "--mysql", info.mysql_url, "--redis", url]
-    cmd += ["--tables", f"{db}.*", "--prefix", prefix, "--no-api", "--on-no-checkpoint", "start"]
-    cmd += ["--server-id", str(7000 + os.getpid() % 900)]
-    log = (WORK / "cluster-e2e.log").open("ab")
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    cmd += ["--tables", f"{db}.*", "--prefix", prefix, "--no-api", "--on-no-checkpoint", "now"]
+    cmd += ["--server-id", str(7000 + os.getpid() % 900), "--log-format", "json"]
+    path = WORK / f"cluster-e2e-{prefix}.log"
+    with path.open("ab") as log:
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
     try:
-        first = None
         while True:
             at = _checkpoint(client, key)
-            now = time.monotonic()
-            if at is not None and first is None:
-                first = now
-            if at is not None and not at < target:
-                assert first is not None
-                return now - first
+            if at is not None and (target is None or not at < target):
+                done = time.time()
+                break
             if proc.poll() is not None:
-                raise RuntimeError(
-                    f"binlog-mirror run exited ({proc.returncode}); see {WORK}/cluster-e2e.log"
-                )
+                raise RuntimeError(f"binlog-mirror run exited ({proc.returncode}); see {path}")
             time.sleep(0.01)
     finally:
         proc.terminate()
         proc.wait(30)
         client.close()
-        log.close()
+    lines = [json.loads(x) for x in path.read_text().splitlines() if x.startswith("{")]
+    streaming = [x["time"] for x in lines if x["message"].startswith("streaming from")]
+    started = dt.datetime.fromisoformat(streaming[-1].replace("Z", "+00:00")).timestamp()
+    return done - started
 
 
 def main() -> None:
@@ -126,6 +126,20 @@ def main() -> None:
     single = f"redis://127.0.0.1:{info.redis_port}/0"
     try:
         db = f"cbench_{uuid.uuid4().hex[:6]}"
+        conn = stack.root_connection()
+        with conn.cursor() as cur:
+            cur.execute(f"CREATE DATABASE {db}")
+            for t in range(args.tables):
+                cur.execute(
+                    f"CREATE TABLE {db}.t{t} (id BIGINT PRIMARY KEY, name VARCHAR(40), qty INT, "
+                    "price DECIMAL(10,2), note VARCHAR(100))"
+                )
+        conn.close()
+        runs = [
+            (r, cluster, f"b{uuid.uuid4().hex[:6]}") for r in range(args.repeat) for cluster in (False, True)
+        ]
+        for _, cluster, prefix in runs:  # bootstrapped before the workload: the runs resume
+            _run(info, info.redis_url if cluster else single, db, prefix, None, cluster)
         started = time.monotonic()
         _workload(stack, db, args.rows, args.tables, args.txn_rows)
         target = _master(stack)
@@ -134,13 +148,11 @@ def main() -> None:
             f"transaction ({time.monotonic() - started:.1f}s to commit)"
         )
         times: dict[str, list[float]] = {"1 node": [], "3-master cluster": []}
-        for r in range(args.repeat):
-            order = [False, True] if r % 2 == 0 else [True, False]
-            for cluster in order:
-                name = "3-master cluster" if cluster else "1 node"
-                took = _run(info, info.redis_url if cluster else single, db, target, cluster)
-                times[name].append(took)
-                print(f"round {r + 1}: {name}: {args.rows / took:,.0f} rows/s ({took:.2f}s)")
+        for r, cluster, prefix in sorted(runs, key=lambda x: (x[0], x[1] != (x[0] % 2 == 1))):
+            name = "3-master cluster" if cluster else "1 node"
+            took = _run(info, info.redis_url if cluster else single, db, prefix, target, cluster)
+            times[name].append(took)
+            print(f"round {r + 1}: {name}: {args.rows / took:,.0f} rows/s ({took:.2f}s)")
         print(f"\nmachine: {machine()}")
         print("| target | best rows/s | every round (s) |\n|---|---:|---|")
         for name, ts in times.items():
