@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -335,16 +336,20 @@ class ClusterMirror(RedisMirror):
         g.at = todo[-1][0].end
 
     async def _send_global(self, units: Sequence[Unit], groups: Sequence[str]) -> SentBatch:
-        """The global call: sequence numbers and change-log entries of the transactions not
+        """The global calls: sequence numbers and change-log entries of the transactions not
         applied before (a resume from a group behind the global checkpoint replays some), the
-        mirrored tables, each touched group's head, and the global checkpoint."""
+        mirrored tables, each touched group's head, and the global checkpoint. Consecutive
+        transactions share a call up to `chunk_size` changes with the change log on (a bigger one
+        is a call of its own)."""
         sent = _ClusterSent(self._channel, self._channel.epoch, self.planner, redis=self.redis)
         done = self._global
+        # without the change log a change adds nothing to the call: one call per batch
+        logged = self.options.changelog_maxlen is not None
+        limit = self.options.chunk_size if logged else math.inf
         ops: list[Arg] = []
         offsets: list[int] = []
         size = 0
-        end: Checkpoint | None = None
-        gtid, ts = "", 0
+        last: tuple[Checkpoint, str, int] | None = None  # end, gtid and ts of the call's last txn
         tables = self.layout.tables_key
         registered: set[str] = set()
         for txn, actions in units:
@@ -352,13 +357,17 @@ class ClusterMirror(RedisMirror):
             if again and (txn.changes or txn.ddl):
                 sent.applied.append(False)
                 continue
+            n = len(txn.changes)
+            if last is not None and size + n > limit:
+                await self._global_call(sent, ops, offsets, size, last, ())
+                ops, offsets, size, last, registered = [], [], 0, None, set()
             sent.applied.append(True)
             offsets.append(size)
-            size += len(txn.changes)
+            size += n
             if again and done is not None:  # the reconciliation at the point the groups resumed from
-                end, gtid, ts = done, self._global_gtid, done.ts
+                last = (done, self._global_gtid, done.ts)
             else:
-                end, gtid, ts = txn.end, txn.gtid or "", txn.ts
+                last = (txn.end, txn.gtid or "", txn.ts)
             for a in actions:
                 tid = self._tid(a.schema, a.table)
                 registered.discard(tid)
@@ -368,24 +377,34 @@ class ClusterMirror(RedisMirror):
                     ops += ["A", tables, tid]
             for ch in txn.changes:
                 ops += self._global_ops(ch, registered)
-        if end is None:
-            return sent
+        if last is not None:
+            await self._global_call(sent, ops, offsets, size, last, groups)
+        return sent
+
+    async def _global_call(
+        self,
+        sent: SentBatch,
+        ops: list[Arg],
+        offsets: Sequence[int],
+        size: int,
+        last: tuple[Checkpoint, str, int],
+        groups: Sequence[str],
+    ) -> None:
+        end, gtid, ts = last
         heads: list[Arg] = []
         for tid in groups:
             at = self._groups[tid].at
             if at is not None:
                 heads += [tid, str(at.position)]
         if heads:
-            ops += ["H", self.heads_key, len(heads) // 2, *heads]
+            ops = ops + ["H", self.heads_key, len(heads) // 2, *heads]
         txn_id = str(end.position)
         values = "json" if self.options.json_mode else "hash"
-        ops += checkpoint_args(self.layout, checkpoint_fields(end, gtid, values, ts))
-        args = self._header(txn_id, 0, True, size) + ops
+        ops = ops + checkpoint_args(self.layout, checkpoint_fields(end, gtid, values, ts))
         what = f"applying the global part of {len(offsets)} transaction(s) up to {txn_id}"
-        await self._send(sent, args, what, offsets)
+        await self._send(sent, self._header(txn_id, 0, True, size) + ops, what, offsets)
         self._prev = txn_id
         self._global, self._global_gtid = end, gtid
-        return sent
 
     def _global_ops(self, ch: RowChange, registered: set[str]) -> list[Arg]:
         """A change's part in the global call: its table in `__tables` (once per call), its

@@ -220,3 +220,43 @@ async def test_fencing_refuses_the_old_writer_on_every_group(cluster_stack: Loca
         await b.close()
         await a.cluster.aclose()
         await b.cluster.aclose()
+
+
+async def test_a_group_whose_master_lost_writes_is_replayed(cluster_stack: LocalStack) -> None:
+    """A group behind the head the global call recorded for it (its master lost acknowledged
+    writes) makes the restart resume from its checkpoint; the others, and the change log, skip
+    what they hold. A group that lost every key leaves `__tables` (the bootstrap copies it)."""
+    info = cluster_stack.load()
+    assert info is not None
+    _, prefix = _names()
+    opts = MirrorOptions(changelog_maxlen=1000)
+    first, second = _txn("t1", 1, 100), _txn("t1", 2, 200)
+    both = Transaction((first.changes[0], _txn("t2", 1, 100).changes[0]), (), None, 1, first.end)
+    m = ClusterMirror(cluster_client(info.redis_url), prefix, lambda s, t: ("id",), opts)
+    try:
+        assert await m.acquire_lease()
+        await m.load_checkpoint()
+        await m.apply([(both, ()), (second, ())])
+        g1, g2 = group_layout(prefix, "db", "t1"), group_layout(prefix, "db", "t2")
+        with _client(cluster_stack) as rc:
+            # t1's master "loses" the second transaction: its row and its checkpoint go back
+            cp = rc.hgetall(g1.checkpoint_key)
+            rc.hset(g1.checkpoint_key, mapping={b"id": b"mysql-bin.000001:100", b"pos": b"100"})
+            assert cp[b"id"] == b"mysql-bin.000001:200"
+            rc.delete(f"{g1.prefix}:2")
+            rc.srem(g1.index_key("db", "t1"), "2")
+        resumed = await m.load_checkpoint()
+        assert resumed is not None and resumed.position == BinlogPosition("mysql-bin.000001", 100)
+        await m.apply([(second, ())])  # the stream replays it from there
+        with _client(cluster_stack) as rc:
+            assert rc.smembers(g1.index_key("db", "t1")) == {b"1", b"2"}
+            assert rc.smembers(g2.index_key("db", "t2")) == {b"1"}
+            assert rc.xlen(cluster_layout(prefix).changes_key) == 3  # each change once
+            # t2's master loses everything
+            for key in rc.scan_iter(match=f"{g2.prefix}:*"):
+                rc.delete(key)
+        assert await m.load_checkpoint() is not None
+        assert await m.mirrored_tables() == {"db:t1"}
+    finally:
+        await m.close()
+        await m.cluster.aclose()
