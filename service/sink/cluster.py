@@ -158,6 +158,7 @@ class ClusterMirror(RedisMirror):
         self._global: Checkpoint | None = None  # the global checkpoint as stored
         self._global_gtid = ""
         self._tids: dict[tuple[str, str], str] = {}
+        self._loading = asyncio.Lock()
 
     @property
     def heads_key(self) -> str:
@@ -204,6 +205,14 @@ class ClusterMirror(RedisMirror):
 
     # -- checkpoint ------------------------------------------------------------------------------
     async def _group(self, tid: str) -> _GroupMirror:
+        g = self._groups.get(tid)
+        if g is not None:
+            return g
+        # one instance per group: the applier and a resync task may ask for it at once
+        async with self._loading:
+            return await self._load_group(tid)
+
+    async def _load_group(self, tid: str) -> _GroupMirror:
         g = self._groups.get(tid)
         if g is None:
             parts = split_key(tid)
