@@ -41,6 +41,7 @@ from service.binlog.rowchange import Op, RowChange
 from service.checkpoint import BinlogPosition, Checkpoint
 from service.sink.channel import ScriptChannel
 from service.sink.checkpoints import checkpoint_fields, decode_checkpoint
+from service.sink.diagnose import check_server_info
 from service.sink.keys import GroupLayout, KeyLayout, group_layout, split_key
 from service.sink.mirror import MirrorOptions, RedisMirror
 from service.sink.plan import ActionKind, Arg, KeyColumns, TableAction, checkpoint_args
@@ -175,7 +176,7 @@ class ClusterMirror(RedisMirror):
             await self.cluster.initialize()
             for node in self.cluster.get_primaries():
                 info = await self.cluster.info("memory", "persistence", target_nodes=node)
-                self._check_info(info)
+                self._warned_aof = check_server_info(info, self._warned_aof)
 
     async def acquire_lease(self) -> bool:
         """The lease (as on one node), and a new fencing number each time it is taken afresh."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -17,11 +18,35 @@ import orjson
 from redis import exceptions as rexc
 from redis.asyncio import Redis
 
+from service.errors import ConfigError
 from service.sink.keys import KeyLayout, split_key
 
-__all__ = ["lease_loss", "rows_keyed_otherwise"]
+__all__ = ["check_server_info", "lease_loss", "rows_keyed_otherwise"]
 
 _PROBE_ROWS = 5
+
+
+def check_server_info(info: Mapping[str, Any], warned_aof: bool) -> bool:
+    """The eviction and persistence checks of `RedisMirror.check_server` on one server's INFO (on a
+    cluster: each master's). Raises ConfigError for a Redis that may evict keys; warns once (unless
+    `warned_aof`) of one without an append-only file. Returns whether that warning was given."""
+    policy = str(info.get("maxmemory_policy", "noeviction"))
+    if int(info.get("maxmemory", 0)) > 0 and policy.startswith("allkeys-"):
+        raise ConfigError(
+            f"this Redis has maxmemory-policy {policy} and a maxmemory limit: it may evict "
+            "mirrored rows and the mirror's own keys (checkpoint, key indexes), and the mirror "
+            "would silently stop matching the source. Set maxmemory-policy noeviction (writes "
+            "then wait while Redis is full) or a volatile-* policy, or give the mirror a Redis "
+            "of its own"
+        )
+    if not int(info.get("aof_enabled", 0)) and not warned_aof:
+        logging.getLogger("service.sink.mirror").warning(
+            "this Redis keeps no append-only file (appendonly no): after a Redis restart the "
+            "mirror resumes from the checkpoint of its last RDB snapshot, if any (the binlog "
+            "must still hold that position), else as on_no_checkpoint says"
+        )
+        return True
+    return warned_aof
 
 
 async def lease_loss(redis: Redis, layout: KeyLayout, token: str, had_checkpoint: bool) -> str | None:

@@ -37,7 +37,7 @@ from service.checkpoint import BinlogPosition, Checkpoint
 from service.errors import ConfigError, LeaseLost, SinkError
 from service.sink.channel import ScriptChannel
 from service.sink.checkpoints import checkpoint_fields, decode_checkpoint
-from service.sink.diagnose import lease_loss
+from service.sink.diagnose import check_server_info, lease_loss
 from service.sink.keys import KeyLayout
 from service.sink.plan import (
     Arg,
@@ -163,30 +163,10 @@ class RedisMirror:
         if int(info.get("cluster_enabled", 0)):
             raise ConfigError(
                 "this Redis is a Redis Cluster node: give it as a cluster, redis+cluster://host:port"
-                "[,host:port...] (the mirror then applies each table's rows in that table's slot, "
-                "docs/mirror.md); a plain redis:// URL writes a transaction's rows, whatever their "
-                "hash slots, in one atomic call"
+                "[,host:port...] (docs/mirror.md, Redis Cluster); with a redis:// URL the scripts "
+                "write a transaction's rows, whatever their hash slots, in one atomic call"
             )
-        self._check_info(info)
-
-    def _check_info(self, info: Mapping[str, Any]) -> None:
-        """The eviction and persistence checks of `check_server`, on one server's INFO."""
-        policy = str(info.get("maxmemory_policy", "noeviction"))
-        if int(info.get("maxmemory", 0)) > 0 and policy.startswith("allkeys-"):
-            raise ConfigError(
-                f"this Redis has maxmemory-policy {policy} and a maxmemory limit: it may evict "
-                "mirrored rows and the mirror's own keys (checkpoint, key indexes), and the mirror "
-                "would silently stop matching the source. Set maxmemory-policy noeviction (writes "
-                "then wait while Redis is full) or a volatile-* policy, or give the mirror a Redis "
-                "of its own"
-            )
-        if not int(info.get("aof_enabled", 0)) and not self._warned_aof:
-            self._warned_aof = True
-            log.warning(
-                "this Redis keeps no append-only file (appendonly no): after a Redis restart the "
-                "mirror resumes from the checkpoint of its last RDB snapshot, if any (the binlog "
-                "must still hold that position), else as on_no_checkpoint says"
-            )
+        self._warned_aof = check_server_info(info, self._warned_aof)
 
     # -- lease ---------------------------------------------------------------------------------------
     async def acquire_lease(self) -> bool:
