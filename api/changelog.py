@@ -16,6 +16,7 @@ from api.broadcast import Batch, Broadcaster, EventFilter, Gap, LoggedEntry
 from service.binlog.rowchange import Op
 from service.settings import Settings
 from service.sink.client import redis_client
+from service.sink.cluster import cluster_layout
 from service.sink.keys import KeyLayout
 
 __all__ = ["changelog_prelude"]
@@ -52,8 +53,10 @@ async def changelog_prelude(
 async def _read(settings: Settings, after: int) -> list[LoggedEntry]:
     """The change-log entries with seq > after, oldest first (read newest first, in pages)."""
     assert settings.redis is not None
-    key = KeyLayout(settings.key_prefix).changes_key
-    redis = redis_client(settings.redis.url.get_secret_value(), socket_timeout=10, socket_connect_timeout=5)
+    cluster = settings.redis.cluster  # the log is in the global slot group (docs/mirror.md)
+    key = (cluster_layout if cluster else KeyLayout)(settings.key_prefix).changes_key
+    url = settings.redis.url.get_secret_value()
+    redis = redis_client(url, cluster_ok=True, socket_timeout=10, socket_connect_timeout=5)
     found: list[LoggedEntry] = []
     try:
         top = "+"

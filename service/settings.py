@@ -25,10 +25,14 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from service.errors import ConfigError
 
-__all__ = ["MySQLUrl", "RedisUrl", "Settings", "load_settings"]
+__all__ = ["MySQLUrl", "RedisUrl", "Settings", "cluster_nodes", "load_settings"]
 
 MYSQL_FORM = "mysql://user:password@host:port"
-REDIS_FORM = "redis://[:password@]host:port/db (or rediss:// for TLS)"
+REDIS_FORM = (
+    "redis://[:password@]host:port/db (or rediss:// for TLS; a Redis Cluster: "
+    "redis+cluster://[:password@]host:port[,host:port...])"
+)
+CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
 
 
 class MySQLUrl(BaseModel):
@@ -75,6 +79,9 @@ class RedisUrl(BaseModel):
     @classmethod
     def parse(cls, url: str) -> RedisUrl:
         parts = urlsplit(url)
+        if parts.scheme in CLUSTER_SCHEMES:
+            cluster_nodes(url)  # validates the node list
+            return cls(url=SecretStr(url))
         if parts.scheme not in ("redis", "rediss", "unix") or not (parts.hostname or parts.path):
             raise ValueError(f"expected {REDIS_FORM}")
         try:
@@ -86,6 +93,11 @@ class RedisUrl(BaseModel):
             raise ValueError(f"database must be a number; expected {REDIS_FORM}")
         return cls(url=SecretStr(url))
 
+    @property
+    def cluster(self) -> bool:
+        """A Redis Cluster (`redis+cluster://`): the mirror applies per slot group (docs/mirror.md)."""
+        return urlsplit(self.url.get_secret_value()).scheme in CLUSTER_SCHEMES
+
     def with_password(self, password: str) -> RedisUrl:
         parts = urlsplit(self.url.get_secret_value())
         netloc = parts.netloc.rsplit("@", 1)[-1]
@@ -95,6 +107,9 @@ class RedisUrl(BaseModel):
 
     def redacted(self) -> str:
         parts = urlsplit(self.url.get_secret_value())
+        if self.cluster:
+            nodes = ",".join(f"{h}:{p}" for h, p in cluster_nodes(self.url.get_secret_value()))
+            return f"{parts.scheme}://{'***@' if parts.password else ''}{nodes}"
         netloc = parts.hostname or ""
         if parts.port:
             netloc += f":{parts.port}"
@@ -104,6 +119,18 @@ class RedisUrl(BaseModel):
 
     def __str__(self) -> str:
         return self.redacted()
+
+
+def cluster_nodes(url: str) -> list[tuple[str, int]]:
+    """The startup nodes of a `redis+cluster://[user:password@]host:port[,host:port...]` URL."""
+    netloc = urlsplit(url).netloc.rsplit("@", 1)[-1]
+    nodes: list[tuple[str, int]] = []
+    for part in netloc.split(","):
+        host, sep, port = part.strip().rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"cluster node {part!r} is not host:port; expected {REDIS_FORM}")
+        nodes.append((host.strip("[]"), int(port)))
+    return nodes
 
 
 class Settings(BaseSettings):

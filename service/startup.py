@@ -35,7 +35,7 @@ async def check_access(settings: Settings) -> None:
             await close_connection(conn)
     if settings.redis is not None:
         redis = redis_client(
-            settings.redis.url.get_secret_value(), socket_timeout=5, socket_connect_timeout=5
+            settings.redis.url.get_secret_value(), socket_timeout=5, socket_connect_timeout=5, cluster_ok=True
         )
         try:
             with map_redis_errors(f"connecting to {settings.redis}"):

@@ -91,6 +91,8 @@ def snapshot(
             key_prefix=prefix,
             value_mode=value_mode,
         )
+        if settings.redis is not None and settings.redis.cluster:
+            raise fail("snapshot does not support a Redis Cluster (redis+cluster://) yet")
         spark = spark_session(master, "binlog-mirror snapshot")
     except ReplicatorError as exc:
         raise fail(str(exc)) from None

@@ -25,9 +25,18 @@ StackDir = Annotated[
 
 
 @stack_app.command("up")
-def stack_up(directory: StackDir = None) -> None:
+def stack_up(
+    directory: StackDir = None,
+    redis_cluster: Annotated[
+        bool,
+        typer.Option(
+            "--redis-cluster",
+            help="A Redis Cluster of 3 masters instead of one Redis (redis+cluster:// URL).",
+        ),
+    ] = False,
+) -> None:
     """Start MariaDB (binlog on, ROW, FULL metadata, CRC32, GTID) and Redis (AOF on)."""
-    stack = LocalStack(directory)
+    stack = LocalStack(directory, redis_cluster=redis_cluster)
     try:
         info = stack.up()
     except ReplicatorError as exc:

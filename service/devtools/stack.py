@@ -19,7 +19,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ APT_PACKAGES = ("mariadb-server", "mariadb-client", "redis-server")
 REPLICATION_USER = "mirror"
 ADMIN_USER = "admin"
 START_TIMEOUT = 60.0
+CLUSTER_MASTERS = 3  # `stack up --redis-cluster`
 
 
 def default_stack_dir() -> Path:
@@ -127,6 +128,9 @@ class StackInfo:
     admin_password: str
     mysql_pid: int | None = None
     redis_pid: int | None = None
+    # `--redis-cluster`: three masters (no replicas) instead of the one Redis
+    cluster_ports: list[int] = field(default_factory=list)
+    cluster_pids: list[int | None] = field(default_factory=list)
 
     @property
     def mysql_url(self) -> str:
@@ -141,6 +145,8 @@ class StackInfo:
 
     @property
     def redis_url(self) -> str:
+        if self.cluster_ports:
+            return "redis+cluster://" + ",".join(f"127.0.0.1:{p}" for p in self.cluster_ports)
         return f"redis://127.0.0.1:{self.redis_port}/0"
 
     def urls(self) -> dict[str, str]:
@@ -149,12 +155,18 @@ class StackInfo:
 
 class LocalStack:
     def __init__(
-        self, directory: Path | str | None = None, mariadb_options: Mapping[str, str] | None = None
+        self,
+        directory: Path | str | None = None,
+        mariadb_options: Mapping[str, str] | None = None,
+        redis_cluster: bool = False,
     ) -> None:
         """`mariadb_options` override (or add) lines of the generated my.cnf, e.g.
-        {"binlog_row_metadata": "NO_LOG"} for a source configured unlike the default stack."""
+        {"binlog_row_metadata": "NO_LOG"} for a source configured unlike the default stack.
+        `redis_cluster`: a Redis Cluster of three masters instead of one Redis (`redis_url` is then
+        `redis+cluster://...`)."""
         self.dir = Path(directory).resolve() if directory else default_stack_dir()
         self.mariadb_options = dict(mariadb_options or {})
+        self.redis_cluster = redis_cluster
         self.state_file = self.dir / "stack.json"
         self.mysql_dir = self.dir / "mariadb"
         self.redis_dir = self.dir / "redis"
@@ -184,6 +196,10 @@ class LocalStack:
                 admin_password=secrets.token_hex(8),
             )
             self._save(info)
+        if self.redis_cluster and not info.cluster_ports:
+            info.cluster_ports = _free_ports(CLUSTER_MASTERS)
+            info.cluster_pids = [None] * CLUSTER_MASTERS
+            self._save(info)
         return info
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -191,7 +207,10 @@ class LocalStack:
         ensure_packages()
         info = self._info()
         self.start_mysql(info)
-        self.start_redis(info)
+        if info.cluster_ports:
+            self.start_redis_cluster(info)
+        else:
+            self.start_redis(info)
         return info
 
     def down(self, purge: bool = False) -> None:
@@ -199,6 +218,8 @@ class LocalStack:
         if info is not None:
             self.stop_mysql(info)
             self.stop_redis(info)
+            for i in range(len(info.cluster_ports)):
+                self.stop_cluster_node(i, info)
         if purge and self.dir.exists():
             shutil.rmtree(self.dir)
 
@@ -265,6 +286,75 @@ class LocalStack:
             return
         _stop(info.redis_pid, kill=kill)
         info.redis_pid = None
+        self._save(info)
+
+    # -- Redis Cluster ---------------------------------------------------------------------------
+    def start_redis_cluster(self, info: StackInfo | None = None) -> None:
+        """Start the three masters and, the first time, assign them the slots (`redis-cli
+        --cluster create`); returns once every node reports cluster_state:ok."""
+        info = info or self._info()
+        for i in range(len(info.cluster_ports)):
+            self.start_cluster_node(i, info)
+        first = info.cluster_ports[0]
+        if b"cluster_slots_assigned:16384" not in _redis_command(first, b"CLUSTER INFO\r\n"):
+            cli = _binary("redis-cli") or "redis-cli"
+            nodes = [f"127.0.0.1:{p}" for p in info.cluster_ports]
+            result = subprocess.run(
+                [cli, "--cluster", "create", *nodes, "--cluster-replicas", "0", "--cluster-yes"],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            if result.returncode != 0:
+                raise StackError(f"redis-cli --cluster create failed: {result.stdout}{result.stderr}")
+        self.wait_cluster(info)
+
+    def wait_cluster(self, info: StackInfo | None = None) -> None:
+        """Until every node says cluster_state:ok (all slots served, the nodes agree)."""
+        info = info or self._info()
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            if all(b"cluster_state:ok" in _redis_command(p, b"CLUSTER INFO\r\n") for p in info.cluster_ports):
+                return
+            time.sleep(0.1)
+        raise StackError(f"the Redis Cluster on {info.cluster_ports} is not ok after {START_TIMEOUT:.0f}s")
+
+    def _cluster_dir(self, port: int) -> Path:
+        return self.dir / "redis-cluster" / str(port)
+
+    def start_cluster_node(self, i: int, info: StackInfo | None = None) -> None:
+        """Start master `i` (again: it rejoins with its slots, from its nodes.conf and AOF)."""
+        info = info or self._info()
+        if _alive(info.cluster_pids[i]):
+            return
+        port = info.cluster_ports[i]
+        d = self._cluster_dir(port)
+        d.mkdir(parents=True, exist_ok=True)
+        conf = d / "redis.conf"
+        lines = ["bind 127.0.0.1", f"port {port}", f"dir {d}", "appendonly yes", "appendfsync everysec"]
+        lines += ['save ""', "daemonize no", f"logfile {d / 'redis.log'}", "cluster-enabled yes"]
+        lines += ["cluster-config-file nodes.conf", "cluster-node-timeout 2000"]
+        # a master that is down leaves only its own slots unserved
+        lines += ["cluster-require-full-coverage no", ""]
+        conf.write_text("\n".join(lines))
+        server = _binary("redis-server") or "redis-server"
+        info.cluster_pids[i] = _spawn_detached([server, str(conf)], d / "redis.out")
+        self._save(info)
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            if not _alive(info.cluster_pids[i]):
+                raise StackError(f"redis-server exited; see {d}/redis.log")
+            if _redis_ping(port):
+                return
+            time.sleep(0.05)
+        raise StackError(f"redis-server did not answer on port {port} within {START_TIMEOUT:.0f}s")
+
+    def stop_cluster_node(self, i: int, info: StackInfo | None = None, *, kill: bool = False) -> None:
+        info = info or self.load()
+        if info is None or i >= len(info.cluster_pids):
+            return
+        _stop(info.cluster_pids[i], kill=kill)
+        info.cluster_pids[i] = None
         self._save(info)
 
     # -- MariaDB details -----------------------------------------------------------------------
@@ -423,6 +513,9 @@ class LocalStack:
         return status
 
     def _redis_status(self, info: StackInfo) -> dict[str, Any]:
+        if info.cluster_ports:
+            ok = [b"cluster_state:ok" in _redis_command(p, b"CLUSTER INFO\r\n") for p in info.cluster_ports]
+            return {"up": all(ok), "cluster_ports": info.cluster_ports, "pids": info.cluster_pids}
         if not _alive(info.redis_pid):
             return {"up": False}
         reply = _redis_command(info.redis_port, b"INFO server\r\n") + _redis_command(

@@ -22,10 +22,11 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from prometheus_client import Histogram
 from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
 
 from service.backoff import Backoff
 from service.checkpoint import Checkpoint, StartPoint, parse_start
@@ -51,6 +52,7 @@ from service.pipeline.unmatched import UnmatchedPatterns
 from service.pipeline.verifier import BackgroundVerifier, drift_counter
 from service.settings import Settings
 from service.sink.client import redis_client
+from service.sink.cluster import ClusterMirror, cluster_layout
 from service.sink.keys import KeyLayout, split_key
 from service.sink.mirror import MirrorOptions, RedisMirror
 from service.sink.plan import ActionKind, TableAction
@@ -82,10 +84,14 @@ class Replicator:
         self._failure_log = FailureLog(log)  # permanent errors: state failed, logged once a minute
         self._unmatched = UnmatchedPatterns(settings.tables)  # --tables patterns matching nothing
         self.control = Control()  # pause/resume, resync on request (POST /control/..., `ctl`)
-        self.layout = KeyLayout(settings.key_prefix)
+        cluster = settings.redis.cluster  # applied per slot group (service/sink/cluster.py)
+        self.layout = cluster_layout(settings.key_prefix) if cluster else KeyLayout(settings.key_prefix)
         self.catalog = Catalog(self.filter)
         self.redis: Redis = redis_client(
-            settings.redis.url.get_secret_value(), socket_timeout=10, socket_connect_timeout=5
+            settings.redis.url.get_secret_value(),
+            cluster_ok=True,
+            socket_timeout=10,
+            socket_connect_timeout=5,
         )
         options = MirrorOptions(
             json_mode=settings.value_mode == "json",
@@ -94,7 +100,12 @@ class Replicator:
             changelog_maxlen=settings.changelog_maxlen or None,
             lease_ttl=settings.lease_ttl_seconds,
         )
-        self.mirror = RedisMirror(self.redis, self.layout, self.catalog.key_columns, options)
+        key_columns = self.catalog.key_columns
+        self.mirror = (
+            ClusterMirror(cast(RedisCluster, self.redis), settings.key_prefix, key_columns, options)
+            if cluster
+            else RedisMirror(self.redis, self.layout, key_columns, options)
+        )
         self.mirror.planner.cascades.foreign_keys = self.catalog.fk_graph  # cascades (fks.py)
         self._stop = asyncio.Event()
         self._recopy: str | None = None  # why the next session copies the selected tables again

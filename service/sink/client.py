@@ -16,14 +16,19 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
+from urllib.parse import unquote, urlsplit
 
 import hiredis
 from redis.asyncio import Redis
+from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.connection import Connection, SSLConnection, UnixDomainSocketConnection
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-__all__ = ["redis_client"]
+from service.errors import ConfigError
+from service.settings import CLUSTER_SCHEMES, cluster_nodes
+
+__all__ = ["is_cluster_url", "redis_client"]
 
 
 class _MirrorConnection:
@@ -73,10 +78,49 @@ _MIRROR_CONNECTIONS: dict[type[Any], type[Any]] = {
 }
 
 
-def redis_client(url: str, **options: Any) -> Redis:
+def is_cluster_url(url: str) -> bool:
+    return urlsplit(url).scheme in CLUSTER_SCHEMES
+
+
+def redis_client(url: str, *, cluster_ok: bool = False, **options: Any) -> Redis:
     """`Redis.from_url(url, **options)` with the connections above (redis-py picks the
-    connection class from the URL's scheme; this swaps in the same class with the mixin)."""
+    connection class from the URL's scheme; this swaps in the same class with the mixin).
+
+    A `redis+cluster://` URL gives redis-py's RedisCluster (typed as Redis: the callers that
+    accept one, `cluster_ok`, only use the commands both have, or check `is_cluster_url`).
+    The others refuse it: they read and write the single-node key layout."""
+    if is_cluster_url(url):
+        if not cluster_ok:
+            raise ConfigError(
+                "this command does not support a Redis Cluster (redis+cluster://) yet: only "
+                "`binlog-mirror run` does (docs/mirror.md, Redis Cluster)"
+            )
+        return cast(Redis, cluster_client(url, **options))
     client = Redis.from_url(url, **options)
     pool = client.connection_pool
     pool.connection_class = _MIRROR_CONNECTIONS.get(pool.connection_class, pool.connection_class)
+    return client
+
+
+def cluster_client(url: str, **options: Any) -> RedisCluster:
+    """redis-py's asyncio RedisCluster for `redis+cluster://[user:password@]host:port[,...]`: it
+    follows MOVED/ASK redirects and refreshes the slot map itself."""
+    parts = urlsplit(url)
+    nodes = [ClusterNode(host, port) for host, port in cluster_nodes(url)]
+    if parts.username:
+        options.setdefault("username", unquote(parts.username))
+    if parts.password:
+        options.setdefault("password", unquote(parts.password))
+    if parts.scheme.startswith("rediss"):
+        options.setdefault("ssl", True)
+    # a master that is down leaves its slots unserved: the others keep answering (the mirror's
+    # calls to that master fail and are retried, docs/mirror.md)
+    client = RedisCluster(startup_nodes=nodes, require_full_coverage=False, **options)
+    # the connections above for every node, those it learns of later included (the nodes
+    # manager builds them from the same connection_kwargs)
+    kwargs = client.connection_kwargs
+    mixed = _MIRROR_CONNECTIONS.get(kwargs["connection_class"], kwargs["connection_class"])
+    kwargs["connection_class"] = mixed
+    for node in client.startup_nodes:
+        node.connection_class = mixed
     return client

@@ -33,7 +33,7 @@ from typing import Any
 
 from service.sink.values import key_text
 
-__all__ = ["KeyLayout", "escape", "split_key", "unescape"]
+__all__ = ["GroupLayout", "KeyLayout", "escape", "group_layout", "split_key", "unescape"]
 
 
 def escape(part: str) -> str:
@@ -145,3 +145,29 @@ class KeyLayout:
     @property
     def settle_key(self) -> str:
         return f"{self.prefix}:__settle"
+
+
+@dataclass(frozen=True, slots=True)
+class GroupLayout(KeyLayout):
+    """Redis Cluster: the keys of one table's slot group (service/sink/cluster.py). `prefix` is
+    `{prefix}:{{schema:table}}` (a hash tag: every key below is in that table's slot), and the
+    table's own keys hang directly under it:
+
+        {prefix}:{{{schema}:{table}}}:{k1}[:{k2}...]   a row
+        {prefix}:{{{schema}:{table}}}:__keys           its `__keys` (and __touched, __stale, __partial)
+        {prefix}:{{{schema}:{table}}}:__checkpoint     the group's checkpoint (and __progress,
+                                                       __tableops, __resync, __settle, __tables)
+        {prefix}:{{{schema}:{table}}}:__lease          the fencing number of the last writer
+
+    The global keys (lease, checkpoint to resume from, `__seq`, `__changes`, `__tables`) are those
+    of `KeyLayout("{prefix}")`: one slot of their own."""
+
+    def table_base(self, schema: str, table: str) -> str:
+        return self.prefix
+
+
+def group_layout(prefix: str, schema: str, table: str) -> GroupLayout:
+    tid = KeyLayout(prefix).table_id(schema, table)
+    # the hash tag ends at the first "}": one at the start would leave it empty (no tag at all)
+    tag = "\\" + tid if tid.startswith("}") else tid
+    return GroupLayout(f"{prefix}:{{{tag}}}")

@@ -115,6 +115,7 @@ class RedisMirror:
         self._resync_reread = redis.register_script(RESYNC_REREAD)
         self._renew = redis.register_script(RENEW)
         self._release = redis.register_script(RELEASE)
+        self._route: list[str] = []  # KEYS of the resync calls: a Redis Cluster routes by them
         self._prev = ""  # id of the checkpoint the next transaction must follow
         self._resume: _Progress | None = None  # a chunked transaction to resume (from load)
         self._warned_aof = False
@@ -168,8 +169,9 @@ class RedisMirror:
     async def check_server(self) -> None:
         """Refuse a Redis Cluster node or a Redis that may evict keys (marking the mirror for a
         re-copy when it did), warn once without an append-only file (service/sink/server.py)."""
-        warned = await check_server(self.redis, self.layout.checkpoint_key, warn_aof=not self._warned_aof)
-        self._warned_aof = self._warned_aof or warned
+        self._warned_aof = await check_server(
+            self.redis, self.layout.checkpoint_key, warned_aof=self._warned_aof
+        )
 
     # -- lease ---------------------------------------------------------------------------------------
     async def acquire_lease(self) -> bool:
@@ -464,7 +466,7 @@ class RedisMirror:
                 args.append(suffix)
                 args += self._row_args(row)
         with map_redis_errors(f"resyncing {schema}.{table}"):
-            written = int(await self._resync_rows(args=args))
+            written = int(await self._resync_rows(keys=self._route, args=args))
         return None if written < 0 else written
 
     def _row_args(self, row: Mapping[str, Any]) -> list[Arg]:
@@ -502,7 +504,7 @@ class RedisMirror:
         removed, cursor = 0, 0
         while True:  # `table_step` stale rows per call: Redis serves other clients in between
             with map_redis_errors(f"finishing the resync of {schema}.{table}"):
-                reply = await self._resync_finish(args=args)
+                reply = await self._resync_finish(keys=self._route, args=args)
             if not isinstance(reply, list):  # -1: refused
                 return None
             removed += int(reply[0])
@@ -550,7 +552,7 @@ class RedisMirror:
             row = found.get(suffix)
             args += [suffix, merges, 0, 0] if row is None else [suffix, merges, 1, *self._row_args(row)]
         with map_redis_errors(f"resyncing {schema}.{table} (rows read again)"):
-            done = int(await self._resync_reread(args=args))
+            done = int(await self._resync_reread(keys=self._route, args=args))
         return None if done < 0 else done
 
     async def pending_resyncs(self) -> dict[str, str]:

@@ -20,10 +20,11 @@ from __future__ import annotations
 
 from importlib.resources import files
 
-__all__ = ["APPLY", "RELEASE", "RENEW", "RESYNC_FINISH", "RESYNC_REREAD", "RESYNC_ROWS"]
+__all__ = ["APPLY", "FENCE", "RELEASE", "RENEW", "RESYNC_FINISH", "RESYNC_REREAD", "RESYNC_ROWS"]
 
 LUA_FILES = (
-    "common", "cascade", "apply", "resync_rows", "resync_finish", "resync_reread", "renew", "release"
+    "common", "cascade", "apply", "resync_rows", "resync_finish", "resync_reread", "renew", "release",
+    "fence",
 )  # fmt: skip
 
 
@@ -35,6 +36,7 @@ _COMMON = _load("common")
 
 RENEW = _load("renew")
 RELEASE = _load("release")
+FENCE = _load("fence")  # Redis Cluster: service/sink/cluster.py
 APPLY = _COMMON + _load("cascade") + _load("apply")  # cascade.lua: foreign keys (docs/mirror.md)
 RESYNC_ROWS = _COMMON + _load("resync_rows")
 RESYNC_FINISH = _COMMON + _load("resync_finish")

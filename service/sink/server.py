@@ -10,6 +10,8 @@ so that the next start copies the selected tables again.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
+from typing import Any
 
 from redis.asyncio import Redis
 
@@ -17,22 +19,28 @@ from service.errors import ConfigError
 from service.sink.checkpoints import RECOPY_FIELD
 from service.sink.replies import map_redis_errors
 
-__all__ = ["check_server", "mark_recopy"]
+__all__ = ["check_info", "check_server", "mark_recopy"]
 
 log = logging.getLogger(__name__)
 
 
-async def check_server(redis: Redis, checkpoint_key: str, *, warn_aof: bool = True) -> bool:
-    """Raise ConfigError for a Redis Cluster node or a Redis that may evict keys; True when it
-    warned (`warn_aof`) that Redis keeps no append-only file."""
+async def check_server(redis: Redis, checkpoint_key: str, *, warned_aof: bool = False) -> bool:
+    """Raise ConfigError for a Redis Cluster node given as one Redis, or a Redis that may evict
+    keys; returns whether the no-append-only-file warning has been given (`warned_aof`: already)."""
     with map_redis_errors("reading the Redis server's settings"):
         info = await redis.info("memory", "persistence", "cluster", "stats")
     if int(info.get("cluster_enabled", 0)):
         raise ConfigError(
-            "this Redis is a Redis Cluster node, which the mirror does not support: its scripts "
-            "write a transaction's rows, whatever their hash slots, in one atomic call. Give "
-            "it a standalone Redis (a primary, with replicas if you like)"
+            "this Redis is a Redis Cluster node: give it as a cluster, redis+cluster://host:port"
+            "[,host:port...] (the mirror then applies each table's rows in that table's slot, "
+            "docs/mirror.md); a plain redis:// URL writes a transaction's rows, whatever their "
+            "hash slots, in one atomic call"
         )
+    return await check_info(redis, checkpoint_key, info, warned_aof=warned_aof)
+
+
+async def check_info(redis: Redis, checkpoint_key: str, info: Mapping[str, Any], *, warned_aof: bool) -> bool:
+    """The eviction and persistence checks on one server's INFO (on a cluster: each master's)."""
     policy = str(info.get("maxmemory_policy", "noeviction"))
     if int(info.get("maxmemory", 0)) > 0 and policy.startswith("allkeys-"):
         evicted = int(info.get("evicted_keys", 0))
@@ -52,14 +60,14 @@ async def check_server(redis: Redis, checkpoint_key: str, *, warn_aof: bool = Tr
             "(writes then wait while Redis is full) or a volatile-* policy, or give the mirror a "
             "Redis of its own"
         )
-    if warn_aof and not int(info.get("aof_enabled", 0)):
+    if not warned_aof and not int(info.get("aof_enabled", 0)):
         log.warning(
             "this Redis keeps no append-only file (appendonly no): after a Redis restart the "
             "mirror resumes from the checkpoint of its last RDB snapshot, if any (the binlog "
             "must still hold that position), else as on_no_checkpoint says"
         )
         return True
-    return False
+    return warned_aof
 
 
 async def mark_recopy(redis: Redis, checkpoint_key: str, reason: str) -> None:

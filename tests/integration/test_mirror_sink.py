@@ -975,7 +975,9 @@ async def test_a_redis_cluster_node_is_refused(tmp_path: Path) -> None:
                 if await client.ping():
                     break
             await asyncio.sleep(0.05)
-        with pytest.raises(ConfigError, match="a Redis Cluster node, which the mirror does not support"):
+        with pytest.raises(
+            ConfigError, match=r"a Redis Cluster node: give it as a cluster, redis\+cluster://"
+        ):
             await RedisMirror(client, KeyLayout(_prefix()), keys_of).load_checkpoint()
     finally:
         await client.aclose()

@@ -2,6 +2,16 @@
 -- per call, so every call is atomic and checks the writer lease first).
 local function fence(lease_key, token)
   if token == '' then return nil end
+  if string.byte(token, 1) == 35 then   -- '#n' (Redis Cluster): a fencing number, not the lease
+    -- The lease lives in another slot: a writer's number (drawn when it took the lease) must be
+    -- no older than the last one that wrote this slot group, which then refuses older writers.
+    local n, seen = tonumber(string.sub(token, 2)), tonumber(redis.call('GET', lease_key) or '0')
+    if seen > n then
+      return redis.error_reply('LEASE_LOST a newer writer (fencing number ' .. seen .. ') wrote here')
+    end
+    if seen < n then redis.call('SET', lease_key, n) end
+    return nil
+  end
   local holder = redis.call('GET', lease_key)
   if holder == token then return nil end
   if not holder then  -- expired, or Redis lost its keys: nobody else holds it

@@ -1,0 +1,494 @@
+"""ClusterMirror: the mirror on a Redis Cluster, applied per slot group (docs/mirror.md, "Redis Cluster").
+
+A script call may only touch keys of one hash slot, so a transaction is split by table:
+
+  * every mirrored table is a **slot group**: its rows, its `__keys` (and resync sets) and its own
+    checkpoint, progress, table-work record and resync marks share the hash tag `{schema:table}`
+    (`keys.GroupLayout`). `_GroupMirror` is the single-node `RedisMirror` on those keys: the part of
+    each transaction that touches the table is one atomic script call on the node owning the slot,
+    with the group's checkpoint chain, chunking and table work exactly as on one node;
+  * the **global group** (`KeyLayout("{prefix}")`, one slot) holds the writer lease, the fencing
+    counter, the checkpoint a restart resumes from, `__seq`, the change log `__changes`, the
+    mirrored `__tables` and `__heads` (each group's last applied transaction). Its call for a batch
+    is written only after every group part of the batch was applied, so it never runs ahead of one.
+
+A restart resumes from the global checkpoint (or from a group that is behind what `__heads` says:
+its node lost writes, e.g. a failover), and each group skips the transactions its own checkpoint
+covers, so every row change is applied once per group. The lease lives on one node: each group
+call carries the writer's fencing number (drawn when it took the lease) and the script refuses it
+when a newer writer already wrote that group (common.lua `fence`).
+
+RENAME moves rows between slots, which no script can do atomically: here it is a DROP of the old
+name and a resync (a copy from the source) of the new one. FK cascades (child rows in other slots)
+are not applied across groups.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, cast
+
+from redis import exceptions as rexc
+from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
+
+from service.binlog.rowchange import Op, RowChange
+from service.checkpoint import BinlogPosition, Checkpoint
+from service.sink.channel import ScriptChannel
+from service.sink.checkpoints import checkpoint_fields, decode_checkpoint
+from service.sink.keys import GroupLayout, KeyLayout, group_layout, split_key
+from service.sink.mirror import MirrorOptions, RedisMirror
+from service.sink.plan import ActionKind, Arg, KeyColumns, TableAction, checkpoint_args
+from service.sink.replies import SentBatch, map_redis_errors
+from service.sink.scripts import APPLY, FENCE
+from service.sink.server import check_info
+from service.sink.values import json_document
+from service.transactions import Transaction
+
+__all__ = ["ClusterChannel", "ClusterMirror", "cluster_layout"]
+
+log = logging.getLogger("service.sink.mirror")
+
+Unit = tuple[Transaction, Sequence[TableAction]]
+
+
+def cluster_layout(prefix: str) -> KeyLayout:
+    """The global group's keys: `{prefix}:__checkpoint`, `{prefix}:__changes`, ... (one slot)."""
+    return KeyLayout(f"{{{prefix}}}")
+
+
+class ClusterChannel(ScriptChannel):
+    """The apply script's calls for one slot group, through redis-py's cluster client: routed by
+    `key` (a key of the group, passed as the call's only KEYS entry: the script reads ARGV only),
+    following MOVED/ASK redirects; a node without the script (a new master after a failover, or
+    one that joined) gets it loaded again (NOSCRIPT).
+
+    Each call is waited for as it is written (no pipelining across a cluster client); its reply,
+    or error reply, is kept for `reply` in order, as ScriptChannel does."""
+
+    def __init__(self, cluster: RedisCluster, script: str, key: str) -> None:
+        super().__init__(cast(Redis, cluster), script)
+        self._cluster = cluster
+        self._key = key
+        self._replies: deque[Any] = deque()
+
+    async def _eval(self, args: Sequence[Arg]) -> Any:
+        if not self._sha:
+            self._sha = _text(await self._cluster.script_load(self._script))  # on every master
+        try:
+            return await self._cluster.evalsha(self._sha, 1, self._key, *args)
+        except rexc.NoScriptError:
+            self._sha = _text(await self._cluster.script_load(self._script))
+            return await self._cluster.evalsha(self._sha, 1, self._key, *args)
+
+    async def send(self, args: Sequence[Arg]) -> None:
+        try:
+            value: Any = await self._eval(args)
+        except rexc.ResponseError as exc:  # an error reply: raised by `reply`, in order
+            value = exc
+        except BaseException:
+            await self.close()
+            raise
+        self._replies.append(value)
+
+    async def call(self, args: Sequence[Arg]) -> Any:
+        return await self._eval(args)
+
+    async def reply(self) -> Any:
+        value = self._replies.popleft()
+        if isinstance(value, BaseException):
+            raise value
+        return value
+
+    async def close(self) -> None:
+        self.epoch += 1
+        self._replies.clear()
+
+
+class _GroupMirror(RedisMirror):
+    """One table's slot group: the single-node mirror on the table's `GroupLayout` keys."""
+
+    def __init__(
+        self, cluster: RedisCluster, layout: GroupLayout, key_columns: KeyColumns, options: MirrorOptions
+    ) -> None:
+        # the change log and `__seq` are the global group's (a group's own `__seq` only counts)
+        opts = replace(options, changelog_maxlen=None)
+        super().__init__(cast(Redis, cluster), layout, key_columns, opts, token="#0")
+        self._channel = ClusterChannel(cluster, APPLY, layout.checkpoint_key)
+        self._route = [layout.checkpoint_key]
+        self.at: Checkpoint | None = None  # the group's stored checkpoint: what it has applied
+
+    async def check_server(self) -> None:
+        """Done once for every master by ClusterMirror.check_server."""
+
+
+@dataclass(slots=True)
+class _ClusterSent(SentBatch):
+    """The global call of a batch; `applied[i]`: whether unit i was in it (else it was applied
+    before a crash, and its first sequence number is unknown here: 0)."""
+
+    applied: list[bool] = field(default_factory=list)
+
+    async def replies(self) -> list[int]:
+        firsts = iter(await SentBatch.replies(self))
+        return [next(firsts) if a else 0 for a in self.applied]
+
+
+class ClusterMirror(RedisMirror):
+    def __init__(
+        self,
+        cluster: RedisCluster,
+        prefix: str,
+        key_columns: KeyColumns,
+        options: MirrorOptions | None = None,
+        token: str | None = None,
+    ) -> None:
+        super().__init__(cast(Redis, cluster), cluster_layout(prefix), key_columns, options, token)
+        self.cluster = cluster
+        self.prefix = prefix
+        self._channel = ClusterChannel(cluster, APPLY, self.layout.checkpoint_key)
+        self._route = [self.layout.checkpoint_key]
+        self._fence_script = cluster.register_script(FENCE)
+        self._fence: int | None = None  # this writer's fencing number, while it holds the lease
+        self._groups: dict[str, _GroupMirror] = {}  # by table id, loaded this session
+        self._global: Checkpoint | None = None  # the global checkpoint as stored
+        self._global_gtid = ""
+        self._tids: dict[tuple[str, str], str] = {}
+        self._loading = asyncio.Lock()
+
+    @property
+    def heads_key(self) -> str:
+        return f"{self.layout.prefix}:__heads"
+
+    @property
+    def fence_key(self) -> str:
+        return f"{self.layout.prefix}:__fence"
+
+    # -- server, lease ---------------------------------------------------------------------------
+    async def check_server(self) -> None:
+        """Every master: the eviction and persistence checks of a single node."""
+        with map_redis_errors("reading the Redis Cluster's settings"):
+            await self.cluster.initialize()
+            for node in self.cluster.get_primaries():
+                info = await self.cluster.info("memory", "persistence", "stats", target_nodes=node)
+                self._warned_aof = await check_info(
+                    cast(Redis, self.cluster), self.layout.checkpoint_key, info, warned_aof=self._warned_aof
+                )
+
+    async def acquire_lease(self) -> bool:
+        """The lease (as on one node), and a new fencing number each time it is taken afresh."""
+        ttl = int(self.options.lease_ttl * 1000)
+        lease = self.layout.lease_key
+        with map_redis_errors("taking the writer lease"):
+            fresh = await self.redis.set(lease, self.token, nx=True, px=ttl)
+            if not fresh and not await self._renew(keys=[lease], args=[self.token, ttl]):
+                self._fence = None
+                return False
+            if fresh or self._fence is None:
+                number = int(await self._fence_script(keys=[lease, self.fence_key], args=[self.token]))
+                if number == 0:  # expired in between
+                    self._fence = None
+                    return False
+                self._fence = number
+                for g in self._groups.values():
+                    g.token = f"#{number}"
+        return True
+
+    async def renew_lease(self) -> None:
+        try:
+            await super().renew_lease()
+        except BaseException:
+            self._fence = None
+            raise
+
+    # -- checkpoint ------------------------------------------------------------------------------
+    async def _group(self, tid: str) -> _GroupMirror:
+        g = self._groups.get(tid)
+        if g is not None:
+            return g
+        # one instance per group: the applier and a resync task may ask for it at once
+        async with self._loading:
+            return await self._load_group(tid)
+
+    async def _load_group(self, tid: str) -> _GroupMirror:
+        g = self._groups.get(tid)
+        if g is None:
+            parts = split_key(tid)
+            if len(parts) != 2:
+                raise ValueError(f"not a table id: {tid!r}")
+            layout = group_layout(self.prefix, parts[0], parts[1])
+            g = _GroupMirror(self.cluster, layout, self.planner.key_columns, self.options)
+            g.planner.skipped = self.planner.skipped
+            g.token = f"#{self._fence or 0}"
+            g.at = await g.load_checkpoint()
+            self._groups[tid] = g
+        return g
+
+    def _tid(self, schema: str, table: str) -> str:
+        tid = self._tids.get((schema, table))
+        if tid is None:
+            tid = self._tids[schema, table] = self.layout.table_id(schema, table)
+        return tid
+
+    async def load_checkpoint(self) -> Checkpoint | None:
+        """Where to resume: the global checkpoint, or the checkpoint of a group that is behind the
+        transaction `__heads` says it applied (its node lost writes: a failover, or a restart
+        that lost the last second of its append-only file). A group that lost all its keys leaves
+        `__tables`, so the session's bootstrap copies its table again."""
+        for g in self._groups.values():
+            await g.close()
+        self._groups.clear()
+        checkpoint = await super().load_checkpoint()
+        with map_redis_errors("loading the slot groups' checkpoints"):
+            stored = decode_checkpoint(await self.redis.hgetall(self.layout.checkpoint_key))
+            raw_heads = await self.redis.hgetall(self.heads_key)
+        self._global = checkpoint
+        self._global_gtid = stored.gtid or "" if stored else ""
+        heads = {_text(k): BinlogPosition.parse(_text(v)) for k, v in raw_heads.items()}
+        resume = checkpoint
+        for tid in sorted(set(heads) | await self.mirrored_tables()):
+            g = await self._group(tid)
+            head = heads.get(tid)
+            if head is None or (g.at is not None and not g.at.position < head):
+                continue
+            if g.at is None:
+                log.warning("slot group %s lost its keys (its node lost its data): copying it again", tid)
+                with map_redis_errors(f"forgetting the lost slot group {tid}"):
+                    await self.redis.srem(self.layout.tables_key, tid)
+                    await self.redis.hdel(self.heads_key, tid)
+                continue
+            log.warning(
+                "slot group %s is at %s, behind %s, which it had applied (its node lost writes): "
+                "resuming from there; the other groups skip what they hold",
+                tid,
+                g.at.position,
+                head,
+            )
+            if resume is None or g.at.position < resume.position:
+                resume = g.at
+        return resume
+
+    async def pending_resyncs(self) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for tid in sorted(await self.mirrored_tables()):
+            out.update(await (await self._group(tid)).pending_resyncs())
+        return out
+
+    async def moved_to_tables(self, applied: Checkpoint | None) -> set[str]:
+        return set()  # a RENAME moves no rows here (it is a DROP and a resync)
+
+    async def close(self) -> None:
+        for g in self._groups.values():
+            await g.close()
+        await super().close()
+
+    # -- apply -----------------------------------------------------------------------------------
+    async def send(self, batch: Sequence[Unit]) -> SentBatch:
+        """Apply each group's part of `batch` (the groups concurrently, each in order), then write
+        the global call; `replies()` waits for that one."""
+        units = [(txn, _without_renames(actions)) for txn, actions in batch]
+        parts: dict[str, list[Unit]] = {}
+        for txn, actions in units:
+            for tid, part in self._split(txn, actions).items():
+                parts.setdefault(tid, []).append(part)
+        results = await asyncio.gather(
+            *(self._apply_group(tid, part) for tid, part in parts.items()), return_exceptions=True
+        )
+        for r in results:
+            if isinstance(r, BaseException):
+                raise r
+        return await self._send_global(units, list(parts))
+
+    def _split(self, txn: Transaction, actions: Sequence[TableAction]) -> dict[str, Unit]:
+        """The part of `txn` (and its table actions) of each table: changes of tables without a
+        usable key are counted as skipped and go nowhere."""
+        acts: dict[str, list[TableAction]] = {}
+        for a in actions:
+            acts.setdefault(self._tid(a.schema, a.table), []).append(a)
+        rows: dict[str, list[int]] = {}
+        keyed: dict[tuple[str, str], bool] = {}
+        for i, ch in enumerate(txn.changes):
+            key = (ch.schema, ch.table)
+            k = keyed.get(key)
+            if k is None:
+                k = keyed[key] = bool(self.planner.key_columns(*key))
+            if not k:
+                self.planner.skipped.add(*key)
+                continue
+            rows.setdefault(self._tid(*key), []).append(i)
+        out: dict[str, Unit] = {}
+        for tid in dict.fromkeys([*acts, *rows]):
+            idx = rows.get(tid, [])
+            partial = frozenset(j for j, i in enumerate(idx) if i in txn.partial)
+            changes = tuple(txn.changes[i] for i in idx)
+            out[tid] = (Transaction(changes, txn.ddl, txn.gtid, txn.ts, txn.end, partial), acts.get(tid, []))
+        return out
+
+    async def _apply_group(self, tid: str, part: Sequence[Unit]) -> None:
+        g = await self._group(tid)
+        todo: list[Unit] = []
+        for txn, actions in part:
+            at = g.at
+            if at is not None and not at.position < txn.end.position:
+                if txn.changes or txn.ddl:
+                    continue  # this group applied it before a crash
+                # the session's reconciliation (or a requested resync) at a point the group is
+                # past: its actions, at the group's own checkpoint (which must not move back)
+                txn = Transaction((), (), None, at.ts, at)
+            todo.append((txn, actions))
+        if not todo:
+            return
+        sent = await g.send(todo)
+        await sent.replies()
+        g.at = todo[-1][0].end
+
+    async def _send_global(self, units: Sequence[Unit], groups: Sequence[str]) -> SentBatch:
+        """The global calls: sequence numbers and change-log entries of the transactions not
+        applied before (a resume from a group behind the global checkpoint replays some), the
+        mirrored tables, each touched group's head, and the global checkpoint. Consecutive
+        transactions share a call up to `chunk_size` changes with the change log on (a bigger one
+        is a call of its own)."""
+        sent = _ClusterSent(self._channel, self._channel.epoch, self.planner, redis=self.redis)
+        done = self._global
+        # without the change log a change adds nothing to the call: one call per batch
+        logged = self.options.changelog_maxlen is not None
+        limit = self.options.chunk_size if logged else math.inf
+        ops: list[Arg] = []
+        offsets: list[int] = []
+        size = 0
+        last: tuple[Checkpoint, str, int] | None = None  # end, gtid and ts of the call's last txn
+        tables = self.layout.tables_key
+        registered: set[str] = set()
+        for txn, actions in units:
+            again = done is not None and not done.position < txn.end.position
+            if again and (txn.changes or txn.ddl):
+                sent.applied.append(False)
+                continue
+            n = len(txn.changes)
+            if last is not None and size + n > limit:
+                await self._global_call(sent, ops, offsets, size, last, ())
+                ops, offsets, size, last, registered = [], [], 0, None, set()
+            sent.applied.append(True)
+            offsets.append(size)
+            size += n
+            if again and done is not None:  # the reconciliation at the point the groups resumed from
+                last = (done, self._global_gtid, done.ts)
+            else:
+                last = (txn.end, txn.gtid or "", txn.ts)
+            for a in actions:
+                tid = self._tid(a.schema, a.table)
+                registered.discard(tid)
+                if a.kind is ActionKind.DROP:
+                    ops += ["R", tables, tid]
+                elif a.kind in (ActionKind.REGISTER, ActionKind.RESYNC):
+                    ops += ["A", tables, tid]
+            for ch in txn.changes:
+                ops += self._global_ops(ch, registered)
+        if last is not None:
+            await self._global_call(sent, ops, offsets, size, last, groups)
+        return sent
+
+    async def _global_call(
+        self,
+        sent: SentBatch,
+        ops: list[Arg],
+        offsets: Sequence[int],
+        size: int,
+        last: tuple[Checkpoint, str, int],
+        groups: Sequence[str],
+    ) -> None:
+        end, gtid, ts = last
+        heads: list[Arg] = []
+        for tid in groups:
+            at = self._groups[tid].at
+            if at is not None:
+                heads += [tid, str(at.position)]
+        if heads:
+            ops = ops + ["H", self.heads_key, len(heads) // 2, *heads]
+        txn_id = str(end.position)
+        values = "json" if self.options.json_mode else "hash"
+        ops = ops + checkpoint_args(self.layout, checkpoint_fields(end, gtid, values, ts))
+        what = f"applying the global part of {len(offsets)} transaction(s) up to {txn_id}"
+        await self._send(sent, self._header(txn_id, 0, True, size) + ops, what, offsets)
+        self._prev = txn_id
+        self._global, self._global_gtid = end, gtid
+
+    def _global_ops(self, ch: RowChange, registered: set[str]) -> list[Arg]:
+        """A change's part in the global call: its table in `__tables` (once per call), its
+        change-log entry (or just its sequence number, for a row without a usable key)."""
+        cols = self.planner.key_columns(ch.schema, ch.table)
+        suffix = _key_suffix(self.planner._suffix, cols, ch) if cols else None
+        logged = self.options.changelog_maxlen is not None
+        if suffix is None:
+            return ["S"] if logged else []
+        out: list[Arg] = []
+        tid = self._tid(ch.schema, ch.table)
+        if tid not in registered:
+            registered.add(tid)
+            out += ["A", self.layout.tables_key, tid]
+        if logged:
+            fields: list[Arg] = ["op", ch.op.value, "schema", ch.schema, "table", ch.table]
+            fields += ["key", suffix, "ts", ch.ts]
+            fields += ["before", json_document(ch.before), "after", json_document(ch.after)]
+            maxlen = self.options.changelog_maxlen or 0
+            out += ["XA", self.layout.changes_key, maxlen, len(fields) // 2, *fields]
+        return out
+
+    # -- resync: each table's calls go to its group ----------------------------------------------
+    async def resync_generation(self, schema: str, table: str) -> int | None:
+        return await (await self._group(self._tid(schema, table))).resync_generation(schema, table)
+
+    async def resync_rows(
+        self, schema: str, table: str, rows: Sequence[dict[str, Any]], generation: int
+    ) -> int | None:
+        g = await self._group(self._tid(schema, table))
+        return await g.resync_rows(schema, table, rows, generation)
+
+    async def resync_finish(
+        self, schema: str, table: str, generation: int, *args: Any, **kw: Any
+    ) -> int | None:
+        g = await self._group(self._tid(schema, table))
+        return await g.resync_finish(schema, table, generation, *args, **kw)
+
+    async def resync_reread(
+        self,
+        schema: str,
+        table: str,
+        generation: int,
+        entries: Sequence[tuple[str, str]],
+        rows: Sequence[dict[str, Any]],
+    ) -> int | None:
+        g = await self._group(self._tid(schema, table))
+        return await g.resync_reread(schema, table, generation, entries, rows)
+
+
+def _without_renames(actions: Sequence[TableAction]) -> list[TableAction]:
+    """A RENAME becomes a DROP of the old name and a resync of the new one: its rows would move
+    between slots (docs/mirror.md, Redis Cluster)."""
+    out: list[TableAction] = []
+    for a in actions:
+        if a.kind is ActionKind.RENAME and a.new_schema is not None and a.new_table is not None:
+            out.append(TableAction(ActionKind.DROP, a.schema, a.table, reason=a.reason))
+            out.append(TableAction(ActionKind.RESYNC, a.new_schema, a.new_table, reason=a.reason or "rename"))
+        else:
+            out.append(a)
+    return out
+
+
+def _key_suffix(suffix: Any, cols: tuple[str, ...], ch: RowChange) -> str | None:
+    """The row key suffix a change-log entry names (the new key, else the old), as Planner.change."""
+    new = suffix(cols, ch.after) if ch.op is not Op.DELETE else None
+    if new is None and ch.op is Op.UPDATE and ch.before is not None and ch.after is not None:
+        new = suffix(cols, {**ch.before, **ch.after})
+    if new is not None:
+        return cast(str, new)
+    return cast("str | None", suffix(cols, ch.before)) if ch.op is not Op.INSERT else None
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

@@ -1,0 +1,262 @@
+"""The mirror on a local 3-master Redis Cluster (`stack up --redis-cluster`): the randomized workload
+of test_mirror_crash.py with SIGKILLs of the mirror and a master restart (docs/mirror.md, Redis
+Cluster)."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from redis.cluster import ClusterNode, RedisCluster
+from redis.exceptions import RedisError
+
+from service.binlog.rowchange import EventSpan, Op, RowChange
+from service.checkpoint import BinlogPosition, Checkpoint
+from service.devtools.stack import LocalStack
+from service.errors import LeaseLost
+from service.sink.checkpoints import decode_checkpoint
+from service.sink.client import cluster_client
+from service.sink.cluster import ClusterMirror, cluster_layout
+from service.sink.keys import group_layout
+from service.sink.mirror import MirrorOptions
+from service.transactions import Transaction
+from tests.integration.mirror_helpers import KEYS, Rows, Workload, create_schema, expected, master_position
+from tests.integration.mirror_helpers import unique_names as _names
+from tests.integration.test_mirror_crash import _start, _stop, _Writer
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def cluster_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    """A local stack whose Redis is a cluster of three masters (its own MariaDB too)."""
+    local = LocalStack(tmp_path_factory.mktemp("cluster-stack"), redis_cluster=True)
+    local.up()
+    try:
+        yield local
+    finally:
+        local.down()
+
+
+def _client(stack: LocalStack) -> RedisCluster:
+    info = stack.load()
+    assert info is not None
+    return RedisCluster(startup_nodes=[ClusterNode("127.0.0.1", p) for p in info.cluster_ports])
+
+
+def _stored(stack: LocalStack, prefix: str) -> BinlogPosition | None:
+    """The global checkpoint (None while the cluster does not answer: a master restarts)."""
+    try:
+        with _client(stack) as rc:
+            raw = rc.hgetall(cluster_layout(prefix).checkpoint_key)
+    except RedisError:
+        return None
+    stored = decode_checkpoint(raw)
+    return stored.checkpoint.position if stored else None
+
+
+def _wait(stack: LocalStack, prefix: str, target: BinlogPosition | None, timeout: float = 40.0) -> None:
+    """Until the global checkpoint reaches `target` (None: until there is one)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        at = _stored(stack, prefix)
+        if at is not None and (target is None or not at < target):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"mirror did not reach {target} (at {_stored(stack, prefix)})")
+
+
+def _wait_advance(stack: LocalStack, prefix: str, timeout: float = 40.0) -> None:
+    since = _stored(stack, prefix)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        at = _stored(stack, prefix)
+        if at is not None and (since is None or since < at):
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"mirror did not move past {since}")
+
+
+def _actual(stack: LocalStack, prefix: str, db: str) -> dict[str, Rows]:
+    """Every table's rows as its `__keys` lists them, in its slot group; no stray row keys."""
+    out: dict[str, Rows] = {}
+    with _client(stack) as rc:
+        for table in KEYS:
+            g = group_layout(prefix, db, table)
+            members = {m.decode() for m in rc.smembers(g.index_key(db, table))}
+            out[table] = {m: rc.hgetall(f"{g.prefix}:{m}") for m in members}
+            keys = {k.decode() for k in rc.scan_iter(match=f"{g.prefix}:*", count=1000)}
+            stored = {k[len(g.prefix) + 1 :] for k in keys}
+            assert {k for k in stored if not k.startswith("__")} == members, f"stray keys in {table}"
+        nokey = group_layout(prefix, db, "nokey")
+        assert not rc.exists(nokey.index_key(db, "nokey"))
+    return out
+
+
+def _ledger_ids(stack: LocalStack, prefix: str) -> list[int]:
+    with _client(stack) as rc:
+        entries: list[Any] = rc.xrange(cluster_layout(prefix).changes_key)
+    return sorted(
+        int(e[1][b"key"]) for e in entries if e[1][b"table"] == b"ledger" and e[1][b"op"] == b"insert"
+    )
+
+
+def _node_of(stack: LocalStack, key: str) -> int:
+    """The index (in the stack's cluster ports) of the master that owns `key`."""
+    info = stack.load()
+    assert info is not None
+    with _client(stack) as rc:
+        port = rc.get_node_from_key(key).port
+    return info.cluster_ports.index(int(port))
+
+
+def test_cluster_sigkills_and_a_master_restart(cluster_stack: LocalStack, tmp_path: Path) -> None:
+    """10 SIGKILLs of the mirror while the workload commits (PK changes, ALTER resyncs, TRUNCATE,
+    RENAME, binlog rotations), and the master of the global group (lease, checkpoint, change log)
+    restarted once: every row equals SELECT *, and every committed ledger row is in the change
+    log exactly once."""
+    stack = cluster_stack
+    db, prefix = _names()
+    create_schema(stack, db)
+    log = tmp_path / "run.log"
+    rng = random.Random(11)
+    proc = _start(stack, db, prefix, log)
+    _wait(stack, prefix, None)
+    wl = Workload(stack, db, seed=3)
+    writer = _Writer(wl)
+    writer.start()
+    kills = 0
+    restarted = _node_of(stack, cluster_layout(prefix).checkpoint_key)
+    try:
+        for i in range(10):
+            _wait_advance(stack, prefix)
+            if i == 4:
+                stack.stop_cluster_node(restarted)
+                time.sleep(0.5)  # the mirror meets the missing master
+                stack.start_cluster_node(restarted)
+                stack.wait_cluster()
+                _wait_advance(stack, prefix)
+            time.sleep(rng.uniform(0.0, 0.3))
+            proc.kill()
+            proc.wait()
+            kills += 1
+            proc = _start(stack, db, prefix, log)
+        writer.done.set()
+        writer.join()
+        assert writer.error is None, writer.error
+        wl.ledger += 1
+        with wl.conn.cursor() as cur:
+            cur.execute("INSERT INTO ledger VALUES (%s, 'last')", (wl.ledger,))
+        wl.conn.commit()
+        try:
+            _wait(stack, prefix, master_position(stack), timeout=60)
+        except AssertionError as exc:
+            raise AssertionError(
+                f"{exc}\n--- run.log (tail) ---\n{log.read_text(errors='replace')[-6000:]}"
+            ) from None
+        for _ in range(50):
+            if _actual(stack, prefix, db) == expected(stack, db):
+                break
+            time.sleep(0.2)  # a resync after the last ALTER or RENAME may still be copying
+        assert _actual(stack, prefix, db) == expected(stack, db)
+        assert _ledger_ids(stack, prefix) == list(range(1, wl.ledger + 1))
+    finally:
+        writer.done.set()
+        _stop(proc)
+        wl.close()
+    assert kills >= 10 and writer.steps > 50, (kills, writer.steps)
+    text = log.read_text(errors="replace")
+    assert "Traceback" not in text, text[-3000:]
+
+
+def _txn(table: str, i: int, pos: int) -> Transaction:
+    ch = RowChange(Op.INSERT, "db", table, None, {"id": i}, EventSpan("mysql-bin.000001", 4, 9), 1, 1)
+    return Transaction((ch,), (), None, 1, Checkpoint(BinlogPosition("mysql-bin.000001", pos), "", 0))
+
+
+async def test_fencing_refuses_the_old_writer_on_every_group(cluster_stack: LocalStack) -> None:
+    """The lease is in the global slot; a writer whose lease expired and was taken over cannot
+    write a group the new writer wrote (its fencing number is older), nor the global group."""
+    info = cluster_stack.load()
+    assert info is not None
+    _, prefix = _names()
+    opts = MirrorOptions(lease_ttl=0.5)
+    a = ClusterMirror(cluster_client(info.redis_url), prefix, lambda s, t: ("id",), opts)
+    b = ClusterMirror(cluster_client(info.redis_url), prefix, lambda s, t: ("id",), opts)
+    try:
+        assert await a.acquire_lease()
+        await a.load_checkpoint()
+        await a.apply([(_txn("t1", 1, 100), ()), (_txn("t2", 1, 200), ())])
+        await asyncio.sleep(0.8)  # a stalls: its lease expires
+        assert await b.acquire_lease()
+        loaded = await b.load_checkpoint()
+        assert loaded is not None and loaded.position == BinlogPosition("mysql-bin.000001", 200)
+        await b.apply([(_txn("t1", 2, 300), ())])
+        # a still believes it writes: t1 refuses it (b's fencing number wrote there)
+        with pytest.raises(LeaseLost, match="newer writer"):
+            await a.apply([(_txn("t1", 3, 300), ())])
+        # t3 was never written by b: a's group call passes the fence, its global call does not
+        with pytest.raises(LeaseLost):
+            await a.apply([(_txn("t3", 1, 400), ())])
+        with _client(cluster_stack) as rc:
+            g1 = group_layout(prefix, "db", "t1")
+            assert sorted(rc.smembers(g1.index_key("db", "t1"))) == [b"1", b"2"]
+            assert _stored(cluster_stack, prefix) == BinlogPosition("mysql-bin.000001", 300)
+        # b goes on: a's call wrote to t3 the transaction b applies next (the same change),
+        # which t3 skips; the global call moves the checkpoint
+        await b.apply([(_txn("t3", 1, 400), ())])
+        assert _stored(cluster_stack, prefix) == BinlogPosition("mysql-bin.000001", 400)
+        with _client(cluster_stack) as rc:
+            g3 = group_layout(prefix, "db", "t3")
+            assert rc.smembers(g3.index_key("db", "t3")) == {b"1"}
+            assert rc.hget(g3.checkpoint_key, "id") == b"mysql-bin.000001:400"
+    finally:
+        await a.close()
+        await b.close()
+        await a.cluster.aclose()
+        await b.cluster.aclose()
+
+
+async def test_a_group_whose_master_lost_writes_is_replayed(cluster_stack: LocalStack) -> None:
+    """A group behind the head the global call recorded for it (its master lost acknowledged
+    writes) makes the restart resume from its checkpoint; the others, and the change log, skip
+    what they hold. A group that lost every key leaves `__tables` (the bootstrap copies it)."""
+    info = cluster_stack.load()
+    assert info is not None
+    _, prefix = _names()
+    opts = MirrorOptions(changelog_maxlen=1000)
+    first, second = _txn("t1", 1, 100), _txn("t1", 2, 200)
+    both = Transaction((first.changes[0], _txn("t2", 1, 100).changes[0]), (), None, 1, first.end)
+    m = ClusterMirror(cluster_client(info.redis_url), prefix, lambda s, t: ("id",), opts)
+    try:
+        assert await m.acquire_lease()
+        await m.load_checkpoint()
+        await m.apply([(both, ()), (second, ())])
+        g1, g2 = group_layout(prefix, "db", "t1"), group_layout(prefix, "db", "t2")
+        with _client(cluster_stack) as rc:
+            # t1's master "loses" the second transaction: its row and its checkpoint go back
+            cp = rc.hgetall(g1.checkpoint_key)
+            rc.hset(g1.checkpoint_key, mapping={b"id": b"mysql-bin.000001:100", b"pos": b"100"})
+            assert cp[b"id"] == b"mysql-bin.000001:200"
+            rc.delete(f"{g1.prefix}:2")
+            rc.srem(g1.index_key("db", "t1"), "2")
+        resumed = await m.load_checkpoint()
+        assert resumed is not None and resumed.position == BinlogPosition("mysql-bin.000001", 100)
+        await m.apply([(second, ())])  # the stream replays it from there
+        with _client(cluster_stack) as rc:
+            assert rc.smembers(g1.index_key("db", "t1")) == {b"1", b"2"}
+            assert rc.smembers(g2.index_key("db", "t2")) == {b"1"}
+            assert rc.xlen(cluster_layout(prefix).changes_key) == 3  # each change once
+            # t2's master loses everything
+            for key in rc.scan_iter(match=f"{g2.prefix}:*"):
+                rc.delete(key)
+        assert await m.load_checkpoint() is not None
+        assert await m.mirrored_tables() == {"db:t1"}
+    finally:
+        await m.close()
+        await m.cluster.aclose()
