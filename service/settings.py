@@ -199,6 +199,15 @@ class Settings(BaseSettings):
             data[name] = url.with_password(password)
         return data
 
+    @model_validator(mode="after")
+    def _cluster_limits(self) -> Settings:
+        if self.redis is not None and self.redis.cluster and self.verify_rows_per_second > 0:
+            raise ValueError(
+                "verify_rows_per_second: the background verifier reads the single-node key layout "
+                "and does not run against a Redis Cluster (redis+cluster://) yet; set it to 0"
+            )
+        return self
+
     @field_validator("mysql", mode="before")
     @classmethod
     def _parse_mysql(cls, value: Any) -> Any:

@@ -186,6 +186,7 @@ class Applier:
         fks = self.catalog.foreign_keys
         if fks is None or self.catalog.fk_stale:
             fks = await self.definitions.foreign_keys()
+        self.mirror.check_foreign_keys(fks)
         for schema, table in sorted(fks.tables):
             if not self.catalog.known(schema, table):
                 await self.load(schema, table)

@@ -39,8 +39,10 @@ from redis.asyncio.cluster import RedisCluster
 
 from service.binlog.rowchange import Op, RowChange
 from service.checkpoint import BinlogPosition, Checkpoint
+from service.errors import ConfigError
 from service.sink.channel import ScriptChannel
 from service.sink.checkpoints import checkpoint_fields, decode_checkpoint
+from service.sink.fks import ACTING, ForeignKeys
 from service.sink.keys import GroupLayout, KeyLayout, group_layout, split_key
 from service.sink.mirror import MirrorOptions, RedisMirror
 from service.sink.plan import ActionKind, Arg, KeyColumns, TableAction, checkpoint_args
@@ -168,6 +170,20 @@ class ClusterMirror(RedisMirror):
     @property
     def fence_key(self) -> str:
         return f"{self.layout.prefix}:__fence"
+
+    def check_foreign_keys(self, fks: ForeignKeys) -> None:
+        """A cascade changes rows of other tables, which live in other slot groups: one script
+        cannot apply it with the parent's change, so it is refused, never skipped."""
+        acting = [fk for fk in fks.keys if fk.on_delete in ACTING or fk.on_update in ACTING]
+        if acting and not fks.logged:
+            fk = acting[0]
+            raise ConfigError(
+                f"foreign key {fk.name} of {fk.schema}.{fk.table} (ON DELETE {fk.on_delete} ON UPDATE "
+                f"{fk.on_update}) changes rows the binlog does not log, and on a Redis Cluster the "
+                "mirror cannot apply such cascades (the child rows are in other slots). Leave "
+                f"{fk.schema}.{fk.table} or {fk.ref_schema}.{fk.ref_table} out of --tables, or mirror "
+                "into a single Redis (docs/mirror.md, Redis Cluster)"
+            )
 
     # -- server, lease ---------------------------------------------------------------------------
     async def check_server(self) -> None:

@@ -38,6 +38,7 @@ from service.errors import ConfigError, LeaseLost, SinkError
 from service.sink.channel import ScriptChannel
 from service.sink.checkpoints import checkpoint_fields, decode_checkpoint, recopy_reason
 from service.sink.diagnose import lease_loss
+from service.sink.fks import ForeignKeys
 from service.sink.keys import KeyLayout
 from service.sink.plan import (
     Arg,
@@ -165,6 +166,9 @@ class RedisMirror:
 
     def _fields(self, txn: Transaction) -> dict[str, str]:
         return checkpoint_fields(txn.end, txn.gtid, self._values, txn.ts)
+
+    def check_foreign_keys(self, fks: ForeignKeys) -> None:
+        """Raise ConfigError for constraints this mirror cannot apply (one Redis: any)."""
 
     async def check_server(self) -> None:
         """Refuse a Redis Cluster node or a Redis that may evict keys (marking the mirror for a

@@ -18,14 +18,25 @@ from redis.exceptions import RedisError
 from service.binlog.rowchange import EventSpan, Op, RowChange
 from service.checkpoint import BinlogPosition, Checkpoint
 from service.devtools.stack import LocalStack
-from service.errors import LeaseLost
+from service.errors import ConfigError, LeaseLost
+from service.pipeline.replicator import Replicator
+from service.pipeline.status import State
 from service.sink.checkpoints import decode_checkpoint
 from service.sink.client import cluster_client
 from service.sink.cluster import ClusterMirror, cluster_layout
 from service.sink.keys import group_layout
 from service.sink.mirror import MirrorOptions
 from service.transactions import Transaction
-from tests.integration.mirror_helpers import KEYS, Rows, Workload, create_schema, expected, master_position
+from tests.integration.mirror_helpers import (
+    KEYS,
+    Rows,
+    Workload,
+    create_schema,
+    expected,
+    master_position,
+    mirror_settings,
+    root,
+)
 from tests.integration.mirror_helpers import unique_names as _names
 from tests.integration.test_mirror_crash import _start, _stop, _Writer
 
@@ -260,3 +271,34 @@ async def test_a_group_whose_master_lost_writes_is_replayed(cluster_stack: Local
     finally:
         await m.close()
         await m.cluster.aclose()
+
+
+async def test_cascading_foreign_keys_are_refused(cluster_stack: LocalStack) -> None:
+    """A cascade's child rows live in other slot groups than the parent's change: the mirror stops
+    with a message naming the constraint and the ways out, never applies the parent alone."""
+    db, prefix = _names()
+    conn = root(cluster_stack)
+    with conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE {db}")
+        cur.execute(f"CREATE TABLE {db}.parent (id INT PRIMARY KEY)")
+        cur.execute(
+            f"CREATE TABLE {db}.child (id INT PRIMARY KEY, pid INT, "
+            f"CONSTRAINT fk_pid FOREIGN KEY (pid) REFERENCES {db}.parent (id) ON DELETE CASCADE)"
+        )
+        cur.execute(f"INSERT INTO {db}.parent VALUES (1)")
+        cur.execute(f"INSERT INTO {db}.child VALUES (1, 1)")
+    conn.commit()
+    conn.close()
+    rep = Replicator(mirror_settings(cluster_stack, db, prefix))
+    task = asyncio.create_task(rep.run())
+    async with asyncio.timeout(60):
+        while rep.status().state != State.STREAMING or not rep.status().applied:
+            await asyncio.sleep(0.05)
+        conn = root(cluster_stack)
+        with conn.cursor() as cur:
+            cur.execute(f"DELETE FROM {db}.parent WHERE id = 1")  # InnoDB deletes child 1 unlogged
+        conn.commit()
+        conn.close()
+        with pytest.raises(ConfigError, match=r"foreign key fk_pid .* Redis Cluster"):
+            await task
+    assert rep.status().state == State.FAILED

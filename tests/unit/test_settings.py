@@ -112,3 +112,14 @@ def test_passwords_from_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     assert str(s.redis) == "redis://***@cache:6380/2" and SECRET not in repr(s)
     with pytest.raises(ConfigError, match="mysql_password_file .*nope: No such file"):
         load_settings(mysql="mysql://repl@db:3306", mysql_password_file=tmp_path / "nope")
+
+
+def test_background_verifier_is_refused_on_a_cluster() -> None:
+    with pytest.raises(ConfigError, match="verify_rows_per_second"):
+        load_settings(
+            None,
+            mysql="mysql://u@h:3306",
+            redis="redis+cluster://h:7000",
+            tables=["a.*"],
+            verify_rows_per_second=5,
+        )
