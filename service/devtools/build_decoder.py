@@ -55,10 +55,11 @@ PACKAGE = ROOT / "service" / "binlog"
 INTERPRETED = frozenset({"__init__.py", "rawevent.py", "files.py", "jsonb.py"})
 # The per-event and per-row layers around the decoder (pure code, no I/O): packet splitting, the
 # event pump, the position tracker, the transaction assembler and the queue of the stream; the
-# Redis sink's planner.
+# Redis sink's planner; the JSON lines of `decode`.
 STREAM_MODULES = (
     "service/checkpoint.py",
     "service/gtids.py",
+    "service/jsonlines.py",
     "service/queues.py",
     "service/transactions.py",
     "service/transport/packets.py",
