@@ -3,37 +3,54 @@ orjson.dumps(row_change_to_dict(change)) + newline, the canonical form (docs/row
 fraction of the cost (`binlog-mirror decode`; tests/unit/binlog/test_decode_lines.py). Pure, and
 compiled with the decoder (service/devtools/build_decoder.py).
 
-orjson writes the native values (int, str, float, None) itself and calls the compiled
-`value_to_json` only for the rest (Decimal, bytes, dates, ...): datetimes and dataclasses
-(Geometry, JsonPartial, ...) too, whose native forms differ from the canonical ones
-(PASSTHROUGH). A JSON column's dict or list is the exception: its canonical form wraps reserved
-keys and formats nested values its own way, so a row holding one goes through `row_to_json`.
-The keys around the two rows are shared by all the changes of one rows event: they are encoded
-once per event.
+Each row is handed to orjson as it is when all its values are native JSON types (int, str, float,
+None), else as a copy whose other values have their canonical form (`value_to_json`): no dict
+per value, and none per row for the common all-native rows. Datetimes, the costly ones, are
+formatted by orjson and used as JSON fragments when that is the canonical text (checked on the
+bytes; otherwise `value_to_json`). The keys around the two rows are shared by all the changes of
+one rows event: they are encoded once per event.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
 
 import orjson
 
-from service.binlog.canonical import row_change_to_dict, row_to_json, value_to_json
+from service.binlog.canonical import row_change_to_dict, value_to_json
 from service.binlog.rowchange import Row, RowChange
 
 __all__ = ["row_change_lines"]
 
-_PASSTHROUGH = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
+
+def _datetime(v: datetime) -> Any:
+    """The canonical text of a datetime (canonical.py: naive "YYYY-MM-DD HH:MM:SS[.ffffff]", aware
+    in UTC with a Z) as an orjson fragment: orjson's own format differs only in the naive `T`."""
+    if v.tzinfo is None:
+        b = orjson.dumps(v)
+        if len(b) > 12 and b[11] == 84:  # "YYYY-MM-DDT...": a 4-digit year; T becomes a space
+            return orjson.Fragment(b[:11] + b" " + b[12:])
+    elif not v.utcoffset():
+        b = orjson.dumps(v, option=orjson.OPT_UTC_Z)
+        if b.endswith(b'Z"'):
+            return orjson.Fragment(b)
+    return value_to_json(v)
 
 
 def _row_json(row: Row | None) -> bytes:
     if row is None:
         return b"null"
-    for v in row.values():
+    out: Row | None = None
+    for k, v in row.items():
         t = type(v)
-        if t is dict or t is list:
-            return orjson.dumps(row_to_json(row))
-    return orjson.dumps(row, default=value_to_json, option=_PASSTHROUGH)
+        if t is int or t is str or t is float or v is None:
+            continue
+        if out is None:
+            out = dict(row)
+        out[k] = _datetime(v) if t is datetime else value_to_json(v)
+    return orjson.dumps(row if out is None else out)
 
 
 def _frame(c: RowChange) -> tuple[bytes, bytes, bytes]:
@@ -55,17 +72,18 @@ def row_change_lines(changes: Sequence[RowChange]) -> bytes:
     last: RowChange | None = None
     head = mid = tail = b""
     for c in changes:
-        # The frame is encoded once per rows event, whose changes share these very objects; any
-        # other change (equal or not) gets its own.
+        # The frame is encoded once per rows event, whose changes share these very objects (the
+        # ints compare by value: a compiled RowChange holds them unboxed); any other change,
+        # equal or not, gets its own.
         if (
             last is None
             or c.position is not last.position
             or c.op is not last.op
             or c.schema is not last.schema
             or c.table is not last.table
-            or c.ts is not last.ts
-            or c.server_id is not last.server_id
             or c.gtid is not last.gtid
+            or c.ts != last.ts
+            or c.server_id != last.server_id
         ):
             head, mid, tail = _frame(c)
             last = c
