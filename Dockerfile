@@ -27,22 +27,21 @@ RUN if [ "$COMPILE" = 1 ]; then \
     fi
 WORKDIR /src
 COPY pyproject.toml README.md ./
-# Two venvs: /opt/binlog-mirror is what ships; /opt/tools (mypy, setuptools) builds it. The
-# dependencies come first, in their own layer. pip's cache stays in this stage, never in the image.
+# Two venvs: /opt/binlog-mirror is what ships; /opt/tools (pyproject's build requirements: mypy,
+# setuptools, ...) builds it. The dependencies come first, in their own layer. pip's cache stays in
+# this stage, never in the image.
 RUN python3 -m venv /opt/binlog-mirror && python3 -m venv /opt/tools \
- && python3 -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; \
-      print("\n".join(p["dependencies"]), file=open("/tmp/requirements.txt", "w")); \
-      dev = [r for r in p["optional-dependencies"]["dev"] if r.startswith(("mypy", "types-"))]; \
-      print("\n".join(dev), file=open("/tmp/tools.txt", "w"))' \
+ && python3 -c 'import tomllib; t = tomllib.load(open("pyproject.toml", "rb")); \
+      print("\n".join(t["project"]["dependencies"]), file=open("/tmp/requirements.txt", "w")); \
+      print("\n".join(t["build-system"]["requires"]), file=open("/tmp/tools.txt", "w"))' \
  && /opt/binlog-mirror/bin/pip install -r /tmp/requirements.txt \
- && /opt/tools/bin/pip install "setuptools>=70.1" -r /tmp/tools.txt
+ && /opt/tools/bin/pip install -r /tmp/tools.txt
 COPY service ./service
 COPY api ./api
-# mypyc type-checks against the shipped venv's packages (PYTHONPATH), as `make fast` does in the
-# dev venv; the *.so it writes next to their .py are package data, so the wheel carries them.
-RUN site="$(/opt/binlog-mirror/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" \
- && if [ "$COMPILE" = 1 ]; then PYTHONPATH="$site" /opt/tools/bin/python -m service.devtools.build_decoder; fi \
- && /opt/tools/bin/pip wheel --no-deps --no-build-isolation -w /tmp/wheel . \
+COPY setup.py ./
+# The wheel's build_ext compiles the decoder with mypyc (setup.py; BINLOG_MIRROR_COMPILE=0 keeps it
+# pure). The --version line says which build the image got.
+RUN BINLOG_MIRROR_COMPILE="$COMPILE" /opt/tools/bin/pip wheel --no-deps --no-build-isolation -w /tmp/wheel . \
  && /opt/binlog-mirror/bin/pip install --no-deps --no-cache-dir /tmp/wheel/*.whl \
  && /opt/binlog-mirror/bin/binlog-mirror --version
 

@@ -1,6 +1,6 @@
 # Two commands do all set-up on a fresh Debian/Ubuntu machine with Python 3.11+:
-#   make demo   - venv + install, start the local MariaDB + Redis, run the mirror with demo writes
-#   make test   - venv + install, then ruff, mypy and the whole pytest suite (real servers)
+#   make demo   - venv + install (compiled), start the local MariaDB + Redis, run the mirror with demo writes
+#   make test   - venv + install (compiled), then ruff, mypy and the whole pytest suite (real servers)
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -9,13 +9,21 @@ APT_PACKAGES := mariadb-server mariadb-client redis-server python3-venv default-
 # mmdebstrap) and the alert-rule tests (promtool, in prometheus).
 TEST_APT_PACKAGES := chromium buildah mmdebstrap prometheus
 
-.PHONY: demo test lint typecheck pytest bench bench-stream bench-e2e bench-fanout bench-memory bench-table-ops bench-redis-floor fast pure system-packages test-packages clean
+.PHONY: demo test lint typecheck pytest bench bench-stream bench-e2e bench-fanout bench-memory bench-table-ops bench-redis-floor fast pure wheel system-packages test-packages clean
 
 $(BIN)/binlog-mirror: pyproject.toml
 	@$(PYTHON) -c 'import venv, ensurepip' 2>/dev/null || $(MAKE) system-packages
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev,spark]'
+	@touch $@
+
+# The compiled build (mypyc), in place: the venv's install is editable (pure), so the *.so files
+# sit next to their .py in the working tree and are rebuilt whenever one of those sources changes.
+# Without a C compiler it warns once and the pure-Python build runs (`binlog-mirror --version`).
+COMPILED := $(VENV)/.compiled
+$(COMPILED): $(BIN)/binlog-mirror $(shell $(PYTHON) service/devtools/build_decoder.py --list)
+	$(BIN)/python -m service.devtools.build_decoder --if-possible
 	@touch $@
 
 system-packages:
@@ -35,7 +43,7 @@ test-packages: system-packages
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(TEST_APT_PACKAGES); \
 	  else echo "run: sudo apt-get install -y $(TEST_APT_PACKAGES) (or the tests that need them skip)"; fi; fi
 
-demo: system-packages $(BIN)/binlog-mirror
+demo: system-packages $(COMPILED)
 	$(BIN)/binlog-mirror demo
 
 lint: $(BIN)/binlog-mirror
@@ -46,31 +54,39 @@ lint: $(BIN)/binlog-mirror
 typecheck: $(BIN)/binlog-mirror
 	$(BIN)/mypy
 
-pytest: test-packages $(BIN)/binlog-mirror
+pytest: test-packages $(COMPILED)
 	$(BIN)/pytest
 
 test: lint typecheck pytest
 
 clean:
 	-$(BIN)/binlog-mirror stack down 2>/dev/null
-	rm -rf $(VENV) .stack .mypy_cache .ruff_cache .pytest_cache
+	-$(PYTHON) service/devtools/build_decoder.py --clean
+	rm -rf $(VENV) .stack .mypy_cache .ruff_cache .pytest_cache build dist
 
-bench: system-packages $(BIN)/binlog-mirror
+bench: system-packages $(COMPILED)
 	$(BIN)/python -m benchmarks.decode
 
-# Optional: compile the decoding core with mypyc (in-place .so files shadow the .py sources;
-# `make pure` removes them). The pure-Python source stays the reference and the fallback.
+# `make fast` rebuilds the compiled modules now (an error, not a fallback, without a compiler);
+# `make pure` removes them, until a source changes or `make fast`. The pure-Python source stays
+# the reference and the fallback.
 fast: $(BIN)/binlog-mirror
 	$(BIN)/python -m service.devtools.build_decoder
+	@touch $(COMPILED)
 
 pure: $(BIN)/binlog-mirror
 	$(BIN)/python -m service.devtools.build_decoder --clean
+	@touch $(COMPILED)
 
-bench-stream bench-e2e bench-fanout bench-memory: system-packages $(BIN)/binlog-mirror
+# The wheel users install without a compiler: the compiled build for this platform (setup.py).
+wheel: $(BIN)/binlog-mirror
+	$(BIN)/pip wheel --no-deps -w dist .
+
+bench-stream bench-e2e bench-fanout bench-memory: system-packages $(COMPILED)
 	$(BIN)/python -m benchmarks.$(@:bench-%=%)
 
-bench-table-ops: system-packages $(BIN)/binlog-mirror
+bench-table-ops: system-packages $(COMPILED)
 	$(BIN)/python -m benchmarks.table_ops
 
-bench-redis-floor: system-packages $(BIN)/binlog-mirror
+bench-redis-floor: system-packages $(COMPILED)
 	$(BIN)/python -m benchmarks.redis_floor

@@ -27,6 +27,7 @@ from service.binlog import (
 )
 from service.binlog.canonical import row_change_to_dict, value_to_json
 from service.errors import DecodeError
+from service.jsonlines import row_change_lines
 from service.transport.columns import ColumnNames
 
 __all__ = ["decode", "event_to_dict"]
@@ -185,9 +186,8 @@ def decode(
                     ):
                         out.write(orjson.dumps(event_to_dict(event)) + b"\n")
                 elif isinstance(event, RowsEvent):
-                    for change in event.changes:
-                        if _wanted(patterns, change.schema, change.table):
-                            out.write(orjson.dumps(row_change_to_dict(change)) + b"\n")
+                    if _wanted(patterns, event.table.schema, event.table.table):
+                        out.write(row_change_lines(event.changes))
         out.flush()
     except BrokenPipeError:  # `| head`: stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

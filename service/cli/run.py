@@ -177,7 +177,14 @@ def _demo_settings(settings: Settings) -> tuple[Settings, MySQLUrl]:
 async def _main(settings: Settings, *, api: bool, demo_admin: MySQLUrl | None) -> None:
     from service.cli.runtime import tune_gc
     from service.pipeline.replicator import Replicator
+    from service.version import compiled, version
 
+    if compiled():
+        log.info("binlog-mirror %s, compiled decoder", version())
+    else:  # installed without a C compiler (or BINLOG_MIRROR_COMPILE=0): about half the speed
+        log.warning(
+            "binlog-mirror %s runs the pure-Python decoder (not compiled): about half the speed", version()
+        )
     await check_access(settings)  # a wrong password or grant stops here, with one line
     sock = bind_api_socket(settings) if api else None  # a busy port stops the process here
     demo_task: asyncio.Task[None] | None = None

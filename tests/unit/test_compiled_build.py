@@ -1,13 +1,15 @@
-"""The unit tests (tests/unit) pass in the mypyc-compiled build too.
+"""Both builds pass the unit tests, and installs get the compiled one without needing a compiler.
 
-Why this exists: `python -m service.devtools.build_decoder` compiles service/binlog and the stream's
-position tracker, assembler and packet splitter with mypyc, but the
-rest of the suite runs whatever build the working tree holds (normally pure Python), so a bug
-only the compiled build had (a hint missing from an error message) went unnoticed. This test
-copies the sources into tmp_path, compiles them there (never in the shared working tree, whose
-.so files others use) and runs tests/unit against the copy. It takes a minute or two.
-It also checks that `pip install .` ships the build (the *.so files are package data; the
-Dockerfile relies on that) and, from a copy without a build, the pure-Python one.
+`make` compiles the decoder in place (service/devtools/build_decoder.py; the *.so next to their
+.py), so the suite normally runs the compiled build; the pure-Python source stays the reference,
+and `test_unit_tests_pass_in_the_pure_build` runs tests/unit against a copy of the sources without
+the *.so. When the working tree is pure instead (`make pure`, no compiler), the wheel test runs
+tests/unit against the wheel's compiled modules. Whichever build the suite did not run, one test
+here runs the unit tests in it (a minute or two), never both.
+
+The wheel test is the CI wheel build: `pip wheel .` (setup.py compiles with mypyc) must hold every
+compiled module, and install and import compiled in a fresh venv with no C compiler on PATH.
+Everything happens in tmp_path: never in the shared working tree, whose .so files others use.
 """
 
 from __future__ import annotations
@@ -16,73 +18,114 @@ import os
 import shutil
 import subprocess
 import sys
-import sysconfig
+import zipfile
 from pathlib import Path
 
 import pytest
 
+from service.devtools import build_decoder
+
 ROOT = Path(__file__).resolve().parents[2]
 THIS = Path(__file__).relative_to(ROOT).as_posix()
-PACKAGES = ("binlog", "transport", "sink")  # the subpackages with compiled modules
-NO_BUILD = shutil.ignore_patterns("*.so", "build", "__pycache__", ".mypy_cache")
+NO_BUILD = shutil.ignore_patterns("*.so", "build", "dist", "__pycache__", ".mypy_cache", "*.egg-info")
+TREE_COMPILED = build_decoder.is_compiled()  # the build the rest of the suite runs
+# whether the decoder runs compiled, and where a compiled stream module came from
+PROBE = (
+    "import service.devtools.build_decoder as b, service.transactions as t; "
+    "print(b.is_compiled(), t.__file__)"
+)
 
 
-def _missing_toolchain() -> str | None:
-    if not (shutil.which("cc") or shutil.which("gcc")):
-        return "no C compiler (cc/gcc) on PATH"
-    if not (Path(sysconfig.get_paths()["include"]) / "Python.h").is_file():
-        return "no Python headers (Python.h)"
-    return None
-
-
-@pytest.mark.skipif(_missing_toolchain() is not None, reason=str(_missing_toolchain()))
-@pytest.mark.timeout(1800)
-def test_unit_tests_pass_in_the_compiled_build(tmp_path: Path) -> None:
+def _copy(tmp_path: Path) -> Path:
+    """The sources, the unit tests and their fixtures, without any build output."""
     copy = tmp_path / "repo"
-    shutil.copytree(ROOT / "service", copy / "service", ignore=NO_BUILD)
-    shutil.copytree(ROOT / "docs", copy / "docs")  # test_binlog_docs reads docs/decoder.md
-    shutil.copytree(ROOT / "tests/unit", copy / "tests/unit", ignore=NO_BUILD)
-    shutil.copytree(ROOT / "tests/fixtures", copy / "tests/fixtures", ignore=NO_BUILD)
-    shutil.copy2(ROOT / "tests/conftest.py", copy / "tests/conftest.py")
-    shutil.copy2(ROOT / "pyproject.toml", copy / "pyproject.toml")
-    shutil.copy2(ROOT / "README.md", copy / "README.md")  # pyproject's readme, for `pip install`
+    for tree in ("service", "api", "docs", "tests/unit", "tests/fixtures"):  # docs: test_binlog_docs
+        shutil.copytree(ROOT / tree, copy / tree, ignore=NO_BUILD)
+    for name in ("tests/conftest.py", "pyproject.toml", "setup.py", "README.md"):
+        shutil.copy2(ROOT / name, copy / name)
+    return copy
+
+
+def _run(args: list[str], cwd: Path, env: dict[str, str], timeout: float) -> str:
+    done = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, f"{args} failed:\n{done.stdout[-6000:]}\n{done.stderr[-6000:]}"
+    return done.stdout + done.stderr
+
+
+def _unit_tests(copy: Path) -> None:
     # The copy's `service` must win over the editable install of ROOT (cwd alone does not cover
     # the subprocesses the tests start from other directories).
     env = {**os.environ, "PYTHONPATH": str(copy)}
-
-    def run(*args: str, timeout: float) -> str:
-        done = subprocess.run(
-            [sys.executable, *args], cwd=copy, env=env, capture_output=True, text=True, timeout=timeout
-        )
-        assert done.returncode == 0, f"{args} failed:\n{done.stdout[-6000:]}\n{done.stderr[-6000:]}"
-        return done.stdout
-
-    check = "import service, service.devtools.build_decoder as b; print(service.__file__, b.is_compiled())"
-
-    def install(target: Path) -> list[str]:
-        """`pip install` the copy (no dependencies) into target; import it from another directory."""
-        run("-m", "pip", "install", "-q", "--no-deps", "--target", str(target), ".", timeout=300)
-        probe = f"{check}; import service.transport.pump as p; print(p.__file__)"
-        target_env = {**os.environ, "PYTHONPATH": str(target)}
-        done = subprocess.run(
-            [sys.executable, "-P", "-c", probe],
-            cwd=tmp_path,
-            env=target_env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert done.returncode == 0, done.stderr[-6000:]
-        return done.stdout.split()
-
-    pure = tmp_path / "pure"  # installed before the build: no .so, the pure-Python build
-    assert install(pure) == [f"{pure}/service/__init__.py", "False", f"{pure}/service/transport/pump.py"]
-    run("-m", "service.devtools.build_decoder", timeout=900)
-    assert run("-c", check, timeout=60).split() == [str(copy / "service" / "__init__.py"), "True"]
-    built = sorted(so.relative_to(copy).as_posix() for so in copy.glob("service/**/*.so"))
-    assert {so.rsplit("/", 1)[0] for so in built} == {"service", *(f"service/{p}" for p in PACKAGES)}
-    installed = tmp_path / "installed"  # the Dockerfile's `pip install .` after the build
-    assert install(installed)[:2] == [f"{installed}/service/__init__.py", "True"]
-    assert sorted(so.relative_to(installed).as_posix() for so in installed.glob("service/**/*.so")) == built
-    out = run("-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/unit", f"--ignore={THIS}", timeout=1500)
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/unit", f"--ignore={THIS}"]
+    out = _run(cmd, copy, env, timeout=1500)
     assert " passed" in out and " failed" not in out, out[-3000:]
+
+
+def _probe(python: str, path: Path, env: dict[str, str] | None = None) -> list[str]:
+    env = {**(env or os.environ), "PYTHONPATH": str(path)}
+    return _run([python, "-P", "-c", PROBE], path.parent, env, timeout=120).split()
+
+
+@pytest.mark.skipif(not TREE_COMPILED, reason="the working tree is pure: the whole suite ran the pure build")
+@pytest.mark.timeout(1800)
+def test_unit_tests_pass_in_the_pure_build(tmp_path: Path) -> None:
+    copy = _copy(tmp_path)
+    assert _probe(sys.executable, copy) == ["False", f"{copy}/service/transactions.py"]
+    _unit_tests(copy)
+
+
+@pytest.mark.skipif(
+    build_decoder.pure_build_reason() is not None,
+    reason=f"cannot compile: {build_decoder.pure_build_reason()}",
+)
+@pytest.mark.timeout(1800)
+def test_the_wheel_carries_the_compiled_build_and_installs_without_a_compiler(tmp_path: Path) -> None:
+    copy = _copy(tmp_path)
+    dist = tmp_path / "dist"
+    _run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist), "."],
+        copy,
+        dict(os.environ),
+        1500,
+    )
+    (wheel,) = dist.glob("*.whl")
+    assert "-none-any" not in wheel.name, wheel.name  # tagged for this interpreter and platform
+    with zipfile.ZipFile(wheel) as whl:
+        built = sorted(n for n in whl.namelist() if n.endswith(".so"))
+        modules = {n.split(".", 1)[0] for n in built}
+        # one extension per compiled source, plus mypyc's shared runtime library
+        assert modules - {m.removesuffix(".py") for m in build_decoder.compiled_modules()} == {
+            build_decoder.GROUP.replace(".", "/") + "__mypyc"
+        }, built
+        assert len(built) == len(build_decoder.compiled_modules()) + 1, built
+
+        # A fresh venv whose PATH has no compiler: the wheel installs and imports compiled.
+        venv = tmp_path / "fresh"
+        _run([sys.executable, "-m", "venv", str(venv)], tmp_path, dict(os.environ), 300)
+        env = {"PATH": str(venv / "bin"), "HOME": str(tmp_path)}
+        assert shutil.which("gcc", path=env["PATH"]) is None and shutil.which("cc", path=env["PATH"]) is None
+        pip = [str(venv / "bin" / "pip"), "install", "-q", "--no-deps", "--no-index", str(wheel)]
+        _run(pip, tmp_path, env, 300)
+        probe = [str(venv / "bin" / "python"), "-P", "-c", PROBE]
+        out = _run(probe, tmp_path, env, 120).split()
+        assert out[0] == "True" and out[1].endswith(".so") and out[1].startswith(str(venv)), out
+
+        if not TREE_COMPILED:  # the suite ran pure: run the unit tests against the wheel's build
+            for name in built:
+                whl.extract(name, copy)
+            assert _probe(sys.executable, copy)[0] == "True"
+            _unit_tests(copy)
+
+
+@pytest.mark.timeout(900)
+def test_without_a_compiler_pip_installs_the_pure_build_with_one_warning(tmp_path: Path) -> None:
+    copy = _copy(tmp_path)
+    target = tmp_path / "target"
+    # PATH has this venv's python and pip, and no C compiler; CC names none either.
+    env = {**os.environ, "PATH": str(Path(sys.executable).parent), "CC": "no-such-cc"}
+    pip = [sys.executable, "-m", "pip", "install", "-v", "--no-deps", "--target", str(target), "."]
+    out = _run(pip, copy, env, 900)
+    warnings = [line for line in out.splitlines() if "WARNING: binlog-mirror:" in line]
+    assert len(warnings) == 1 and "no C compiler (no-such-cc)" in warnings[0], warnings
+    assert not list(target.glob("service/**/*.so"))
+    assert _probe(sys.executable, target) == ["False", f"{target}/service/transactions.py"]

@@ -1,0 +1,95 @@
+"""The JSON lines of row changes, written straight from the decoded values: the same bytes as
+orjson.dumps(row_change_to_dict(change)) + newline, the canonical form (docs/row-format.md), at a
+fraction of the cost (`binlog-mirror decode`; tests/unit/binlog/test_decode_lines.py). Pure, and
+compiled with the decoder (service/devtools/build_decoder.py).
+
+Each row is handed to orjson as it is when all its values are native JSON types (int, str, float,
+None), else as a copy whose other values have their canonical form (`value_to_json`): no dict
+per value, and none per row for the common all-native rows. Datetimes, the costly ones, are
+formatted by orjson and used as JSON fragments when that is the canonical text (checked on the
+bytes; otherwise `value_to_json`). The keys around the two rows are shared by all the changes of
+one rows event: they are encoded once per event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import orjson
+
+from service.binlog.canonical import row_change_to_dict, value_to_json
+from service.binlog.rowchange import Row, RowChange
+
+__all__ = ["row_change_lines"]
+
+
+def _datetime(v: datetime) -> Any:
+    """The canonical text of a datetime (canonical.py: naive "YYYY-MM-DD HH:MM:SS[.ffffff]", aware
+    in UTC with a Z) as an orjson fragment: orjson's own format differs only in the naive `T`."""
+    if v.tzinfo is None:
+        b = orjson.dumps(v)
+        if len(b) > 12 and b[11] == 84:  # "YYYY-MM-DDT...": a 4-digit year; T becomes a space
+            return orjson.Fragment(b[:11] + b" " + b[12:])
+    elif not v.utcoffset():
+        b = orjson.dumps(v, option=orjson.OPT_UTC_Z)
+        if b.endswith(b'Z"'):
+            return orjson.Fragment(b)
+    return value_to_json(v)
+
+
+def _row_json(row: Row | None) -> bytes:
+    if row is None:
+        return b"null"
+    out: Row | None = None
+    for k, v in row.items():
+        t = type(v)
+        if t is int or t is str or t is float or v is None:
+            continue
+        if out is None:
+            out = dict(row)
+        out[k] = _datetime(v) if t is datetime else value_to_json(v)
+    return orjson.dumps(row if out is None else out)
+
+
+def _frame(c: RowChange) -> tuple[bytes, bytes, bytes]:
+    """row_change_to_dict(c)'s encoding around its two rows: up to `"before":`, from there to
+    `"after":`, and after that row (with the newline). Cut at those keys, which no encoded string
+    can hold unescaped."""
+    shape = RowChange(c.op, c.schema, c.table, {}, {}, c.position, c.ts, c.server_id, c.gtid)
+    line = orjson.dumps(row_change_to_dict(shape))
+    head, before, rest = line.partition(b'"before":{}')
+    mid, after, tail = rest.partition(b'"after":{}')
+    if not (before and after):
+        raise AssertionError(f"row_change_to_dict changed its keys: {line!r}")
+    return head + b'"before":', mid + b'"after":', tail + b"\n"
+
+
+def row_change_lines(changes: Sequence[RowChange]) -> bytes:
+    """The JSON lines (each ending in a newline) of these row changes, in order."""
+    parts: list[bytes] = []
+    last: RowChange | None = None
+    head = mid = tail = b""
+    for c in changes:
+        # The frame is encoded once per rows event, whose changes share these very objects (the
+        # ints compare by value: a compiled RowChange holds them unboxed); any other change,
+        # equal or not, gets its own.
+        if (
+            last is None
+            or c.position is not last.position
+            or c.op is not last.op
+            or c.schema is not last.schema
+            or c.table is not last.table
+            or c.gtid is not last.gtid
+            or c.ts != last.ts
+            or c.server_id != last.server_id
+        ):
+            head, mid, tail = _frame(c)
+            last = c
+        parts.append(head)
+        parts.append(_row_json(c.before))
+        parts.append(mid)
+        parts.append(_row_json(c.after))
+        parts.append(tail)
+    return b"".join(parts)
