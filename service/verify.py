@@ -23,10 +23,11 @@ to the same rows.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,7 +55,16 @@ from service.transport.connection import (
     server_info,
 )
 
-__all__ = ["Difference", "LeaseHeld", "TableReport", "VerifyReport", "VerifyRun", "Verifier"]
+__all__ = [
+    "Difference",
+    "LeaseHeld",
+    "TableReport",
+    "VerifyReport",
+    "VerifyRun",
+    "Verifier",
+    "compare_row",
+    "expected_value",
+]
 
 log = logging.getLogger(__name__)
 
@@ -135,6 +145,53 @@ class Verifier:
     async def run(
         self, repair: bool = False, on_difference: Callable[[Difference], None] | None = None
     ) -> VerifyReport:
+        report = VerifyReport()
+        async with self._session() as run:
+            tables = await self.catalog.wanted_tables(run.conn)
+            for schema, table in tables:
+                t = await self.catalog.load(run.conn, schema, table)
+                table_report, suspects = await run.check_table(t)
+                await self._finish(run, report, table_report, t, suspects, repair, on_difference)
+            await self._orphans(run, report, set(tables), repair, on_difference)
+        return report
+
+    async def confirm_suspects(
+        self,
+        suspects: Mapping[tuple[str, str], Mapping[str, Mapping[str, Any] | None]],
+        rows: Mapping[tuple[str, str], int],
+        target: BinlogPosition | None,
+        repair: bool = False,
+    ) -> VerifyReport:
+        """The end of a verify whose tables were compared elsewhere (the distributed verify,
+        service/batch/verify.py): `suspects` per table, row suffix -> the source row read (None:
+        the mirror has the key, the source did not), `rows` compared per table, `target` the
+        source's position after they were read. Confirms them as `run` does (read again once the
+        mirror has passed `target`), then repairs what still differs when asked."""
+        report = VerifyReport()
+        async with self._session() as run:
+            tables = await self.catalog.wanted_tables(run.conn)
+            for schema, table in tables:
+                t = await self.catalog.load(run.conn, schema, table)
+                table_report = TableReport(schema, table, rows.get((schema, table), 0))
+                if not t.exists or not t.key:
+                    table_report.keyed = bool(t.key)
+                    report.tables.append(table_report)
+                    continue
+                types = {c.name: c.type for c in t.columns}
+                binary = [types.get(c, "") in _BINARY_TYPES for c in t.key]
+                found: dict[str, _Suspect] = {}
+                for suffix, row in suspects.get((schema, table), {}).items():
+                    if row is None:
+                        found[suffix] = _Suspect(_key_values(suffix, binary), None)
+                    else:
+                        found[suffix] = _Suspect(tuple(row[c] for c in t.key), dict(row))
+                table_report, confirmed = await run.confirm(t, table_report, found, target)
+                await self._finish(run, report, table_report, t, confirmed, repair, None)
+            await self._orphans(run, report, set(tables), repair, None)
+        return report
+
+    @contextlib.asynccontextmanager
+    async def _session(self) -> AsyncIterator[VerifyRun]:
         if self.settings.redis is None:
             raise ConfigError("no Redis URL: pass --redis redis://host:port/db or set BINLOG_MIRROR_REDIS")
         conn = await connect(self.settings)
@@ -146,41 +203,54 @@ class Verifier:
             lease_ttl=max(self.settings.lease_ttl_seconds, 10.0),
         )
         mirror = RedisMirror(redis, self.layout, self.catalog.key_columns, options)
-        report = VerifyReport()
         try:
             with map_errors("verify"):
                 async with conn.cursor() as cur:
                     await cur.execute("SET SESSION time_zone = '+00:00'")  # TIMESTAMPs as UTC
             info = await server_info(conn)
-            run = VerifyRun(self, conn, info, redis, mirror)
-            tables = await self.catalog.wanted_tables(conn)
-            for schema, table in tables:
-                t = await self.catalog.load(conn, schema, table)
-                table_report, suspects = await run.check_table(t)
-                report.tables.append(table_report)
-                for d in table_report.differences:
-                    if on_difference is not None:
-                        on_difference(d)
-                if repair and suspects:
-                    report.repaired += await run.repair(t, suspects)
-            # tables the mirror holds that the source no longer has (or that are not readable)
-            listed = set(tables)
-            for schema, table in sorted(await run.mirrored_tables()):
-                if (schema, table) in listed or not self.filter.wants(schema, table):
-                    continue
-                table_report, extras = await run.orphan_table(schema, table)
-                report.tables.append(table_report)
-                for d in table_report.differences:
-                    if on_difference is not None:
-                        on_difference(d)
-                if repair and extras:
-                    report.repaired += await run.repair_orphans(schema, table, extras)
+            yield VerifyRun(self, conn, info, redis, mirror)
         finally:
             await mirror.release_lease()  # only if this run took it (the token is checked)
             await mirror.close()
             await redis.aclose()
             await close_connection(conn)
-        return report
+
+    @staticmethod
+    async def _finish(
+        run: VerifyRun,
+        report: VerifyReport,
+        table_report: TableReport,
+        t: TableInfo,
+        suspects: dict[str, _Suspect],
+        repair: bool,
+        on_difference: Callable[[Difference], None] | None,
+    ) -> None:
+        report.tables.append(table_report)
+        for d in table_report.differences:
+            if on_difference is not None:
+                on_difference(d)
+        if repair and suspects:
+            report.repaired += await run.repair(t, suspects)
+
+    async def _orphans(
+        self,
+        run: VerifyRun,
+        report: VerifyReport,
+        listed: set[tuple[str, str]],
+        repair: bool,
+        on_difference: Callable[[Difference], None] | None,
+    ) -> None:
+        """Tables the mirror holds that the source no longer has (or that are not readable)."""
+        for schema, table in sorted(await run.mirrored_tables()):
+            if (schema, table) in listed or not self.filter.wants(schema, table):
+                continue
+            table_report, extras = await run.orphan_table(schema, table)
+            report.tables.append(table_report)
+            for d in table_report.differences:
+                if on_difference is not None:
+                    on_difference(d)
+            if repair and extras:
+                report.repaired += await run.repair_orphans(schema, table, extras)
 
 
 class VerifyRun:
@@ -234,47 +304,10 @@ class VerifyRun:
         return out
 
     # -- comparing ----------------------------------------------------------------------------
-    def _expected(self, row: Mapping[str, Any]) -> Any:
-        if self.v.json_mode:
-            return orjson.loads(json_document(row))
-        out: dict[bytes, bytes] = {}
-        for k, v in row.items():
-            if v is not None:
-                fv = field_value(v)
-                out[k.encode()] = fv if isinstance(fv, bytes) else fv.encode()
-        return out
-
     def _compare(
         self, row: Mapping[str, Any] | None, stored: Any, indexed: bool
     ) -> tuple[str, tuple[str, ...]] | None:
-        """None when equal, else (kind, differing fields)."""
-        present = bool(stored)
-        if row is None:
-            return ("extra", ()) if present or indexed else None
-        if not present:
-            return "missing", ()
-        expected = self._expected(row)
-        if self.v.json_mode:
-            try:
-                got = orjson.loads(stored)
-            except orjson.JSONDecodeError:
-                return "differs", ("<document>",)
-            if not isinstance(got, dict):
-                return "differs", ("<document>",)
-            expected_fields: Mapping[Any, Any] = expected
-            got_fields: Mapping[Any, Any] = got
-        else:
-            expected_fields, got_fields = expected, stored
-        names = sorted(
-            _s(k)
-            for k in set(expected_fields) | set(got_fields)
-            if expected_fields.get(k) != got_fields.get(k)
-        )
-        if names:
-            return "differs", tuple(names)
-        if not indexed:
-            return "differs", ("<not in __keys>",)
-        return None
+        return compare_row(row, stored, indexed, self.v.json_mode)
 
     async def check_table(self, t: TableInfo) -> tuple[TableReport, dict[str, _Suspect]]:
         report = TableReport(t.schema, t.table)
@@ -326,11 +359,21 @@ class VerifyRun:
             target = await self._source_position()
         for suffix in extra:
             suspects[suffix] = _Suspect(_key_values(suffix, binary), None)
+        return await self.confirm(t, report, suspects, target)
+
+    async def confirm(
+        self, t: TableInfo, report: TableReport, suspects: dict[str, _Suspect], target: BinlogPosition | None
+    ) -> tuple[TableReport, dict[str, _Suspect]]:
+        """Read the suspects again once the mirror has passed `target` (_recheck); those that
+        still differ become the report's differences."""
+        assert t.key is not None
+        utc = frozenset(c.name for c in t.columns if c.type == "TIMESTAMP")
+        index = self.layout.index_key(t.schema, t.table)
         confirmed = await self._recheck(t, suspects, target, utc)
         names = sorted(confirmed)
         stored = await self._stored_rows(t.schema, t.table, names, index)
         found: dict[str, _Suspect] = {}
-        base = lay.table_base(t.schema, t.table)
+        base = self.layout.table_base(t.schema, t.table)
         for suffix, (value, indexed) in zip(names, stored, strict=True):
             verdict = self._compare(confirmed[suffix].source, value, indexed)
             if verdict is not None:
@@ -543,6 +586,52 @@ class VerifyRun:
                 pipe.srem(lay.tables_key, lay.table_id(schema, table))
                 await pipe.execute()
         return len(keys)
+
+
+def expected_value(row: Mapping[str, Any], json_mode: bool) -> Any:
+    """What the mirror stores for a source row: the hash's fields as HGETALL returns them, or the
+    JSON document parsed."""
+    if json_mode:
+        return orjson.loads(json_document(row))
+    out: dict[bytes, bytes] = {}
+    for k, v in row.items():
+        if v is not None:
+            fv = field_value(v)
+            out[k.encode()] = fv if isinstance(fv, bytes) else fv.encode()
+    return out
+
+
+def compare_row(
+    row: Mapping[str, Any] | None, stored: Any, indexed: bool, json_mode: bool
+) -> tuple[str, tuple[str, ...]] | None:
+    """A source row (None: absent) against its stored value (HGETALL / GET reply) and whether
+    its key is in `__keys`: None when equal, else (differs | missing | extra, differing fields).
+    Shared with the distributed verify (service/batch/verify.py)."""
+    present = bool(stored)
+    if row is None:
+        return ("extra", ()) if present or indexed else None
+    if not present:
+        return "missing", ()
+    expected = expected_value(row, json_mode)
+    if json_mode:
+        try:
+            got = orjson.loads(stored)
+        except orjson.JSONDecodeError:
+            return "differs", ("<document>",)
+        if not isinstance(got, dict):
+            return "differs", ("<document>",)
+        expected_fields: Mapping[Any, Any] = expected
+        got_fields: Mapping[Any, Any] = got
+    else:
+        expected_fields, got_fields = expected, stored
+    names = sorted(
+        _s(k) for k in set(expected_fields) | set(got_fields) if expected_fields.get(k) != got_fields.get(k)
+    )
+    if names:
+        return "differs", tuple(names)
+    if not indexed:
+        return "differs", ("<not in __keys>",)
+    return None
 
 
 def _at(change: RowChange, span: EventSpan) -> RowChange:

@@ -35,6 +35,8 @@ app.command("run")(run.run)
 app.command("demo")(run.demo)
 app.command("snapshot")(batch.snapshot)
 app.command("replay")(batch.replay)
+app.command("compact")(batch.compact)
+app.command("load")(batch.load)
 app.command("verify")(verify.verify)
 
 

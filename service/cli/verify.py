@@ -44,6 +44,17 @@ def verify(
     limit: Annotated[int, typer.Option("--limit", min=0, help="Print at most this many keys.")] = 100,
     chunk_rows: Annotated[int, typer.Option("--chunk-rows", min=1, help="Source rows per chunk.")] = 1000,
     config: Annotated[Path | None, typer.Option("--config", help="TOML config file.")] = None,
+    master: Annotated[
+        str | None,
+        typer.Option(
+            "--master", help="Run on Spark (local[*], spark://host:7077, ...): key ranges in parallel."
+        ),
+    ] = None,
+    report_dir: Annotated[
+        str | None,
+        typer.Option("--report", help="With Spark: write the differences (Parquet) and summary.json here."),
+    ] = None,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing --report.")] = False,
 ) -> None:
     """Compare every mirrored row with the source; print each differing, missing or extra key (up
     to --limit) and a summary. Exit 0 when equal (or, with --repair, once repaired), 1 when not,
@@ -75,7 +86,16 @@ def verify(
         printed += 1
 
     try:
-        report = asyncio.run(Verifier(settings, chunk_rows=chunk_rows).run(repair=repair, on_difference=show))
+        if master is not None or report_dir is not None:
+            from service.cli.batch import spark_verify  # pyspark only when asked for
+
+            report = spark_verify(settings, master or "local[*]", report_dir, repair, chunk_rows, overwrite)
+            for d in report.differences:
+                show(d)
+        else:
+            report = asyncio.run(
+                Verifier(settings, chunk_rows=chunk_rows).run(repair=repair, on_difference=show)
+            )
     except ReplicatorError as exc:
         console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
         raise typer.Exit(EXIT_ERROR) from None

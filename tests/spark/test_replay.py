@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -73,18 +74,20 @@ def test_replay_to_parquet_rebuilds_the_table(stack: LocalStack, spark: Any, tmp
     _workload(stack, db)
     files = _closed_binlogs(stack)
     out = str(tmp_path / "changes")
-    summary = replay_to_parquet(spark, binlog_paths(map(str, files)), out, TableFilter((f"{db}.items",)))
+    summary = replay_to_parquet(
+        spark, binlog_paths(map(str, files)), out, TableFilter((f"{db}.items",)), canonical=True
+    )
     assert summary.files == len(files)
     assert set(summary.by_table) == {(db, "items")}  # the filter kept one table
 
-    changes = spark.read.parquet(out).orderBy("file", "seq").collect()
+    changes = spark.read.parquet(f"{out}/changes/{db}/items").orderBy("seq").collect()
     assert {c["file"] for c in changes} >= {files[-1].name, files[-2].name}
     state: dict[int, dict[str, Any]] = {}
-    for c in changes:  # replay the log in (file, seq) order
-        if c["before"] is not None:
-            state.pop(orjson.loads(c["before"])["id"])
-        if c["after"] is not None:
-            after = orjson.loads(c["after"])
+    for c in changes:  # replay the log in `seq` order, from the canonical JSON columns
+        if c["before_json"] is not None:
+            state.pop(orjson.loads(c["before_json"])["id"])
+        if c["after_json"] is not None:
+            after = orjson.loads(c["after_json"])
             state[after["id"]] = after
     conn = stack.root_connection(db)
     with conn.cursor(pymysql.cursors.DictCursor) as cur:
@@ -94,42 +97,60 @@ def test_replay_to_parquet_rebuilds_the_table(stack: LocalStack, spark: Any, tmp
     assert state == rows
     ops = {op: sum(1 for c in changes if c["op"] == op) for op in ("insert", "update", "delete")}
     assert ops == {"insert": 300, "update": 100 + 10, "delete": 20}
+    typed = {c["key"]["id"]: c["after"] for c in changes if c["after"] is not None}
+    assert typed[1003]["price"] == Decimal("3.25") and typed[1003]["raw"] == bytearray(b"\x0a\x03")
 
 
 def test_replay_cli_names_the_corrupt_file_and_offset(stack: LocalStack, tmp_path: Path) -> None:
+    """One error line (no JVM stack); a failed job leaves no output behind, so the same command
+    on good input then succeeds (no Spark PATH_ALREADY_EXISTS)."""
     good = _closed_binlogs(stack)[-1]
-    bad = tmp_path / good.name
+    bad = tmp_path / "bad" / good.name
+    bad.parent.mkdir()
     shutil.copy(good, bad)
     with bad.open("r+b") as fh:
         fh.truncate(bad.stat().st_size - 7)  # the last event loses its tail
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "service",
-            "replay",
-            str(bad),
-            "--out",
-            str(tmp_path / "o"),
-            "--master",
-            "local[1]",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
+    out = tmp_path / "o"
+    proc = _cli("replay", str(bad), "--out", str(out), "--master", "local[1]")
     assert proc.returncode == 1, proc.stderr[-2000:]
     assert "TruncatedEvent" in proc.stderr and good.name in proc.stderr and "offset" in proc.stderr
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "TruncatedEvent" in errors[0], proc.stderr[-2000:]
     assert "\tat org.apache" not in proc.stderr, proc.stderr[-3000:]  # no JVM stack
+    details = Path(errors[0].rsplit("(details: ", 1)[1].rstrip(")"))
+    assert "org.apache.spark" in details.read_text()  # the whole error, in a file
+    details.unlink()
+    assert not out.exists() and not (tmp_path / "o.__tmp__").exists()
+
+    again = _cli("replay", str(good), "--out", str(out), "--master", "local[1]")
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "rows/s" in again.stderr and (out / "_replay.json").exists()
 
 
-def test_binlog_paths(tmp_path: Path) -> None:
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "service", *args], cwd=ROOT, capture_output=True, text=True, timeout=240
+    )
+
+
+def test_binlog_paths(stack: LocalStack, tmp_path: Path) -> None:
+    files = _closed_binlogs(stack)
     (tmp_path / "mysql-bin.000002").write_bytes(b"")
     (tmp_path / "mysql-bin.000001").write_bytes(b"")
     (tmp_path / "mysql-bin.index").write_bytes(b"")
-    assert [Path(p).name for p in binlog_paths([str(tmp_path)])] == ["mysql-bin.000001", "mysql-bin.000002"]
     with pytest.raises(ConfigError, match="no binlog files"):
         binlog_paths([str(tmp_path / "nothing-*")])
+    numbered = tmp_path / "numbered"
+    numbered.mkdir()
+    for f in (files[-1], files[0]):
+        shutil.copy(f, numbered / f.name)
+    (numbered / "mysql-bin.index").write_text("not a binlog")  # skipped: no binlog magic
+    assert [Path(p).name for p in binlog_paths([str(numbered)])] == [files[0].name, files[-1].name]
+
+    # names without a numeric suffix: ordered by when each file was opened (its first event)
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    shutil.copy(files[0], plain / "zzz-oldest")  # the stack's first file, opened at its start
+    shutil.copy(files[-1], plain / "aaa-newest")
+    (plain / "notes.txt").write_text("skipped")
+    assert [Path(p).name for p in binlog_paths([str(plain)])] == ["zzz-oldest", "aaa-newest"]

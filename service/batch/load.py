@@ -1,0 +1,218 @@
+"""Load a compacted state (the output of `compact`) into an empty Redis mirror, ending with the
+checkpoint the replayed files end at, so `binlog-mirror run` continues from there
+(docs/pipeline.md, "load").
+
+The protocol is the snapshot's (service/batch/snapshot.py), with the rows coming from Parquet
+instead of the source: refuse a mirror that has a checkpoint or whose writer lease is held; take
+the lease; clear what an earlier, failed load left of each table; write the rows in the service's
+key layout and value forms (`service.sink.bulk`, one Spark task per Parquet partition); store the
+checkpoint with the tables registered in one fenced `RedisMirror.apply` of an empty transaction;
+release the lease. The service then streams from the first transaction after the replayed ones:
+nothing lost, nothing applied twice.
+
+A table with stale rows (`compact`: values logged before the table's last ALTER) is neither
+written nor registered: the service copies it from the source when it starts, as it does itself
+after an ALTER (service/pipeline/ddl.py), instead of the mirror holding rows the ALTER changed.
+Only the columns of each table's latest version are written (a dropped column is not).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import logging
+import secrets
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+import orjson
+import redis as redis_sync
+
+from service.batch.compact import COMPACT_META
+from service.batch.replay import TableColumns
+from service.batch.session import JobSummary, job_progress, read_text
+from service.batch.snapshot import _IN_SYNC, _keep_lease
+from service.binlog.jsonb import JsonNull
+from service.checkpoint import BinlogPosition, Checkpoint
+from service.errors import ConfigError, SinkError
+from service.settings import Settings
+from service.sink.bulk import clear_table, write_rows
+from service.sink.checkpoints import decode_checkpoint
+from service.sink.client import redis_client
+from service.sink.keys import KeyLayout
+from service.sink.mirror import MirrorOptions, RedisMirror
+from service.sink.plan import ActionKind, TableAction
+from service.transactions import Transaction
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["LoadResult", "load_mirror", "row_values"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class LoadResult:
+    checkpoint: Checkpoint
+    by_table: dict[tuple[str, str], int]
+    seconds: float
+    left: list[tuple[str, str]]  # tables with stale rows: not loaded, the service copies them
+
+    @property
+    def rows(self) -> int:
+        return sum(self.by_table.values())
+
+    def job(self, source: str) -> JobSummary:
+        return JobSummary("load", self.rows, 0, len(self.by_table), self.seconds, source)
+
+
+def row_values(row: dict[str, Any], kinds: dict[str, tuple[str, str]], json_mode: bool) -> dict[str, Any]:
+    """A compacted row (as Spark gives it) -> the values the decoder gives for it, the form the
+    sink writes (docs/pipeline.md lists the conversions). NULL columns are left out."""
+    out: dict[str, Any] = {}
+    for name, value in row.items():
+        if value is None or name not in kinds:  # _seq, _since, columns dropped by an ALTER
+            continue
+        kind, mysql_type = kinds[name]
+        if kind == "timestamp_utc" and isinstance(value, dt.datetime):
+            value = value.replace(tzinfo=dt.UTC)
+        elif isinstance(value, bytearray):
+            value = bytes(value)
+        elif kind == "decimal(20,0)" and isinstance(value, Decimal):
+            value = int(value)
+        elif json_mode and mysql_type == "JSON" and isinstance(value, str) and value[:1] in ("{", "[", "n"):
+            # the mirror's text form of a document; a JSON string was stored as its own text
+            with contextlib.suppress(orjson.JSONDecodeError):
+                doc = orjson.loads(value)
+                value = JsonNull() if doc is None else doc
+        out[name] = value
+    return out
+
+
+def _writer(settings: Settings, cols: TableColumns) -> Callable[[Iterable[Any]], Iterable[int]]:
+    assert settings.redis is not None
+    url = settings.redis.url.get_secret_value()
+    prefix, json_mode = settings.key_prefix, settings.value_mode == "json"
+    latest = set(cols.latest) or {n for n, _, _ in cols.columns}
+    kinds = {n: (k, t) for n, k, t in cols.columns if n in latest}
+    chunk = max(1, settings.chunk_rows)
+
+    def write(rows: Iterable[Any]) -> Iterator[int]:
+        layout = KeyLayout(prefix)
+        r = redis_sync.Redis.from_url(url)
+        written = 0
+        batch: list[dict[str, Any]] = []
+        try:
+            for row in rows:
+                batch.append(row_values(row.asDict(), kinds, json_mode))
+                if len(batch) >= chunk:
+                    write_rows(r, layout, cols.schema, cols.table, cols.key, batch, json_mode=json_mode)
+                    written, batch = written + len(batch), []
+            if batch:
+                write_rows(r, layout, cols.schema, cols.table, cols.key, batch, json_mode=json_mode)
+                written += len(batch)
+        finally:
+            r.close()
+        yield written
+
+    return write
+
+
+def load_mirror(spark: SparkSession, settings: Settings, state: str) -> LoadResult:
+    """Write the compacted state at `state` to the mirror `settings` name; see the module doc."""
+    if settings.redis is None:
+        raise ConfigError("load needs --redis (or BINLOG_MIRROR_REDIS / the config file)")
+    started = time.monotonic()
+    meta = orjson.loads(read_text(spark, f"{state}/{COMPACT_META}"))
+    cp = meta["checkpoint"]
+    if cp is None:
+        raise ConfigError(f"{state}: the replayed files hold no complete transaction: nothing to resume from")
+    checkpoint = Checkpoint(
+        BinlogPosition(cp["file"], int(cp["pos"])), cp.get("gtid_set") or "", int(cp["ts"] or 0)
+    )
+    stale = meta.get("stale", {})
+    every = [TableColumns.from_json(t) for t in meta["tables"]]
+    catalog = [c for c in every if not stale.get(f"{c.schema}.{c.table}")]
+    left = [(c.schema, c.table) for c in every if stale.get(f"{c.schema}.{c.table}")]
+    for schema, table in left:
+        log.warning(
+            "%s.%s: %d rows were logged before its last ALTER: not loaded; the service copies it "
+            "when it starts (as after an ALTER)",
+            schema,
+            table,
+            stale[f"{schema}.{table}"],
+        )
+    layout = KeyLayout(settings.key_prefix)
+    r = redis_sync.Redis.from_url(settings.redis.url.get_secret_value())
+    try:
+        if decode_checkpoint(r.hgetall(layout.checkpoint_key)) is not None:
+            raise ConfigError(_IN_SYNC.format(key=layout.checkpoint_key, prefix=layout.prefix))
+    except redis_sync.RedisError as exc:
+        raise SinkError(f"load: {exc}") from exc
+    finally:
+        r.close()
+    try:
+        rows = asyncio.run(_load(spark, settings, state, checkpoint, catalog))
+    except redis_sync.RedisError as exc:
+        raise SinkError(f"load: {exc}") from exc
+    return LoadResult(checkpoint, rows, time.monotonic() - started, left)
+
+
+async def _load(
+    spark: SparkSession, settings: Settings, state: str, checkpoint: Checkpoint, catalog: list[TableColumns]
+) -> dict[tuple[str, str], int]:
+    assert settings.redis is not None
+    layout = KeyLayout(settings.key_prefix)
+    keys = {(c.schema, c.table): c.key for c in catalog}
+    redis = redis_client(settings.redis.url.get_secret_value(), socket_timeout=10, socket_connect_timeout=5)
+    options = MirrorOptions(json_mode=settings.value_mode == "json", lease_ttl=settings.lease_ttl_seconds)
+    mirror = RedisMirror(
+        redis, layout, lambda s, t: keys.get((s, t)), options, token="load-" + secrets.token_hex(6)
+    )
+    try:
+        if await mirror.load_checkpoint() is not None:
+            raise ConfigError(_IN_SYNC.format(key=layout.checkpoint_key, prefix=layout.prefix))
+        if not await mirror.acquire_lease():
+            holder = await redis.get(layout.lease_key)
+            raise SinkError(f"{layout.lease_key} is held by {holder!r}: stop the running binlog-mirror first")
+        lease = asyncio.create_task(_keep_lease(mirror, settings.lease_ttl_seconds), name="load-lease")
+        try:
+            rows = await asyncio.to_thread(_copy, spark, settings, state, catalog)
+            if lease.done():
+                raise SinkError("the load lost its writer lease while writing; run it again")
+            actions = [TableAction(ActionKind.REGISTER, c.schema, c.table) for c in catalog]
+            await mirror.apply([(Transaction((), (), None, checkpoint.ts, checkpoint), actions)])
+        finally:
+            lease.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await lease
+            await mirror.release_lease()
+    finally:
+        await mirror.close()
+        await redis.aclose()
+    return rows
+
+
+def _copy(
+    spark: SparkSession, settings: Settings, state: str, catalog: list[TableColumns]
+) -> dict[tuple[str, str], int]:
+    assert settings.redis is not None
+    layout = KeyLayout(settings.key_prefix)
+    r = redis_sync.Redis.from_url(settings.redis.url.get_secret_value())
+    try:
+        for c in catalog:
+            clear_table(r, layout, c.schema, c.table)  # what an earlier, failed load left
+    finally:
+        r.close()
+    rows: dict[tuple[str, str], int] = {}
+    with job_progress(spark, "load"):
+        for c in catalog:
+            frame = spark.read.parquet(f"{state}/{c.schema}/{c.table}")
+            written: list[int] = frame.rdd.mapPartitions(_writer(settings, c)).collect()
+            rows[(c.schema, c.table)] = sum(written)
+    return rows
