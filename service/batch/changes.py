@@ -20,7 +20,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -36,7 +36,7 @@ from service.binlog.schema import Column, TableSchema
 from service.checkpoint import BinlogPosition, Checkpoint, CheckpointTracker, statement_kind
 from service.errors import DecodeError
 from service.gtids import parse_gtid_set
-from service.sink.values import text_value
+from service.sink.values import TEXT_FORMS, text_value
 from service.transactions import TableFilter, TransactionAssembler, parse_ddl
 
 __all__ = ["RAW_COLUMNS", "FileTask", "column_kind", "file_records", "value_text"]
@@ -202,10 +202,10 @@ def file_records(task: FileTask) -> Iterator[tuple[Any, ...]]:
                 ver = txn_versions.get((ch.schema, ch.table))
                 if ver is None:
                     continue  # a table the filter dropped
-                kinds = _kinds(ver)
+                convs = _converters(ver)
                 yield ("row", base | rank, name, ch.position.start, end_file, end_pos, ch.ts, cts,
                        ch.server_id, ch.gtid or gtid, None, ch.schema, ch.table, ch.op.value, ver,
-                       _image(ch.before, kinds), _image(ch.after, kinds),
+                       _image(ch.before, convs), _image(ch.after, convs),
                        _canonical(ch.before) if task.canonical else None,
                        _canonical(ch.after) if task.canonical else None, None)  # fmt: skip
                 rank += 1
@@ -221,20 +221,43 @@ def file_records(task: FileTask) -> Iterator[tuple[Any, ...]]:
                orjson.dumps(doc).decode())  # fmt: skip
 
 
-_KINDS: dict[str, dict[str, str]] = {}
+Converter = Callable[[Any], str]
+_CONVERTERS: dict[str, dict[str, Converter]] = {}
 
 
-def _kinds(version: str) -> dict[str, str]:
-    kinds = _KINDS.get(version)
-    if kinds is None:
-        kinds = _KINDS[version] = {c["name"]: c["kind"] for c in orjson.loads(version)["columns"]}
-    return kinds
+def _b64(value: Any) -> str:
+    return value_text("binary", value) or ""  # never None: NULL is handled before
 
 
-def _image(row: dict[str, Any] | None, kinds: dict[str, str]) -> str | None:
+def _text(value: Any) -> str:
+    if type(value) is str:
+        return value
+    return value_text("string", value) or ""
+
+
+def _converter(kind: str) -> Converter:
+    """value_text for one kind, without its checks where the type says it all."""
+    if kind == "binary":
+        return _b64
+    if kind == "string":
+        return _text
+    if kind in ("timestamp_utc", "timestamp_ntz"):
+        return lambda v: value_text(kind, v) or ""
+    return lambda v: text_value(v) if type(v) in TEXT_FORMS else value_text(kind, v) or ""
+
+
+def _converters(version: str) -> dict[str, Converter]:
+    convs = _CONVERTERS.get(version)
+    if convs is None:
+        cols = orjson.loads(version)["columns"]
+        convs = _CONVERTERS[version] = {c["name"]: _converter(c["kind"]) for c in cols}
+    return convs
+
+
+def _image(row: dict[str, Any] | None, convs: dict[str, Converter]) -> str | None:
     if row is None:
         return None
-    return orjson.dumps({k: value_text(kinds.get(k, "text"), v) for k, v in row.items()}).decode()
+    return orjson.dumps({k: None if v is None else convs[k](v) for k, v in row.items()}).decode()
 
 
 def _canonical(row: dict[str, Any] | None) -> str | None:

@@ -225,12 +225,13 @@ def typed_column(text: Column, kind: str) -> Column:
     return text.cast(_spark_type(kind))
 
 
-def _image(frame_col: str, cols: TableColumns) -> Column:
+def _image(image: str, cols: TableColumns) -> Column:
+    """The typed struct of an image, from its parsed map column (`_<image>`)."""
     from pyspark.sql import functions as F
 
-    m = F.from_json(F.col(frame_col), "map<string,string>")
+    m = F.col(f"_{image}")
     fields = [typed_column(m[name], kind).alias(name) for name, kind, _ in cols.columns]
-    return F.when(F.col(frame_col).isNotNull(), F.struct(*fields))
+    return F.when(m.isNotNull(), F.struct(*fields))
 
 
 def _table_frame(raw: DataFrame, cols: TableColumns, canonical: bool) -> DataFrame:
@@ -239,23 +240,31 @@ def _table_frame(raw: DataFrame, cols: TableColumns, canonical: bool) -> DataFra
     rows = raw.where(
         (F.col("kind") == "row") & (F.col("schema") == cols.schema) & (F.col("table") == cols.table)
     )
+    # each image's JSON parsed once, in a projection of its own (Spark does not eliminate a
+    # common subexpression inside the branches of a `when`)
+    parsed = rows.select(
+        "*",
+        F.from_json("before", "map<string,string>").alias("_before"),
+        F.from_json("after", "map<string,string>").alias("_after"),
+    )
     kinds = {n: k for n, k, _ in cols.columns}
-    before_m = F.from_json(F.col("before"), "map<string,string>")
-    after_m = F.from_json(F.col("after"), "map<string,string>")
     key = F.struct(
-        *[typed_column(F.coalesce(after_m[c], before_m[c]), kinds.get(c, "text")).alias(c) for c in cols.key]
+        *[
+            typed_column(F.coalesce(F.col("_after")[c], F.col("_before")[c]), kinds.get(c, "text")).alias(c)
+            for c in cols.key
+        ]
     )
     select: list[Column | str] = [
         "seq", "file", "pos", "end_file", "end_pos", "ts", "commit_ts", "server_id", "gtid", "op",
         (key if cols.key else F.lit(None).cast("string")).alias("key"),
         _image("before", cols).alias("before"),
         _image("after", cols).alias("after"),
-        F.map_keys(before_m).alias("before_columns"),
-        F.map_keys(after_m).alias("after_columns"),
+        F.map_keys("_before").alias("before_columns"),
+        F.map_keys("_after").alias("after_columns"),
     ]  # fmt: skip
     if canonical:
         select += ["before_json", "after_json"]
-    frame: DataFrame = rows.select(*select)
+    frame: DataFrame = parsed.select(*select)
     return frame
 
 

@@ -205,5 +205,8 @@ def failure_details(job: str, exc: BaseException) -> str:
     fd, path = tempfile.mkstemp(prefix=f"binlog-mirror-{job}-", suffix=".log")
     with os.fdopen(fd, "w") as fh:
         fh.write("".join(traceback.format_exception(exc)))
+        jvm_stack = getattr(exc, "_stackTrace", None)  # pyspark's CapturedException
+        if jvm_stack:
+            fh.write(f"\nJVM stack:\n{jvm_stack}\n")
     log.debug("%s failed", job, exc_info=exc)
     return path

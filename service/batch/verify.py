@@ -4,7 +4,7 @@ with the comparison spread over Spark tasks (docs/pipeline.md, "verify").
 1. The driver splits each selected table into key ranges (`plan_ranges`, as the snapshot does).
 2. One task per range reads its rows from the source with the snapshot's connector code
    (`snapshot._read`: keyset pagination, TIMESTAMPs in UTC), reads their keys from Redis and
-   compares them with `service.verify.compare_row`: the rows that differ (or are missing) come
+   compares them with `service.rowcompare.compare_row`: the rows that differ (or are missing) come
    back with their source row; every key read comes back too.
 3. Keys the mirror holds that no source row has (an anti join of the mirror's keys with the keys
    read) are the extra ones.
@@ -35,6 +35,7 @@ from service.batch.snapshot import _INTEGER, KeyRange, _q, _read, plan_ranges
 from service.checkpoint import BinlogPosition
 from service.errors import ConfigError, SinkError, SourceError
 from service.pipeline.catalog import Catalog, TableInfo
+from service.rowcompare import compare_row
 from service.settings import Settings
 from service.sink.keys import KeyLayout
 from service.transactions import TableFilter
@@ -46,7 +47,7 @@ from service.transport.connection import (
     fetch,
     server_info,
 )
-from service.verify import Verifier, VerifyReport, compare_row
+from service.verify import Verifier, VerifyReport
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

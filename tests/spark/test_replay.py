@@ -101,6 +101,7 @@ def test_replay_to_parquet_rebuilds_the_table(stack: LocalStack, spark: Any, tmp
     assert typed[1003]["price"] == Decimal("3.25") and typed[1003]["raw"] == bytearray(b"\x0a\x03")
 
 
+@pytest.mark.timeout(900)  # two CLI runs, each starting a JVM, on 2 shared cores
 def test_replay_cli_names_the_corrupt_file_and_offset(stack: LocalStack, tmp_path: Path) -> None:
     """One error line (no JVM stack); a failed job leaves no output behind, so the same command
     on good input then succeeds (no Spark PATH_ALREADY_EXISTS)."""
@@ -118,7 +119,7 @@ def test_replay_cli_names_the_corrupt_file_and_offset(stack: LocalStack, tmp_pat
     assert len(errors) == 1 and "TruncatedEvent" in errors[0], proc.stderr[-2000:]
     assert "\tat org.apache" not in proc.stderr, proc.stderr[-3000:]  # no JVM stack
     details = Path(errors[0].rsplit("(details: ", 1)[1].rstrip(")"))
-    assert "org.apache.spark" in details.read_text()  # the whole error, in a file
+    assert "Traceback" in details.read_text() and "TruncatedEvent" in details.read_text()  # all of it
     details.unlink()
     assert not out.exists() and not (tmp_path / "o.__tmp__").exists()
 
@@ -129,7 +130,7 @@ def test_replay_cli_names_the_corrupt_file_and_offset(stack: LocalStack, tmp_pat
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "service", *args], cwd=ROOT, capture_output=True, text=True, timeout=240
+        [sys.executable, "-m", "service", *args], cwd=ROOT, capture_output=True, text=True, timeout=420
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import orjson
+import pytest
 
 from service.batch.replay import union_columns
 
@@ -47,3 +48,14 @@ def test_union_across_an_alter() -> None:
     assert dict((n, k) for n, k, _ in union_columns("s", "t", [(1, v1), (2, v3)]).columns)["qty"] == "text"
     # back to an earlier version: the latest one starts at its last first appearance
     assert union_columns("s", "t", [(1, v1), (2, v2), (3, v1)]).since == 3
+
+
+def test_compact_until_is_file_colon_pos() -> None:
+    from service.batch.compact import parse_until
+    from service.checkpoint import BinlogPosition
+    from service.errors import ConfigError
+
+    assert parse_until("mysql-bin.000042:1234") == BinlogPosition("mysql-bin.000042", 1234)
+    for bad in ("mysql-bin.000042", ":12", "f:x"):
+        with pytest.raises(ConfigError, match="FILE:POS"):
+            parse_until(bad)

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from service.cli import app
 
-COMMANDS = ("stream", "decode", "run", "snapshot", "replay", "stack")
+COMMANDS = ("stream", "decode", "run", "snapshot", "replay", "compact", "load", "verify", "stack")
 
 
 def test_the_app_registers_every_command_group() -> None:
