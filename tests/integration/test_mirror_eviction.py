@@ -69,7 +69,11 @@ async def test_an_eviction_stop_marks_the_mirror_and_the_next_start_recopies(
         await _until(lambda: rep.status().state == State.STREAMING, "streaming")
         run_sql(stack, db, "UPDATE t SET v = 'changed' WHERE id = 1")
         await asyncio.to_thread(wait_applied, own_redis, prefix, master_position(stack))
-        assert actual(own_redis, prefix, db, ("t",)) == expected(stack, db, KEYS)
+        want = expected(stack, db, KEYS)
+        await _until(  # the first copy runs beside the stream
+            lambda: rep.status().state == State.STREAMING and actual(own_redis, prefix, db, ("t",)) == want,
+            "the first copy",
+        )
 
         # an operator turns on eviction at runtime; Redis fills and evicts
         used = int(r.info("memory")["used_memory"])

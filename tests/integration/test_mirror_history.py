@@ -92,6 +92,11 @@ async def test_a_checkpoint_from_another_history_stops_the_mirror_or_recopies(tm
             await _streaming(rep)
             run_sql(a, None, f"INSERT INTO {DB}.t VALUES (3, 'cccc')")
             await asyncio.to_thread(wait_applied, ia.redis_url, PREFIX, master_position(a))
+            want = expected(a, DB, KEYS)
+            for _ in range(300):  # the first copy runs beside the stream
+                if rep.status().state == State.STREAMING and actual(ia.redis_url, PREFIX, DB, ("t",)) == want:
+                    break
+                await asyncio.sleep(0.1)
         finally:
             await stop_replicator(rep, task)
         stored = decode_checkpoint(_checkpoint_hash(ia.redis_url))

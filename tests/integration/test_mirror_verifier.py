@@ -91,6 +91,13 @@ async def test_the_background_verifier_counts_and_repairs_drift(stack: LocalStac
     try:
         async with _service(settings) as (rep, http):
             await asyncio.to_thread(wait_applied, redis_url, prefix, master_position(stack))
+            want = expected(stack, db, KEYS)
+
+            async def copied() -> bool:  # the first copy runs beside the stream
+                equal = await asyncio.to_thread(actual, redis_url, prefix, db, ("a",)) == want
+                return equal and rep.status().state.value == "streaming"
+
+            await _until(copied, "the first copy")
             # by hand, behind the mirror's back: a field changed, a row deleted, a row added
             r.hset(f"{base}:1", "v", "tampered")
             r.delete(f"{base}:2")
