@@ -3,14 +3,17 @@ single-process (service/verify.py) and on Spark (service/batch/verify.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import datetime as dt
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
 
+from service.binlog.rowchange import EventSpan, Op, RowChange
+from service.sink.keys import split_key
 from service.sink.values import field_value, json_document
 
-__all__ = ["compare_row", "expected_value"]
+__all__ = ["at_span", "compare_row", "expected_value", "key_delete", "key_values", "utc_row"]
 
 
 def expected_value(row: Mapping[str, Any], json_mode: bool) -> Any:
@@ -61,3 +64,48 @@ def compare_row(
 
 def _s(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
+
+
+def at_span(change: RowChange, span: EventSpan) -> RowChange:
+    return RowChange(change.op, change.schema, change.table, change.before, change.after, span, change.ts, 0)
+
+
+def key_delete(
+    schema: str, table: str, key: tuple[str, ...], suffix: str, span: EventSpan, ts: int
+) -> RowChange:
+    """A DELETE whose before image holds just the key, as text: the sink keys it to `suffix`
+    again (key_text of a str is the str; the escaping is undone by split_key)."""
+    parts = split_key(suffix)
+    before: dict[str, Any] = dict(zip(key, parts, strict=False))
+    return RowChange(Op.DELETE, schema, table, before, None, span, ts, 0)
+
+
+def key_values(suffix: str, binary: Sequence[bool]) -> tuple[Any, ...] | None:
+    """The source key of a row suffix, for a SELECT; None when no source row can have it."""
+    parts = split_key(suffix)
+    if len(parts) != len(binary):
+        return None
+    out: list[Any] = []
+    for part, is_binary in zip(parts, binary, strict=True):
+        if is_binary:
+            if not part.startswith("0x"):
+                return None
+            try:
+                out.append(bytes.fromhex(part[2:]))
+            except ValueError:
+                return None
+        else:
+            out.append(part)
+    return tuple(out)
+
+
+def utc_row(row: dict[str, Any], columns: frozenset[str]) -> dict[str, Any]:
+    """TIMESTAMP values as the binlog decodes them (aware UTC), as a resync stores them."""
+    if not columns:
+        return row
+    out = dict(row)
+    for c in columns:
+        v = out.get(c)
+        if isinstance(v, dt.datetime) and v.tzinfo is None:
+            out[c] = v.replace(tzinfo=dt.UTC)
+    return out

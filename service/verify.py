@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime as dt
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -38,7 +37,7 @@ from service.binlog.rowchange import EventSpan, Op, RowChange
 from service.checkpoint import BinlogPosition, Checkpoint
 from service.errors import ConfigError, SinkError
 from service.pipeline.catalog import Catalog, TableInfo
-from service.rowcompare import compare_row, expected_value
+from service.rowcompare import at_span, compare_row, expected_value, key_delete, key_values, utc_row
 from service.settings import Settings
 from service.sink.checkpoints import decode_checkpoint
 from service.sink.client import redis_client
@@ -181,7 +180,7 @@ class Verifier:
                 found: dict[str, _Suspect] = {}
                 for suffix, row in suspects.get((schema, table), {}).items():
                     if row is None:
-                        found[suffix] = _Suspect(_key_values(suffix, binary), None)
+                        found[suffix] = _Suspect(key_values(suffix, binary), None)
                     else:
                         found[suffix] = _Suspect(tuple(row[c] for c in t.key), dict(row))
                 table_report, confirmed = await run.confirm(t, table_report, found, target)
@@ -337,7 +336,7 @@ class VerifyRun:
             if not rows:
                 break
             position = await self._source_position()
-            rows = [_utc(r, utc) for r in rows]
+            rows = [utc_row(r, utc) for r in rows]
             suffixes = [lay.row_suffix([r[c] for c in key]) for r in rows]
             stored = await self._stored_rows(t.schema, t.table, suffixes, index)
             for row, suffix, (value, indexed) in zip(rows, suffixes, stored, strict=True):
@@ -357,7 +356,7 @@ class VerifyRun:
         if extra:
             target = await self._source_position()
         for suffix in extra:
-            suspects[suffix] = _Suspect(_key_values(suffix, binary), None)
+            suspects[suffix] = _Suspect(key_values(suffix, binary), None)
         return await self.confirm(t, report, suspects, target)
 
     async def confirm(
@@ -428,7 +427,7 @@ class VerifyRun:
                     f"verify of {t.schema}.{t.table} (rows read again)",
                 )
             position = await self._source_position()
-            by_suffix = {self.layout.row_suffix([r[c] for c in key]): _utc(r, utc) for r in rows}
+            by_suffix = {self.layout.row_suffix([r[c] for c in key]): utc_row(r, utc) for r in rows}
             names = sorted(suspects)
             stored = await self._stored_rows(t.schema, t.table, names, index)
             still: dict[str, _Suspect] = {}
@@ -503,7 +502,7 @@ class VerifyRun:
                 stored = decode_checkpoint(await self.redis.hgetall(self.layout.checkpoint_key))
             gtid = stored.gtid if stored else None
             span = EventSpan(cp.position.file, cp.position.pos, cp.position.pos)
-            part = tuple(_at(c, span) for c in changes[start : start + size])
+            part = tuple(at_span(c, span) for c in changes[start : start + size])
             # the checkpoint's own time: the stored hash is rewritten exactly as it was
             txn = Transaction(part, (), gtid, cp.ts, cp)
             await self.mirror.apply([(txn, ())])
@@ -518,7 +517,7 @@ class VerifyRun:
             if s.source is not None:
                 changes.append(RowChange(Op.INSERT, t.schema, t.table, None, s.source, span, now, 0))
             else:
-                changes.append(_delete(t.schema, t.table, t.key, suffix, span, now))
+                changes.append(key_delete(t.schema, t.table, t.key, suffix, span, now))
         done = await self._apply(changes)
         log.info("repaired %d rows of %s.%s", done, t.schema, t.table)
         return done
@@ -544,7 +543,7 @@ class VerifyRun:
                 stored = decode_checkpoint(await self.redis.hgetall(self.layout.checkpoint_key))
             if stored is None or stored.checkpoint != cp:
                 raise SinkError("the checkpoint moved while repairing: retried at the next pass")
-            lookup = {sfx: kv for sfx in part if (kv := _key_values(sfx, binary)) is not None}
+            lookup = {sfx: kv for sfx in part if (kv := key_values(sfx, binary)) is not None}
             rows: dict[str, dict[str, Any]] = {}
             if lookup:
                 tuples = ", ".join(["(" + ", ".join(["%s"] * len(key)) + ")"] * len(lookup))
@@ -553,13 +552,13 @@ class VerifyRun:
                     [v for kv in lookup.values() for v in kv],
                     f"repair of {t.schema}.{t.table}",
                 ):
-                    rows[self.layout.row_suffix([r[c] for c in key])] = _utc(r, utc)
+                    rows[self.layout.row_suffix([r[c] for c in key])] = utc_row(r, utc)
             span = EventSpan(cp.position.file, cp.position.pos, cp.position.pos)
             now = int(time.time())
             changes = tuple(
                 RowChange(Op.INSERT, t.schema, t.table, None, rows[sfx], span, now, 0)
                 if sfx in rows
-                else _delete(t.schema, t.table, key, sfx, span, now)
+                else key_delete(t.schema, t.table, key, sfx, span, now)
                 for sfx in part
             )
             await self.mirror.apply([(Transaction(changes, (), stored.gtid, cp.ts, cp), ())])
@@ -585,51 +584,6 @@ class VerifyRun:
                 pipe.srem(lay.tables_key, lay.table_id(schema, table))
                 await pipe.execute()
         return len(keys)
-
-
-def _at(change: RowChange, span: EventSpan) -> RowChange:
-    return RowChange(change.op, change.schema, change.table, change.before, change.after, span, change.ts, 0)
-
-
-def _delete(
-    schema: str, table: str, key: tuple[str, ...], suffix: str, span: EventSpan, ts: int
-) -> RowChange:
-    """A DELETE whose before image holds just the key, as text: the sink keys it to `suffix`
-    again (key_text of a str is the str; the escaping is undone by split_key)."""
-    parts = split_key(suffix)
-    before: dict[str, Any] = dict(zip(key, parts, strict=False))
-    return RowChange(Op.DELETE, schema, table, before, None, span, ts, 0)
-
-
-def _key_values(suffix: str, binary: Sequence[bool]) -> tuple[Any, ...] | None:
-    """The source key of a row suffix, for a SELECT; None when no source row can have it."""
-    parts = split_key(suffix)
-    if len(parts) != len(binary):
-        return None
-    out: list[Any] = []
-    for part, is_binary in zip(parts, binary, strict=True):
-        if is_binary:
-            if not part.startswith("0x"):
-                return None
-            try:
-                out.append(bytes.fromhex(part[2:]))
-            except ValueError:
-                return None
-        else:
-            out.append(part)
-    return tuple(out)
-
-
-def _utc(row: dict[str, Any], columns: frozenset[str]) -> dict[str, Any]:
-    """TIMESTAMP values as the binlog decodes them (aware UTC), as a resync stores them."""
-    if not columns:
-        return row
-    out = dict(row)
-    for c in columns:
-        v = out.get(c)
-        if isinstance(v, dt.datetime) and v.tzinfo is None:
-            out[c] = v.replace(tzinfo=dt.UTC)
-    return out
 
 
 def _q(ident: str) -> str:
