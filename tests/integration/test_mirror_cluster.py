@@ -12,7 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis as redis_sync
 from redis.cluster import ClusterNode, RedisCluster
+from redis.crc import key_slot
 from redis.exceptions import RedisError
 
 from service.binlog.rowchange import EventSpan, Op, RowChange
@@ -268,6 +270,57 @@ async def test_a_group_whose_master_lost_writes_is_replayed(cluster_stack: Local
                 rc.delete(key)
         assert await m.load_checkpoint() is not None
         assert await m.mirrored_tables() == {"db:t1"}
+    finally:
+        await m.close()
+        await m.cluster.aclose()
+
+
+def _move_slot(stack: LocalStack, key: str) -> tuple[int, int]:
+    """Reshard: move the slot of `key` (with its keys) to another master, as `redis-cli --cluster
+    reshard` does (SETSLOT IMPORTING/MIGRATING, MIGRATE, SETSLOT NODE). (from port, to port)."""
+    info = stack.load()
+    assert info is not None
+    slot = key_slot(key.encode())
+    nodes = {p: redis_sync.Redis(port=p) for p in info.cluster_ports}
+    try:
+        ids = {p: r.execute_command("CLUSTER MYID").decode() for p, r in nodes.items()}
+        src = next(p for p, r in nodes.items() if any(slot in range(a, b + 1) for a, b in _slots(r, ids[p])))
+        dst = next(p for p in nodes if p != src)
+        nodes[dst].execute_command("CLUSTER SETSLOT", slot, "IMPORTING", ids[src])
+        nodes[src].execute_command("CLUSTER SETSLOT", slot, "MIGRATING", ids[dst])
+        while keys := nodes[src].execute_command("CLUSTER GETKEYSINSLOT", slot, 100):
+            nodes[src].execute_command("MIGRATE", "127.0.0.1", dst, "", 0, 5000, "KEYS", *keys)
+        for r in nodes.values():
+            r.execute_command("CLUSTER SETSLOT", slot, "NODE", ids[dst])
+        return src, dst
+    finally:
+        for r in nodes.values():
+            r.close()
+
+
+def _slots(r: redis_sync.Redis, my_id: str) -> list[tuple[int, int]]:
+    return [(int(s[0]), int(s[1])) for s in r.execute_command("CLUSTER SLOTS") if s[2][2].decode() == my_id]
+
+
+async def test_a_group_moved_to_another_master_goes_on(cluster_stack: LocalStack) -> None:
+    """Resharding under a running mirror: the calls of a group whose slot moved follow the MOVED
+    redirect to its new master, where its checkpoint chain and rows are, and go on there."""
+    info = cluster_stack.load()
+    assert info is not None
+    _, prefix = _names()
+    m = ClusterMirror(cluster_client(info.redis_url), prefix, lambda s, t: ("id",), MirrorOptions())
+    g = group_layout(prefix, "db", "t1")
+    try:
+        assert await m.acquire_lease()
+        await m.load_checkpoint()
+        await m.apply([(_txn("t1", 1, 100), ()), (_txn("t1", 2, 200), ())])
+        src, dst = _move_slot(cluster_stack, g.checkpoint_key)
+        await m.apply([(_txn("t1", 3, 300), ())])  # its client still maps the slot to `src`
+        with redis_sync.Redis(port=dst) as r:
+            assert r.smembers(g.index_key("db", "t1")) == {b"1", b"2", b"3"}
+            assert r.hget(g.checkpoint_key, "id") == b"mysql-bin.000001:300"
+        assert _stored(cluster_stack, prefix) == BinlogPosition("mysql-bin.000001", 300)
+        assert src != dst
     finally:
         await m.close()
         await m.cluster.aclose()
