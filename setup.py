@@ -47,7 +47,7 @@ class OptionalMypycBuild(build_ext):
         if self.reason is None:
             try:
                 self.distribution.ext_modules = build_decoder.extensions()
-            except Exception as exc:  # mypyc refused the sources: ship the pure build rather than nothing
+            except (Exception, SystemExit) as exc:  # mypyc refused the sources (it exits): ship pure
                 self.reason = f"mypyc failed ({type(exc).__name__}: {str(exc)[:500]})"
         super().finalize_options()
 
