@@ -197,7 +197,9 @@ class Replicator:
                     progress.restarts += 1
                     # Idle pooled connections may be dead too (a Redis restart kills them all):
                     # left in the pool, each would fail one more session, one backoff at a time.
-                    await self.redis.connection_pool.disconnect(inuse_connections=False)
+                    # (The cluster client drops a failed node's connections and slot map itself.)
+                    if not isinstance(self.redis, RedisCluster):
+                        await self.redis.connection_pool.disconnect(inuse_connections=False)
                     progress.set_state(self._failure_log.state(exc))
                     delay = self._backoff.delay(failures)
                     self._failure_log.report(exc, delay)
