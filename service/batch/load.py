@@ -35,7 +35,7 @@ import redis as redis_sync
 from service.batch.compact import COMPACT_META
 from service.batch.replay import TableColumns
 from service.batch.session import JobSummary, job_progress, read_text
-from service.batch.snapshot import _IN_SYNC, _keep_lease
+from service.batch.snapshot import _IN_SYNC, writer_lease
 from service.binlog.jsonb import JsonNull
 from service.checkpoint import BinlogPosition, Checkpoint
 from service.errors import ConfigError, SinkError
@@ -45,8 +45,6 @@ from service.sink.checkpoints import decode_checkpoint
 from service.sink.client import redis_client
 from service.sink.keys import KeyLayout
 from service.sink.mirror import MirrorOptions, RedisMirror
-from service.sink.plan import ActionKind, TableAction
-from service.transactions import Transaction
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -174,27 +172,9 @@ async def _load(
     mirror = RedisMirror(
         redis, layout, lambda s, t: keys.get((s, t)), options, token="load-" + secrets.token_hex(6)
     )
-    try:
-        if await mirror.load_checkpoint() is not None:
-            raise ConfigError(_IN_SYNC.format(key=layout.checkpoint_key, prefix=layout.prefix))
-        if not await mirror.acquire_lease():
-            holder = await redis.get(layout.lease_key)
-            raise SinkError(f"{layout.lease_key} is held by {holder!r}: stop the running binlog-mirror first")
-        lease = asyncio.create_task(_keep_lease(mirror, settings.lease_ttl_seconds), name="load-lease")
-        try:
-            rows = await asyncio.to_thread(_copy, spark, settings, state, catalog)
-            if lease.done():
-                raise SinkError("the load lost its writer lease while writing; run it again")
-            actions = [TableAction(ActionKind.REGISTER, c.schema, c.table) for c in catalog]
-            await mirror.apply([(Transaction((), (), None, checkpoint.ts, checkpoint), actions)])
-        finally:
-            lease.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await lease
-            await mirror.release_lease()
-    finally:
-        await mirror.close()
-        await redis.aclose()
+    async with writer_lease(mirror, settings.lease_ttl_seconds, "load") as register:
+        rows = await asyncio.to_thread(_copy, spark, settings, state, catalog)
+        await register([(c.schema, c.table) for c in catalog], checkpoint)
     return rows
 
 

@@ -23,10 +23,11 @@ import datetime as dt
 import logging
 import secrets
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import aiomysql
 import pymysql
 import redis as redis_sync
 
@@ -157,6 +158,27 @@ def copy_range(settings: Settings, task: KeyRange, chunk_rows: int) -> int:
 
 
 # -- driver side -----------------------------------------------------------------------------------
+async def table_ranges(conn: aiomysql.Connection, t: TableInfo, chunk_rows: int) -> list[KeyRange]:
+    """The key ranges a keyed table is read in: by integer bounds and the row estimate when its
+    key is one integer column (none when the table is empty), else one range."""
+    assert t.key is not None
+    bounds: tuple[int, int] | None = None
+    est = 0
+    if len(t.key) == 1 and {c.name: c.type for c in t.columns}.get(t.key[0]) in _INTEGER:
+        k, name = _q(t.key[0]), f"{_q(t.schema)}.{_q(t.table)}"
+        lo, hi = (await fetch(conn, f"SELECT MIN({k}), MAX({k}) FROM {name}"))[0]
+        if lo is None:
+            return []  # empty table: registered, nothing to read
+        bounds = (int(lo), int(hi))
+        rows = await fetch(
+            conn,
+            "SELECT TABLE_ROWS FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
+            (t.schema, t.table),
+        )
+        est = int(rows[0][0] or 0) if rows else 0
+    return plan_ranges(t, bounds, est, chunk_rows)
+
+
 async def _prepare(
     settings: Settings, chunk_rows: int, catalog: Catalog
 ) -> tuple[Checkpoint, list[TableInfo], list[KeyRange]]:
@@ -170,27 +192,7 @@ async def _prepare(
         now = await fetch(conn, "SELECT UNIX_TIMESTAMP()")
         position = Checkpoint(position.position, position.gtid_set, int(now[0][0]))
         tables = [await catalog.load(conn, s, t) for s, t in await catalog.wanted_tables(conn)]
-        ranges: list[KeyRange] = []
-        for t in tables:
-            if not t.key:
-                continue
-            types = {c.name: c.type for c in t.columns}
-            bounds: tuple[int, int] | None = None
-            est = 0
-            if len(t.key) == 1 and types.get(t.key[0]) in _INTEGER:
-                k, name = _q(t.key[0]), f"{_q(t.schema)}.{_q(t.table)}"
-                lo, hi = (await fetch(conn, f"SELECT MIN({k}), MAX({k}) FROM {name}"))[0]
-                if lo is None:
-                    continue  # empty table: registered, nothing to read
-                bounds = (int(lo), int(hi))
-                rows = await fetch(
-                    conn,
-                    "SELECT TABLE_ROWS FROM information_schema.TABLES "
-                    "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
-                    (t.schema, t.table),
-                )
-                est = int(rows[0][0] or 0) if rows else 0
-            ranges += plan_ranges(t, bounds, est, chunk_rows)
+        ranges = [r for t in tables if t.key for r in await table_ranges(conn, t, chunk_rows)]
         return position, tables, ranges
     finally:
         conn.close()
@@ -235,24 +237,41 @@ async def _snapshot(
     options = MirrorOptions(json_mode=settings.value_mode == "json", lease_ttl=settings.lease_ttl_seconds)
     token = "snapshot-" + secrets.token_hex(6)
     mirror = RedisMirror(redis, layout, catalog.key_columns, options, token=token)
+    async with writer_lease(mirror, settings.lease_ttl_seconds, "snapshot") as register:
+        position, tables, ranges = await _prepare(settings, chunk_rows, catalog)
+        gtid = position.gtid_set or "no GTID"
+        progress(f"source at {position.position} ({gtid}): {len(tables)} tables, {len(ranges)} ranges")
+        rows = await asyncio.to_thread(_copy, spark, settings, layout, tables, ranges, chunk_rows)
+        # every selected table, keyless ones too (as the service registers them): a table
+        # missing from `__tables` would be copied again by the service as newly selected
+        await register([(t.schema, t.table) for t in tables], position)
+    return position, tables, rows
+
+
+@contextlib.asynccontextmanager
+async def writer_lease(
+    mirror: RedisMirror, ttl: float, job: str
+) -> AsyncIterator[Callable[[list[tuple[str, str]], Checkpoint], Awaitable[None]]]:
+    """A bulk job's hold on an empty mirror: refuses one with a checkpoint, takes the writer lease
+    and keeps it while the job writes, then closes the mirror and its client. Yields the job's
+    last step: register the tables and store the checkpoint, in one apply, if the lease held."""
+    layout, redis = mirror.layout, mirror.redis
     try:
         if await mirror.load_checkpoint() is not None:
             raise ConfigError(_IN_SYNC.format(key=layout.checkpoint_key, prefix=layout.prefix))
         if not await mirror.acquire_lease():
             holder = await redis.get(layout.lease_key)
             raise SinkError(f"{layout.lease_key} is held by {holder!r}: stop the running binlog-mirror first")
-        lease = asyncio.create_task(_keep_lease(mirror, settings.lease_ttl_seconds), name="snapshot-lease")
-        try:
-            position, tables, ranges = await _prepare(settings, chunk_rows, catalog)
-            gtid = position.gtid_set or "no GTID"
-            progress(f"source at {position.position} ({gtid}): {len(tables)} tables, {len(ranges)} ranges")
-            rows = await asyncio.to_thread(_copy, spark, settings, layout, tables, ranges, chunk_rows)
+        lease = asyncio.create_task(_keep_lease(mirror, ttl), name=f"{job}-lease")
+
+        async def register(tables: list[tuple[str, str]], at: Checkpoint) -> None:
             if lease.done():
-                raise SinkError("the snapshot lost its writer lease while copying; run it again")
-            # every selected table, keyless ones too (as the service registers them): a table
-            # missing from `__tables` would be copied again by the service as newly selected
-            actions = [TableAction(ActionKind.REGISTER, t.schema, t.table) for t in tables]
-            await mirror.apply([(Transaction((), (), None, position.ts, position), actions)])
+                raise SinkError(f"the {job} lost its writer lease while writing; run it again")
+            actions = [TableAction(ActionKind.REGISTER, schema, table) for schema, table in tables]
+            await mirror.apply([(Transaction((), (), None, at.ts, at), actions)])
+
+        try:
+            yield register
         finally:
             lease.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -261,7 +280,6 @@ async def _snapshot(
     finally:
         await mirror.close()
         await redis.aclose()
-    return position, tables, rows
 
 
 async def _keep_lease(mirror: RedisMirror, ttl: float) -> None:

@@ -31,7 +31,7 @@ import pymysql
 import redis as redis_sync
 
 from service.batch.session import JobSummary, job_progress, staged_output, write_text
-from service.batch.snapshot import _INTEGER, KeyRange, _q, _read, plan_ranges
+from service.batch.snapshot import KeyRange, _read, table_ranges
 from service.checkpoint import BinlogPosition
 from service.errors import ConfigError, SinkError, SourceError
 from service.pipeline.catalog import Catalog, TableInfo
@@ -44,7 +44,6 @@ from service.transport.connection import (
     connect,
     connect_args,
     current_checkpoint,
-    fetch,
     server_info,
 )
 from service.verify import Verifier, VerifyReport
@@ -111,27 +110,7 @@ async def _plan(settings: Settings, chunk_rows: int) -> tuple[list[TableInfo], l
     conn = await connect(settings)
     try:
         tables = [await catalog.load(conn, s, t) for s, t in await catalog.wanted_tables(conn)]
-        ranges: list[KeyRange] = []
-        for t in tables:
-            if not t.exists or not t.key:
-                continue
-            types = {c.name: c.type for c in t.columns}
-            bounds: tuple[int, int] | None = None
-            est = 0
-            if len(t.key) == 1 and types.get(t.key[0]) in _INTEGER:
-                k, name = _q(t.key[0]), f"{_q(t.schema)}.{_q(t.table)}"
-                lo, hi = (await fetch(conn, f"SELECT MIN({k}), MAX({k}) FROM {name}"))[0]
-                if lo is None:
-                    continue
-                bounds = (int(lo), int(hi))
-                rows = await fetch(
-                    conn,
-                    "SELECT TABLE_ROWS FROM information_schema.TABLES "
-                    "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
-                    (t.schema, t.table),
-                )
-                est = int(rows[0][0] or 0) if rows else 0
-            ranges += plan_ranges(t, bounds, est, chunk_rows)
+        ranges = [r for t in tables if t.exists and t.key for r in await table_ranges(conn, t, chunk_rows)]
     finally:
         await close_connection(conn)
     return tables, ranges
