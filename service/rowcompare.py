@@ -4,7 +4,7 @@ single-process (service/verify.py) and on Spark (service/batch/verify.py)."""
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -99,8 +99,10 @@ def key_values(suffix: str, binary: Sequence[bool]) -> tuple[Any, ...] | None:
     return tuple(out)
 
 
-def utc_row(row: dict[str, Any], columns: frozenset[str]) -> dict[str, Any]:
-    """TIMESTAMP values as the binlog decodes them (aware UTC), as a resync stores them."""
+def utc_row(row: dict[str, Any], columns: Collection[str]) -> dict[str, Any]:
+    """TIMESTAMP values as the binlog decodes them (aware UTC), as a resync stores them: a SELECT
+    in a session at time_zone +00:00 returns them naive. A copy; `row` itself when `columns` is
+    empty."""
     if not columns:
         return row
     out = dict(row)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime as dt
 import logging
 import secrets
 import time
@@ -34,6 +33,7 @@ import redis as redis_sync
 from service.checkpoint import Checkpoint
 from service.errors import ConfigError, LeaseLost, PreflightError, SinkError, SourceError
 from service.pipeline.catalog import Catalog, TableInfo
+from service.rowcompare import utc_row
 from service.settings import Settings
 from service.sink.bulk import clear_table, write_rows
 from service.sink.checkpoints import decode_checkpoint
@@ -143,12 +143,8 @@ def copy_range(settings: Settings, task: KeyRange, chunk_rows: int) -> int:
     r = redis_sync.Redis.from_url(settings.redis.url.get_secret_value())
     written = 0
     try:
-        for rows in _read(conn, task, chunk_rows):
-            for row in rows:
-                for c in task.utc_columns:
-                    v = row.get(c)
-                    if isinstance(v, dt.datetime):
-                        row[c] = v.replace(tzinfo=dt.UTC)
+        for chunk in _read(conn, task, chunk_rows):
+            rows = [utc_row(row, task.utc_columns) for row in chunk]
             write_rows(r, layout, task.schema, task.table, task.key, rows, json_mode=json_mode)
             written += len(rows)
     finally:

@@ -20,7 +20,6 @@ key, fields) and `summary.json`.
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import pickle
 import time
 from collections.abc import Callable, Iterator
@@ -35,7 +34,7 @@ from service.batch.snapshot import KeyRange, _read, table_ranges
 from service.checkpoint import BinlogPosition
 from service.errors import ConfigError, SinkError, SourceError
 from service.pipeline.catalog import Catalog, TableInfo
-from service.rowcompare import compare_row
+from service.rowcompare import compare_row, utc_row
 from service.settings import Settings
 from service.sink.keys import KeyLayout
 from service.transactions import TableFilter
@@ -68,12 +67,8 @@ def _check_range(settings: Settings, task: KeyRange, chunk_rows: int) -> Iterato
     )
     r = redis_sync.Redis.from_url(settings.redis.url.get_secret_value())
     try:
-        for rows in _read(conn, task, chunk_rows):
-            for row in rows:
-                for c in task.utc_columns:
-                    v = row.get(c)
-                    if isinstance(v, dt.datetime):
-                        row[c] = v.replace(tzinfo=dt.UTC)
+        for chunk in _read(conn, task, chunk_rows):
+            rows = [utc_row(row, task.utc_columns) for row in chunk]
             suffixes = [layout.row_suffix([row[c] for c in task.key]) for row in rows]
             pipe = r.pipeline(transaction=False)
             for suffix in suffixes:
