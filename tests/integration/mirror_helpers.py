@@ -1,4 +1,6 @@
-"""Helpers shared by the mirror's integration tests: workloads and the Redis == MariaDB check."""
+"""Helpers shared by the mirror's integration tests: workloads, the Redis == MariaDB check, and the
+setup most of them open with (a database of their own, a running Replicator, a redis-server of
+their own)."""
 
 from __future__ import annotations
 
@@ -7,6 +9,8 @@ import contextlib
 import random
 import time
 import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -16,6 +20,7 @@ import redis as redis_sync
 from service.binlog.canonical import row_to_json
 from service.checkpoint import BinlogPosition
 from service.devtools.stack import LocalStack
+from service.pipeline.replicator import Replicator
 from service.settings import Settings, load_settings
 from service.sink.checkpoints import decode_checkpoint
 from service.sink.keys import KeyLayout
@@ -51,6 +56,34 @@ def mirror_settings(stack: LocalStack, db: str, prefix: str, **overrides: Any) -
 def unique_names() -> tuple[str, str]:
     tag = uuid.uuid4().hex[:8]
     return f"mt_{tag}", f"p{tag}"
+
+
+def new_database(stack: LocalStack, *statements: str) -> tuple[str, str]:
+    """A database of its own (and a key prefix for its mirror), with `statements` run in it."""
+    db, prefix = unique_names()
+    run_sql(stack, None, f"CREATE DATABASE {db}")
+    if statements:
+        run_sql(stack, db, *statements)
+    return db, prefix
+
+
+def stack_redis_url(stack: LocalStack) -> str:
+    info = stack.load()
+    assert info is not None
+    return info.redis_url
+
+
+@contextlib.contextmanager
+def redis_server(directory: Path) -> Iterator[str]:
+    """A redis-server of its own, in `directory` (no mariadbd); yields its URL, stops it after."""
+    local = LocalStack(directory)
+    local.start_redis()
+    try:
+        info = local.load()
+        assert info is not None
+        yield info.redis_url
+    finally:
+        local.down()
 
 
 def root(stack: LocalStack, db: str | None = None) -> pymysql.connections.Connection[Any]:
@@ -329,3 +362,23 @@ async def stop_replicator(rep: Any, task: asyncio.Task[None], timeout: float = 1
         raise AssertionError(f"the replicator did not stop within {timeout:g} s of stop()")
     with contextlib.suppress(Exception):
         task.result()
+
+
+@contextlib.asynccontextmanager
+async def replicating(settings: Settings) -> AsyncIterator[Replicator]:
+    """A Replicator running on this loop, stopped (`stop_replicator`) on the way out."""
+    rep = Replicator(settings)
+    task = asyncio.create_task(rep.run())
+    try:
+        yield rep
+    finally:
+        await stop_replicator(rep, task)
+
+
+async def until(what: str, check: Callable[[], object], timeout: float = 30.0) -> None:
+    """Poll `check` until it is true; fails the test after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.05)

@@ -5,13 +5,10 @@ values it keeps with the rows (docs/mirror.md, "Foreign keys"). Every mirrored r
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 import redis as redis_sync
 
 from service.devtools.stack import LocalStack
-from service.pipeline.replicator import Replicator
 from service.sink.fks import ForeignKey, ForeignKeys, fk_value, set_prefix
 from service.sink.keys import KeyLayout
 from tests.integration.mirror_helpers import (
@@ -19,9 +16,10 @@ from tests.integration.mirror_helpers import (
     create_schema,
     expected,
     mirror_settings,
+    replicating,
     run_sql,
     settle,
-    stop_replicator,
+    stack_redis_url,
     unique_names,
 )
 
@@ -84,10 +82,17 @@ def _workload(stack: LocalStack, db: str, b: int) -> None:
     )
 
 
-def _check(stack: LocalStack, redis_url: str, prefix: str, db: str, json: bool) -> None:
-    want = expected(stack, db, KEYS, json=json)
-    got = actual(redis_url, prefix, db, tuple(KEYS), json=json)
-    for table in KEYS:
+def _check(
+    stack: LocalStack,
+    redis_url: str,
+    prefix: str,
+    db: str,
+    json: bool,
+    keys: dict[str, tuple[str, ...]] = KEYS,
+) -> None:
+    want = expected(stack, db, keys, json=json)
+    got = actual(redis_url, prefix, db, tuple(keys), json=json)
+    for table in keys:
         assert got[table] == want[table], table
 
 
@@ -122,13 +127,9 @@ async def test_cascades_mirrored(stack: LocalStack, layout: str) -> None:
     run_sql(stack, db, *SCHEMA)
     _fill(stack, db, 1)  # rows the bootstrap copies
     settings = mirror_settings(stack, db, prefix, value_mode=layout)
-    info = stack.load()
-    assert info is not None
-    redis_url = info.redis_url
+    redis_url = stack_redis_url(stack)
 
-    rep = Replicator(settings)
-    task = asyncio.create_task(rep.run())
-    try:
+    async with replicating(settings) as rep:
         await settle(rep, stack, timeout=60)
         _check(stack, redis_url, prefix, db, json)
         _sets_exact(stack, redis_url, prefix, db, json)
@@ -138,20 +139,14 @@ async def test_cascades_mirrored(stack: LocalStack, layout: str) -> None:
         await settle(rep, stack, timeout=60)
         _check(stack, redis_url, prefix, db, json)
         _sets_exact(stack, redis_url, prefix, db, json)
-    finally:
-        await stop_replicator(rep, task)
 
     _fill(stack, db, 40)  # written while the mirror is down
-    rep = Replicator(settings)  # the sets survive the restart
-    task = asyncio.create_task(rep.run())
-    try:
+    async with replicating(settings) as rep:  # the sets survive the restart
         await settle(rep, stack, timeout=60)
         _workload(stack, db, 40)
         await settle(rep, stack, timeout=60)
         _check(stack, redis_url, prefix, db, json)
         _sets_exact(stack, redis_url, prefix, db, json)
-    finally:
-        await stop_replicator(rep, task)
 
     # A mirror whose rows were copied without their sets (by `binlog-mirror snapshot`, or before
     # cascades were kept): the next start copies the child tables again, which fills them
@@ -162,17 +157,13 @@ async def test_cascades_mirrored(stack: LocalStack, layout: str) -> None:
     finally:
         r.close()
     _fill(stack, db, 60)
-    rep = Replicator(settings)
-    task = asyncio.create_task(rep.run())
-    try:
+    async with replicating(settings) as rep:
         await settle(rep, stack, timeout=60)
         _workload(stack, db, 60)
         run_sql(stack, db, "DELETE FROM parent WHERE id = 25", "DELETE FROM emp WHERE id = 1")
         await settle(rep, stack, timeout=60)
         _check(stack, redis_url, prefix, db, json)
         _sets_exact(stack, redis_url, prefix, db, json)
-    finally:
-        await stop_replicator(rep, task)
 
 
 def _fk_keys(redis_url: str, prefix: str, db: str, table: str) -> list[bytes]:
@@ -200,12 +191,8 @@ async def test_cascade_sets_follow_ddl(stack: LocalStack) -> None:
     _fill(stack, db, 1)
     run_sql(stack, db, *[f"INSERT INTO kid VALUES ({p}, {s}, 'k') " for p in range(1, 11) for s in (1, 2)])
     keys = {**KEYS, "kid": ("pid", "seq")}
-    info = stack.load()
-    assert info is not None
-    redis_url = info.redis_url
-    rep = Replicator(mirror_settings(stack, db, prefix))
-    task = asyncio.create_task(rep.run())
-    try:
+    redis_url = stack_redis_url(stack)
+    async with replicating(mirror_settings(stack, db, prefix)) as rep:
         await settle(rep, stack, timeout=60)
         run_sql(
             stack,
@@ -222,7 +209,7 @@ async def test_cascade_sets_follow_ddl(stack: LocalStack) -> None:
             "DELETE FROM parent WHERE id = 6",  # late 1, 2 go (the constraint the ALTER added)
         )
         await settle(rep, stack, timeout=60)
-        _check_tables(stack, redis_url, prefix, db, {**keys, "late": ("id",)})
+        _check(stack, redis_url, prefix, db, False, {**keys, "late": ("id",)})
 
         assert _fk_keys(redis_url, prefix, db, "grand")
         run_sql(stack, db, "TRUNCATE TABLE grand")
@@ -236,18 +223,7 @@ async def test_cascade_sets_follow_ddl(stack: LocalStack) -> None:
         assert _fk_keys(redis_url, prefix, db, "late2")
         run_sql(stack, db, "DELETE FROM parent WHERE id IN (3, 7)")  # child 31, grand 1, late2 3
         await settle(rep, stack, timeout=60)
-        _check_tables(stack, redis_url, prefix, db, {**keys, "late2": ("id",)})
+        _check(stack, redis_url, prefix, db, False, {**keys, "late2": ("id",)})
         run_sql(stack, db, "DROP TABLE late2")
         await settle(rep, stack, timeout=60)
         assert not _fk_keys(redis_url, prefix, db, "late2")
-    finally:
-        await stop_replicator(rep, task)
-
-
-def _check_tables(
-    stack: LocalStack, redis_url: str, prefix: str, db: str, keys: dict[str, tuple[str, ...]]
-) -> None:
-    want = expected(stack, db, keys)
-    got = actual(redis_url, prefix, db, tuple(keys))
-    for table in keys:
-        assert got[table] == want[table], table

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 import redis as redis_sync
@@ -22,9 +21,12 @@ from tests.integration.mirror_helpers import (
     expected,
     master_position,
     mirror_settings,
+    new_database,
+    redis_server,
+    replicating,
     run_sql,
     stop_replicator,
-    unique_names,
+    until,
     wait_applied,
 )
 
@@ -36,29 +38,14 @@ KEYS = {"t": ("id",)}
 @pytest.fixture
 def own_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A redis-server of its own: its maxmemory settings change here."""
-    local = LocalStack(tmp_path_factory.mktemp("evicting"))
-    local.start_redis()
-    try:
-        info = local.load()
-        assert info is not None
-        yield info.redis_url
-    finally:
-        local.down()
-
-
-async def _until(check: Any, what: str, timeout: float = 60.0) -> None:
-    for _ in range(int(timeout / 0.1)):
-        if check():
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
+    with redis_server(tmp_path_factory.mktemp("evicting")) as url:
+        yield url
 
 
 async def test_an_eviction_stop_marks_the_mirror_and_the_next_start_recopies(
     stack: LocalStack, own_redis: str
 ) -> None:
-    db, prefix = unique_names()
-    run_sql(stack, None, f"CREATE DATABASE {db}", f"CREATE TABLE {db}.t (id INT PRIMARY KEY, v VARCHAR(200))")
+    db, prefix = new_database(stack, "CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(200))")
     values = ", ".join(f"({i}, '{'x' * 150}{i}')" for i in range(1, 401))
     run_sql(stack, db, f"INSERT INTO t VALUES {values}")
     settings = mirror_settings(stack, db, prefix, redis=own_redis)
@@ -66,13 +53,14 @@ async def test_an_eviction_stop_marks_the_mirror_and_the_next_start_recopies(
     try:
         rep = Replicator(settings)
         task = asyncio.create_task(rep.run())
-        await _until(lambda: rep.status().state == State.STREAMING, "streaming")
+        await until("streaming", lambda: rep.status().state == State.STREAMING, 60)
         run_sql(stack, db, "UPDATE t SET v = 'changed' WHERE id = 1")
         await asyncio.to_thread(wait_applied, own_redis, prefix, master_position(stack))
         want = expected(stack, db, KEYS)
-        await _until(  # the first copy runs beside the stream
-            lambda: rep.status().state == State.STREAMING and actual(own_redis, prefix, db, ("t",)) == want,
+        await until(  # the first copy runs beside the stream
             "the first copy",
+            lambda: rep.status().state == State.STREAMING and actual(own_redis, prefix, db, ("t",)) == want,
+            60,
         )
 
         # an operator turns on eviction at runtime; Redis fills and evicts
@@ -102,21 +90,18 @@ async def test_an_eviction_stop_marks_the_mirror_and_the_next_start_recopies(
         assert len(rows) < 400  # evicted
 
         # the next start copies the tables again and clears the marker
-        again = Replicator(settings)
-        task = asyncio.create_task(again.run())
-        try:
+        async with replicating(settings) as again:
             want = expected(stack, db, KEYS)
-            await _until(
+            await until(
+                "the re-copy",
                 lambda: (
                     again.status().state == State.STREAMING and actual(own_redis, prefix, db, ("t",)) == want
                 ),
-                "the re-copy",
+                60,
             )
             run_sql(stack, db, "DELETE FROM t WHERE id = 2")
             await asyncio.to_thread(wait_applied, own_redis, prefix, master_position(stack))
             assert actual(own_redis, prefix, db, ("t",)) == expected(stack, db, KEYS)
-        finally:
-            await stop_replicator(again, task)
         raw = r.hgetall(f"{prefix}:__checkpoint")
         assert recopy_reason(raw) is None and decode_checkpoint(raw) is not None
     finally:

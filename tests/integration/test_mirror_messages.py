@@ -13,15 +13,15 @@ import pytest
 import redis as redis_sync
 
 from service.devtools.stack import LocalStack
-from service.pipeline.replicator import Replicator
 from tests.integration.mirror_helpers import (
     actual,
     expected,
     mirror_settings,
+    new_database,
+    replicating,
     run_sql,
     settle,
-    stop_replicator,
-    unique_names,
+    stack_redis_url,
 )
 
 pytestmark = pytest.mark.integration
@@ -32,31 +32,30 @@ def _messages(caplog: pytest.LogCaptureFixture) -> str:
 
 
 async def test_flushall_is_reported_as_lost_keys(stack: LocalStack, caplog: pytest.LogCaptureFixture) -> None:
-    info = stack.load()
-    assert info is not None
-    db, prefix = unique_names()
-    redis_url = info.redis_url.rsplit("/", 1)[0] + "/5"  # a database of its own: FLUSHALL == FLUSHDB here
-    run_sql(stack, "mysql", f"CREATE DATABASE {db}")
-    run_sql(stack, db, "CREATE TABLE t (id INT PRIMARY KEY, v INT)", "INSERT INTO t VALUES (1, 1), (2, 2)")
+    db, prefix = new_database(
+        stack, "CREATE TABLE t (id INT PRIMARY KEY, v INT)", "INSERT INTO t VALUES (1, 1), (2, 2)"
+    )
+    # a database of its own: FLUSHALL == FLUSHDB here
+    redis_url = stack_redis_url(stack).rsplit("/", 1)[0] + "/5"
     caplog.set_level(logging.INFO)
-    rep = Replicator(mirror_settings(stack, db, prefix, redis=redis_url, on_no_checkpoint="start"))
-    task = asyncio.create_task(rep.run())
     r = redis_sync.Redis.from_url(redis_url)
     try:
-        await settle(rep, stack)
-        r.flushdb()
-        run_sql(stack, db, "INSERT INTO t VALUES (3, 3)")
-        deadline = time.monotonic() + 60
-        while "Redis lost the mirror's keys" not in _messages(caplog):
-            assert time.monotonic() < deadline, _messages(caplog)
-            await asyncio.sleep(0.1)
-        await settle(rep, stack)
-        deadline = time.monotonic() + 60
-        while actual(redis_url, prefix, db, ("t",)) != expected(stack, db, {"t": ("id",)}):
-            assert time.monotonic() < deadline, "the mirror was not copied again"
-            await asyncio.sleep(0.2)
+        async with replicating(
+            mirror_settings(stack, db, prefix, redis=redis_url, on_no_checkpoint="start")
+        ) as rep:
+            await settle(rep, stack)
+            r.flushdb()
+            run_sql(stack, db, "INSERT INTO t VALUES (3, 3)")
+            deadline = time.monotonic() + 60
+            while "Redis lost the mirror's keys" not in _messages(caplog):
+                assert time.monotonic() < deadline, _messages(caplog)
+                await asyncio.sleep(0.1)
+            await settle(rep, stack)
+            deadline = time.monotonic() + 60
+            while actual(redis_url, prefix, db, ("t",)) != expected(stack, db, {"t": ("id",)}):
+                assert time.monotonic() < deadline, "the mirror was not copied again"
+                await asyncio.sleep(0.2)
     finally:
-        await stop_replicator(rep, task)
         r.flushdb()
         r.close()
     text = _messages(caplog)
@@ -67,23 +66,14 @@ async def test_flushall_is_reported_as_lost_keys(stack: LocalStack, caplog: pyte
 async def test_key_change_caught_up_is_reported_as_such(
     stack: LocalStack, caplog: pytest.LogCaptureFixture
 ) -> None:
-    info = stack.load()
-    assert info is not None
-    db, prefix = unique_names()
-    run_sql(stack, "mysql", f"CREATE DATABASE {db}")
-    run_sql(
+    db, prefix = new_database(
         stack,
-        db,
         "CREATE TABLE t (id INT PRIMARY KEY, code VARCHAR(10) NOT NULL, v INT, UNIQUE KEY (code))",
         "INSERT INTO t VALUES (1, 'c1', 1), (2, 'c2', 2), (3, 'c3', 3)",
     )
     settings = mirror_settings(stack, db, prefix)
-    rep = Replicator(settings)
-    task = asyncio.create_task(rep.run())
-    try:
+    async with replicating(settings) as rep:
         await settle(rep, stack)
-    finally:
-        await stop_replicator(rep, task)
     # while the mirror is stopped: an update, then the primary key moves to another column
     run_sql(
         stack,
@@ -92,14 +82,10 @@ async def test_key_change_caught_up_is_reported_as_such(
         "ALTER TABLE t DROP PRIMARY KEY, ADD PRIMARY KEY (code)",
     )
     caplog.set_level(logging.WARNING)
-    rep = Replicator(settings)
-    task = asyncio.create_task(rep.run())
-    try:
+    async with replicating(settings) as rep:
         await settle(rep, stack, timeout=60)
-    finally:
-        await stop_replicator(rep, task)
     text = _messages(caplog)
     assert "are keyed by other columns than its current key (code)" in text, text
     assert "a DDL that changed its primary key lies ahead in the binlog" in text
     assert "outside binlog-mirror" not in text
-    assert actual(info.redis_url, prefix, db, ("t",)) == expected(stack, db, {"t": ("code",)})
+    assert actual(stack_redis_url(stack), prefix, db, ("t",)) == expected(stack, db, {"t": ("code",)})

@@ -11,18 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections import deque
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import redis as redis_sync
 
 from service.binlog import BinlogDecoder, read_binlog_file
 from service.checkpoint import BinlogPosition, Checkpoint, CheckpointTracker, StartPoint
-from service.devtools.stack import LocalStack
 from service.pipeline.catalog import Catalog, TableInfo
 from service.pipeline.replicator import Replicator
 from service.pipeline.status import State
@@ -33,6 +30,7 @@ from service.sink.keys import KeyLayout
 from service.transactions import TableFilter, Transaction, TransactionAssembler
 from service.transport.connection import ServerInfo
 from service.transport.source import SourceStats
+from tests.integration.mirror_helpers import redis_server, until
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "binlog" / "mariadb-10.11"
 KEYS: dict[str, tuple[str, ...] | None] = {  # the tables' keys, as information_schema would say
@@ -145,14 +143,8 @@ class FixedDefinitions:
 @pytest.fixture(scope="module")
 def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A redis-server of its own (no mariadbd: nothing here reads a source)."""
-    local = LocalStack(tmp_path_factory.mktemp("redis-only"))
-    local.start_redis()
-    try:
-        info = local.load()
-        assert info is not None
-        yield info.redis_url
-    finally:
-        local.down()
+    with redis_server(tmp_path_factory.mktemp("redis-only")) as url:
+        yield url
 
 
 def _final_ids(txns: list[Transaction], table: str) -> set[str]:
@@ -173,14 +165,6 @@ def _batches(rep: Replicator) -> int:
             if sample.name.endswith("_count"):
                 return int(sample.value)
     return 0
-
-
-async def _until(what: str, check: Any, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
 
 
 async def test_batches_ddl_carry_over_lease_loss_and_resume(redis_url: str) -> None:
@@ -215,7 +199,7 @@ async def test_batches_ddl_carry_over_lease_loss_and_resume(redis_url: str) -> N
     r = redis_sync.Redis.from_url(redis_url, decode_responses=True)
     task = asyncio.create_task(rep.run())
     try:
-        await _until("the recording applied", lambda: applied and applied[-1].end == first[-1].end)
+        await until("the recording applied", lambda: applied and applied[-1].end == first[-1].end)
         # Batching: everything was queued before the applier began. A DDL is a batch of its own;
         # the transactions queued behind one batch go with it up to the next DDL, which is
         # carried over to start the next batch: 01-setup's five DDLs; its rotation with 02-full's
@@ -239,14 +223,14 @@ async def test_batches_ddl_carry_over_lease_loss_and_resume(redis_url: str) -> N
 
         # Lease loss: another instance takes the lease; this one stops writing and waits.
         r.set(layout.lease_key, "someone-else", px=60_000)
-        await _until("the lease loss", lambda: not rep.status().leader)
+        await until("the lease loss", lambda: not rep.status().leader)
         assert "LeaseLost" in (rep.status().errors.last or "")
         stream.extend(later)  # written on the source meanwhile
         await asyncio.sleep(1.0)  # a standby applies nothing, whatever it waits for
         assert len(sources) == 1 and applied[-1].end == first[-1].end
         # The other instance goes away: this one takes over and resumes at the STORED checkpoint.
         r.delete(layout.lease_key)
-        await _until("the takeover", lambda: applied[-1].end == later[-1].end)
+        await until("the takeover", lambda: applied[-1].end == later[-1].end)
         assert len(sources) == 2
         assert isinstance(starts[1], Checkpoint) and starts[1].position == first[-1].end.position
         assert sources[1].served == len(later)  # nothing of the first recording again
