@@ -11,41 +11,21 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
 from typing import Any
 
 import aiomysql
 
-from service.binlog.schema import TableSchema
 from service.errors import CatalogMiss, SourceError
-from service.pipeline.status import ColumnStatus
 from service.sink.fks import ForeignKey, ForeignKeys
+from service.table_info import ColumnStatus, TableInfo
 from service.transactions import TableFilter
 from service.transport.connection import fetch
 
-__all__ = ["Catalog", "TableInfo", "with_table_map"]
+__all__ = ["Catalog"]
 
 log = logging.getLogger(__name__)
 
 SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys")
-
-
-@dataclass(frozen=True, slots=True)
-class TableInfo:
-    schema: str
-    table: str
-    key: tuple[str, ...] | None  # None: no usable key
-    key_source: str  # primary | unique | none
-    columns: tuple[ColumnStatus, ...]
-    exists: bool = True
-    # What a column the source left out of a partial INSERT image (binlog_row_image=MINIMAL)
-    # holds: its constant default, or None for a nullable column without one. Columns with
-    # expression defaults (the server logs those) and generated columns are not here.
-    defaults: Mapping[str, Any] = field(default_factory=dict)
-    # NOT NULL columns whose constant default could not be read: the table was empty (read again
-    # when a partial INSERT needs one: the table then has that row)
-    unknown_defaults: frozenset[str] = frozenset()
 
 
 class Catalog:
@@ -279,38 +259,6 @@ class Catalog:
             SYSTEM_SCHEMAS,
         )
         return sorted((str(s), str(t)) for s, t in rows if self.filter.wants(str(s), str(t)))
-
-
-def with_table_map(
-    columns: tuple[ColumnStatus, ...], table_map: TableSchema | None, names_from: str
-) -> tuple[ColumnStatus, ...]:
-    """`columns` (from information_schema) with what the table's latest TABLE_MAP says: each
-    column's metadata word, and where the name its values carry in the rows comes from.
-
-    `names_from` is where the decoder takes names the TABLE_MAP lacks ("binlog" when the source
-    has binlog_row_metadata=FULL, so the TABLE_MAP carries them; else "information_schema").
-    Columns are matched by name; a TABLE_MAP without names (positional @N rows) by index when the
-    column counts agree, else every column gets name_source "position" and no metadata. A column
-    a named TABLE_MAP does not have (added since) keeps metadata None and name_source
-    "information_schema". The TABLE_MAP may predate a DDL applied since."""
-    if table_map is None:
-        return columns
-    if table_map.has_names:
-        by_name = {c.name: c for c in table_map.columns}
-        found = [by_name.get(c.name) for c in columns]
-        source = names_from
-    else:
-        same = len(table_map.columns) == len(columns)
-        found = list(table_map.columns) if same else [None] * len(columns)
-        source = "position"
-    out = []
-    for column, mapped in zip(columns, found, strict=True):
-        if mapped is not None:
-            column = replace(column, metadata=mapped.meta, name_source=source)
-        elif source == "position":
-            column = replace(column, name_source=source)
-        out.append(column)
-    return tuple(out)
 
 
 _NUMERIC = {"tinyint", "smallint", "mediumint", "int", "bigint", "decimal", "float", "double"}

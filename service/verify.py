@@ -34,15 +34,16 @@ import aiomysql
 from redis.asyncio import Redis
 
 from service.binlog.rowchange import EventSpan, Op, RowChange
+from service.catalog import Catalog
 from service.checkpoint import BinlogPosition, Checkpoint
 from service.errors import ConfigError, SinkError
-from service.pipeline.catalog import Catalog, TableInfo
 from service.rowcompare import at_span, compare_row, expected_value, key_delete, key_values, utc_row
 from service.settings import Settings
 from service.sink.checkpoints import decode_checkpoint
 from service.sink.client import redis_client
 from service.sink.keys import KeyLayout, split_key
 from service.sink.mirror import MirrorOptions, RedisMirror, map_redis_errors
+from service.table_info import TableInfo
 from service.transactions import TableFilter, Transaction
 from service.transport.connection import (
     ServerInfo,

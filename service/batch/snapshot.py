@@ -30,9 +30,9 @@ import aiomysql
 import pymysql
 import redis as redis_sync
 
+from service.catalog import Catalog
 from service.checkpoint import Checkpoint
 from service.errors import ConfigError, LeaseLost, PreflightError, SinkError, SourceError
-from service.pipeline.catalog import Catalog, TableInfo
 from service.rowcompare import utc_row
 from service.settings import Settings
 from service.sink.bulk import clear_table, write_rows
@@ -41,6 +41,7 @@ from service.sink.client import redis_client
 from service.sink.keys import KeyLayout
 from service.sink.mirror import MirrorOptions, RedisMirror
 from service.sink.plan import ActionKind, TableAction
+from service.table_info import TableInfo
 from service.transactions import TableFilter, Transaction
 from service.transport.connection import connect, connect_args, current_checkpoint, fetch, server_info
 from service.transport.preflight import check_config

@@ -31,12 +31,13 @@ import redis as redis_sync
 
 from service.batch.session import JobSummary, job_progress, staged_output, write_text
 from service.batch.snapshot import KeyRange, _read, table_ranges
+from service.catalog import Catalog
 from service.checkpoint import BinlogPosition
 from service.errors import ConfigError, SinkError, SourceError
-from service.pipeline.catalog import Catalog, TableInfo
 from service.rowcompare import compare_row, utc_row
 from service.settings import Settings
 from service.sink.keys import KeyLayout
+from service.table_info import TableInfo
 from service.transactions import TableFilter
 from service.transport.connection import (
     close_connection,

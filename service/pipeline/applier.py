@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from prometheus_client import Histogram
 
 from service.binlog.rowchange import Op
-from service.pipeline.catalog import Catalog
+from service.catalog import Catalog
 from service.pipeline.control import Control
 from service.pipeline.ddl import ddl_actions
 from service.pipeline.progress import Progress, TableCounters

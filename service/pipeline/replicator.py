@@ -29,10 +29,10 @@ from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
 from service.backoff import Backoff
+from service.catalog import Catalog
 from service.checkpoint import Checkpoint, StartPoint, parse_start
 from service.errors import ConfigError, HistoryMismatch, LeaseLost, PositionLost, ReplicatorError
 from service.pipeline.applier import BATCH_MAX, BATCH_ROWS, AppliedHook, Applier
-from service.pipeline.catalog import Catalog
 from service.pipeline.control import Control
 from service.pipeline.failures import FailureLog
 from service.pipeline.lease import LeaseKeeper, sleep_unless, watch

@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from dataclasses import replace
 
 from service.binlog.schema import TableSchema
-from service.pipeline.catalog import Catalog, with_table_map
+from service.catalog import Catalog
 from service.pipeline.progress import Progress, TableCounters
 from service.pipeline.sources import TransactionSource
 from service.pipeline.status import ReplicatorStatus, SourceStatus, TableStatus
 from service.settings import Settings
 from service.sink.mirror import RedisMirror
+from service.table_info import ColumnStatus
 
 __all__ = ["PastSources", "build_status"]
 
@@ -149,3 +151,35 @@ def build_status(
         unmatched_tables=unmatched_tables,
         paused=paused,
     )
+
+
+def with_table_map(
+    columns: tuple[ColumnStatus, ...], table_map: TableSchema | None, names_from: str
+) -> tuple[ColumnStatus, ...]:
+    """`columns` (from information_schema) with what the table's latest TABLE_MAP says: each
+    column's metadata word, and where the name its values carry in the rows comes from.
+
+    `names_from` is where the decoder takes names the TABLE_MAP lacks ("binlog" when the source
+    has binlog_row_metadata=FULL, so the TABLE_MAP carries them; else "information_schema").
+    Columns are matched by name; a TABLE_MAP without names (positional @N rows) by index when the
+    column counts agree, else every column gets name_source "position" and no metadata. A column
+    a named TABLE_MAP does not have (added since) keeps metadata None and name_source
+    "information_schema". The TABLE_MAP may predate a DDL applied since."""
+    if table_map is None:
+        return columns
+    if table_map.has_names:
+        by_name = {c.name: c for c in table_map.columns}
+        found = [by_name.get(c.name) for c in columns]
+        source = names_from
+    else:
+        same = len(table_map.columns) == len(columns)
+        found = list(table_map.columns) if same else [None] * len(columns)
+        source = "position"
+    out = []
+    for column, mapped in zip(columns, found, strict=True):
+        if mapped is not None:
+            column = replace(column, metadata=mapped.meta, name_source=source)
+        elif source == "position":
+            column = replace(column, name_source=source)
+        out.append(column)
+    return tuple(out)

@@ -9,8 +9,8 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
+from service.catalog import Catalog
 from service.checkpoint import Checkpoint
-from service.pipeline.catalog import Catalog
 from service.pipeline.progress import Progress, TableCounters
 from service.pipeline.resync import resync_table, write_fk_defs
 from service.pipeline.status import ResyncStatus, State

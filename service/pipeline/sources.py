@@ -14,10 +14,11 @@ from typing import Any, Protocol
 
 import aiomysql
 
+from service.catalog import Catalog
 from service.checkpoint import BinlogPosition, Checkpoint, StartPoint
-from service.pipeline.catalog import Catalog, TableInfo
 from service.settings import Settings
 from service.sink.fks import ForeignKeys
+from service.table_info import TableInfo
 from service.transactions import TableFilter, Transaction
 from service.transport.connection import ServerInfo, connect, map_errors
 from service.transport.source import SourceStats

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from service.checkpoint import BinlogPosition, Checkpoint
+from service.table_info import ColumnStatus  # re-exported: the status shows each table's columns
 
 __all__ = [
     "ColumnStatus",
@@ -38,24 +39,6 @@ class State(StrEnum):
     RESYNCING = "resyncing"  # streaming, and re-reading at least one table after a DDL
     STOPPED = "stopped"  # clean shutdown (SIGTERM/SIGINT/stop())
     FAILED = "failed"  # a non-retriable error (decode error, position purged, lease lost, config)
-
-
-@dataclass(frozen=True, slots=True)
-class ColumnStatus:
-    name: str
-    type: str  # source column type name, e.g. "VARCHAR", "DECIMAL", "INT"
-    # the column's metadata word in the latest TABLE_MAP of the table, as MySQL's table_def holds
-    # it (max byte length, precision/scale, fsp...); None before a TABLE_MAP with the column is read
-    metadata: int | None = None
-    nullable: bool | None = None  # None: unknown
-    unsigned: bool | None = None  # None: not numeric, or unknown
-    charset: str | None = None  # collation/charset name for character columns
-    # where the name the rows carry comes from: binlog (TABLE_MAP column names, FULL row
-    # metadata) | information_schema (the TABLE_MAP has none, or no TABLE_MAP with the column
-    # was read yet) | position (@1, @2...: the rows carry positional names)
-    name_source: str = "binlog"
-    # information_schema: CHARACTER_MAXIMUM_LENGTH, else NUMERIC_PRECISION, else DATETIME_PRECISION
-    length: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

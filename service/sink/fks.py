@@ -15,7 +15,7 @@ script computes it from a stored row exactly as the planner does from a row imag
 candidates: the script checks each member's stored columns before it acts, so a member left
 behind (a partial image without the columns) is harmless, and dropped when met.
 
-Pure: no I/O. The catalog reads the constraints (service/pipeline/catalog.py).
+Pure: no I/O. The catalog reads the constraints (service/catalog.py).
 """
 
 from __future__ import annotations

@@ -19,14 +19,15 @@ import pytest
 import redis as redis_sync
 
 from service.binlog import BinlogDecoder, read_binlog_file
+from service.catalog import Catalog
 from service.checkpoint import BinlogPosition, Checkpoint, CheckpointTracker, StartPoint
-from service.pipeline.catalog import Catalog, TableInfo
 from service.pipeline.replicator import Replicator
 from service.pipeline.status import State
 from service.settings import Settings, load_settings
 from service.sink.checkpoints import decode_checkpoint
 from service.sink.fks import ForeignKeys
 from service.sink.keys import KeyLayout
+from service.table_info import TableInfo
 from service.transactions import TableFilter, Transaction, TransactionAssembler
 from service.transport.connection import ServerInfo
 from service.transport.source import SourceStats

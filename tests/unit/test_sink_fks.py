@@ -7,8 +7,8 @@ from __future__ import annotations
 from decimal import Decimal
 
 from service.binlog.rowchange import EventSpan, Op, RowChange
+from service.catalog import _FK_CLAUSE, _FK_RULE, _logs_cascades
 from service.checkpoint import BinlogPosition, Checkpoint
-from service.pipeline.catalog import _FK_CLAUSE, _FK_RULE, _logs_cascades
 from service.sink.fks import ForeignKey, ForeignKeys, fk_value, set_prefix
 from service.sink.keys import KeyLayout
 from service.sink.plan import Arg, Planner
