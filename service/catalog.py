@@ -19,13 +19,12 @@ from service.errors import CatalogMiss, SourceError
 from service.sink.fks import ForeignKey, ForeignKeys
 from service.table_info import ColumnStatus, TableInfo
 from service.transactions import TableFilter
-from service.transport.connection import fetch
+from service.transport.columns import SYSTEM_SCHEMAS
+from service.transport.connection import fetch, quote_ident
 
 __all__ = ["Catalog"]
 
 log = logging.getLogger(__name__)
-
-SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys")
 
 
 class Catalog:
@@ -144,8 +143,8 @@ class Catalog:
                 constant.append((str(name), str(dtype).lower()))
         if not constant:
             return out, frozenset()
-        picks = ", ".join(f"DEFAULT(t.{_q(c)})" for c, _ in constant)
-        t = f"{_q(schema)}.{_q(table)}"
+        picks = ", ".join(f"DEFAULT(t.{quote_ident(c)})" for c, _ in constant)
+        t = quote_ident(schema, table)
         try:
             rows = await fetch(conn, f"SELECT {picks} FROM {t} AS t LIMIT 1")
             empty = not rows
@@ -211,7 +210,7 @@ class Catalog:
             ):
                 rules[(str(s), str(t), str(n))] = (str(u), str(d))
         for schema, table in sorted({(s, t) for s, t, n in found if (s, t, n) not in rules}):
-            ((_, ddl),) = await fetch(conn, f"SHOW CREATE TABLE {_q(schema)}.{_q(table)}")
+            ((_, ddl),) = await fetch(conn, f"SHOW CREATE TABLE {quote_ident(schema, table)}")
             for m in _FK_CLAUSE.finditer(str(ddl)):
                 clauses = dict(_FK_RULE.findall(m[2]))
                 name = m[1].replace("``", "`")
@@ -279,7 +278,3 @@ def _logs_cascades(version: str) -> bool:
         return False
     m = re.match(r"(\d+)\.(\d+)", version)
     return m is not None and (int(m[1]), int(m[2])) >= (9, 6)
-
-
-def _q(ident: str) -> str:
-    return "`" + ident.replace("`", "``") + "`"

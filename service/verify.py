@@ -51,6 +51,7 @@ from service.transport.connection import (
     connect,
     current_checkpoint,
     map_errors,
+    quote_ident,
     server_info,
 )
 
@@ -321,10 +322,10 @@ class VerifyRun:
         index = lay.index_key(t.schema, t.table)
         seen: set[str] = set()
         suspects: dict[str, _Suspect] = {}
-        cols = ", ".join(_q(c) for c in key)
+        cols = ", ".join(quote_ident(c) for c in key)
         last: tuple[Any, ...] | None = None
         target: BinlogPosition | None = None
-        table_sql = f"{_q(t.schema)}.{_q(t.table)}"
+        table_sql = quote_ident(t.schema, t.table)
         while True:
             where, args = "", ()
             if last is not None:
@@ -412,7 +413,7 @@ class VerifyRun:
         assert t.key is not None
         key = t.key
         index = self.layout.index_key(t.schema, t.table)
-        cols = ", ".join(_q(c) for c in key)
+        cols = ", ".join(quote_ident(c) for c in key)
         for _ in range(self.v.rounds):
             if not suspects or target is None:
                 break
@@ -423,7 +424,7 @@ class VerifyRun:
                 part = lookup[start : start + self.v.chunk_rows]
                 tuples = ", ".join(["(" + ", ".join(["%s"] * len(key)) + ")"] * len(part))
                 rows += await self._select(
-                    f"SELECT * FROM {_q(t.schema)}.{_q(t.table)} WHERE ({cols}) IN ({tuples})",
+                    f"SELECT * FROM {quote_ident(t.schema, t.table)} WHERE ({cols}) IN ({tuples})",
                     [v for s in part for v in (s.key_values or ())],
                     f"verify of {t.schema}.{t.table} (rows read again)",
                 )
@@ -534,7 +535,7 @@ class VerifyRun:
         key, utc = t.key, frozenset(c.name for c in t.columns if c.type == "TIMESTAMP")
         types = {c.name: c.type for c in t.columns}
         binary = [types.get(c, "") in _BINARY_TYPES for c in key]
-        cols = ", ".join(_q(c) for c in key)
+        cols = ", ".join(quote_ident(c) for c in key)
         done = 0
         size = max(1, self.v.settings.chunk_rows)
         for start in range(0, len(suffixes), size):
@@ -549,7 +550,7 @@ class VerifyRun:
             if lookup:
                 tuples = ", ".join(["(" + ", ".join(["%s"] * len(key)) + ")"] * len(lookup))
                 for r in await self._select(
-                    f"SELECT * FROM {_q(t.schema)}.{_q(t.table)} WHERE ({cols}) IN ({tuples})",
+                    f"SELECT * FROM {quote_ident(t.schema, t.table)} WHERE ({cols}) IN ({tuples})",
                     [v for kv in lookup.values() for v in kv],
                     f"repair of {t.schema}.{t.table}",
                 ):
@@ -585,10 +586,6 @@ class VerifyRun:
                 pipe.srem(lay.tables_key, lay.table_id(schema, table))
                 await pipe.execute()
         return len(keys)
-
-
-def _q(ident: str) -> str:
-    return "`" + ident.replace("`", "``") + "`"
 
 
 def _s(value: bytes | str) -> str:

@@ -43,7 +43,14 @@ from service.sink.mirror import MirrorOptions, RedisMirror
 from service.sink.plan import ActionKind, TableAction
 from service.table_info import TableInfo
 from service.transactions import TableFilter, Transaction
-from service.transport.connection import connect, connect_args, current_checkpoint, fetch, server_info
+from service.transport.connection import (
+    connect,
+    connect_args,
+    current_checkpoint,
+    fetch,
+    quote_ident,
+    server_info,
+)
 from service.transport.preflight import check_config
 
 if TYPE_CHECKING:
@@ -82,10 +89,6 @@ class SnapshotResult:
     seconds: float
 
 
-def _q(ident: str) -> str:
-    return "`" + ident.replace("`", "``") + "`"
-
-
 def plan_ranges(
     info: TableInfo, bounds: tuple[int, int] | None, est_rows: int, chunk_rows: int
 ) -> list[KeyRange]:
@@ -106,10 +109,11 @@ def plan_ranges(
 # -- executor side ---------------------------------------------------------------------------------
 def _read(conn: pymysql.Connection[Any], task: KeyRange, chunk_rows: int) -> Iterator[list[dict[str, Any]]]:
     """The task's rows in key order, chunk by chunk (keyset pagination: no OFFSET scans)."""
-    cols = ", ".join(_q(c) for c in task.key)
+    cols = ", ".join(quote_ident(c) for c in task.key)
     bound = ""
     if task.lo is not None:
-        bound = f"{_q(task.key[0])} >= {int(task.lo)} AND {_q(task.key[0])} < {int(task.hi or 0)}"
+        k = quote_ident(task.key[0])
+        bound = f"{k} >= {int(task.lo)} AND {k} < {int(task.hi or 0)}"
     last: tuple[Any, ...] | None = None
     while True:
         where = [bound] if bound else []
@@ -117,7 +121,7 @@ def _read(conn: pymysql.Connection[Any], task: KeyRange, chunk_rows: int) -> Ite
         if last is not None:
             where.append(f"({cols}) > ({', '.join(['%s'] * len(task.key))})")
             args = last
-        sql = f"SELECT * FROM {_q(task.schema)}.{_q(task.table)}"
+        sql = f"SELECT * FROM {quote_ident(task.schema, task.table)}"
         sql += f" WHERE {' AND '.join(where)}" if where else ""
         sql += f" ORDER BY {cols} LIMIT {chunk_rows}"
         with conn.cursor(pymysql.cursors.DictCursor) as cur:
@@ -162,7 +166,7 @@ async def table_ranges(conn: aiomysql.Connection, t: TableInfo, chunk_rows: int)
     bounds: tuple[int, int] | None = None
     est = 0
     if len(t.key) == 1 and {c.name: c.type for c in t.columns}.get(t.key[0]) in _INTEGER:
-        k, name = _q(t.key[0]), f"{_q(t.schema)}.{_q(t.table)}"
+        k, name = quote_ident(t.key[0]), quote_ident(t.schema, t.table)
         lo, hi = (await fetch(conn, f"SELECT MIN({k}), MAX({k}) FROM {name}"))[0]
         if lo is None:
             return []  # empty table: registered, nothing to read

@@ -16,7 +16,6 @@ writes nothing) and this copy stops; the replicator starts the next one.
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -25,19 +24,16 @@ from typing import Any
 import aiomysql
 
 from service.checkpoint import BinlogPosition, Checkpoint
+from service.rowcompare import utc_row
 from service.sink.fks import ForeignKeys, ready_key, set_prefix
 from service.sink.keys import split_key
 from service.sink.mirror import RedisMirror
 from service.sink.replies import map_redis_errors
-from service.transport.connection import fetch, map_errors
+from service.transport.connection import fetch, map_errors, quote_ident
 
 __all__ = ["resync_table"]
 
 log = logging.getLogger(__name__)
-
-
-def _q(ident: str) -> str:
-    return "`" + ident.replace("`", "``") + "`"
 
 
 async def resync_table(
@@ -85,7 +81,7 @@ async def resync_table(
         log.warning("resync of %s.%s: the table no longer exists on the source", schema, table)
         key = None
     if key:
-        cols = ", ".join(_q(c) for c in key)
+        cols = ", ".join(quote_ident(c) for c in key)
         last: tuple[Any, ...] | None = None
         while True:
             where = ""
@@ -93,7 +89,7 @@ async def resync_table(
             if last is not None:
                 where = f"WHERE ({cols}) > ({', '.join(['%s'] * len(key))})"
                 args = last
-            sql = f"SELECT * FROM {_q(schema)}.{_q(table)} {where} ORDER BY {cols} LIMIT {chunk_rows}"
+            sql = f"SELECT * FROM {quote_ident(schema, table)} {where} ORDER BY {cols} LIMIT {chunk_rows}"
             with map_errors(f"resync of {schema}.{table}"):
                 async with conn.cursor(aiomysql.DictCursor) as cur:
                     await cur.execute(sql, args)
@@ -101,7 +97,7 @@ async def resync_table(
             if not rows:
                 break
             if utc_columns:
-                rows = [_utc(row, utc_columns) for row in rows]
+                rows = [utc_row(row, utc_columns) for row in rows]
             await add_fk_members(mirror, schema, table, rows)  # before the rows: see add_fk_members
             if await mirror.resync_rows(schema, table, rows, generation) is None:
                 _superseded(schema, table, done)
@@ -129,15 +125,15 @@ async def resync_table(
                 ]
                 for s, _ in entries
             ]
-            cols = ", ".join(_q(c) for c in key)
+            cols = ", ".join(quote_ident(c) for c in key)
             tuples = ", ".join(["(" + ", ".join(["%s"] * len(key)) + ")"] * len(values))
-            sql = f"SELECT * FROM {_q(schema)}.{_q(table)} WHERE ({cols}) IN ({tuples})"
+            sql = f"SELECT * FROM {quote_ident(schema, table)} WHERE ({cols}) IN ({tuples})"
             with map_errors(f"resync of {schema}.{table} (rows read again)"):
                 async with conn.cursor(aiomysql.DictCursor) as cur:
                     await cur.execute(sql, [v for vs in values for v in vs])
                     rows = list(await cur.fetchall())
             if utc_columns:
-                rows = [_utc(row, utc_columns) for row in rows]
+                rows = [utc_row(row, utc_columns) for row in rows]
         await add_fk_members(mirror, schema, table, rows)
         written = await mirror.resync_reread(schema, table, generation, entries, rows)
         if written:
@@ -175,15 +171,6 @@ def _superseded(schema: str, table: str, done: int) -> None:
         table,
         done,
     )
-
-
-def _utc(row: dict[str, Any], columns: frozenset[str]) -> dict[str, Any]:
-    out = dict(row)
-    for c in columns:
-        v = out.get(c)
-        if isinstance(v, dt.datetime) and v.tzinfo is None:
-            out[c] = v.replace(tzinfo=dt.UTC)
-    return out
 
 
 async def add_fk_members(mirror: RedisMirror, schema: str, table: str, rows: list[dict[str, Any]]) -> None:

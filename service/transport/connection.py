@@ -32,6 +32,7 @@ __all__ = [
     "current_checkpoint",
     "fetch",
     "map_errors",
+    "quote_ident",
     "server_info",
     "ssl_context",
 ]
@@ -46,6 +47,12 @@ CONNECT_TIMEOUT = 10.0
 # setup): a connection that goes silent without closing (a black-holed path, a NAT that forgot it)
 # fails with 2013 after this instead of holding its caller (and any lock it holds) forever.
 QUERY_TIMEOUT = 10.0
+
+
+def quote_ident(*names: str) -> str:
+    """A name for SQL text, each part backquoted with its backquotes doubled:
+    quote_ident("db", "t") is `db`.`t`."""
+    return ".".join("`" + name.replace("`", "``") + "`" for name in names)
 
 
 @contextlib.contextmanager
