@@ -90,14 +90,17 @@ def root(stack: LocalStack, db: str | None = None) -> pymysql.connections.Connec
     return stack.root_connection(db)
 
 
-def run_sql(stack: LocalStack, db: str | None, *statements: str) -> None:
-    """Run statements as root (in `db`, when given) and commit."""
+def run_sql(stack: LocalStack, db: str | None, *statements: str) -> list[Any]:
+    """Run statements as root (in `db`, when given) and commit; returns the last one's rows."""
     conn = root(stack, db)
     try:
+        out: list[Any] = []
         with conn.cursor() as cur:
             for sql in statements:
                 cur.execute(sql)
+                out = list(cur.fetchall())
         conn.commit()
+        return out
     finally:
         conn.close()
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from pathlib import Path
-from typing import Any
 
 import pymysql
 import pytest
@@ -20,6 +19,7 @@ from service.transactions import Transaction
 from tests.integration.mirror_helpers import (
     master_position,
     mirror_settings,
+    run_sql,
     stop_replicator,
     wait_applied,
     wait_hooks,
@@ -28,20 +28,6 @@ from tests.integration.mirror_helpers import (
 pytestmark = pytest.mark.integration
 
 DB, PREFIX = "names", "nm"
-
-
-def _sql(stack: LocalStack, *statements: str) -> list[Any]:
-    conn = stack.root_connection()
-    try:
-        out: list[Any] = []
-        with conn.cursor() as cur:
-            for sql in statements:
-                cur.execute(sql)
-                out = list(cur.fetchall())
-        conn.commit()
-        return out
-    finally:
-        conn.close()
 
 
 def _mirror(redis_url: str) -> dict[str, dict[bytes, bytes]]:
@@ -87,8 +73,13 @@ async def test_names_from_information_schema(tmp_path: Path, caplog: pytest.LogC
     try:
         info = own.load()
         assert info is not None
-        _sql(own, "SET GLOBAL binlog_row_metadata = 'MINIMAL'", "FLUSH BINARY LOGS")
-        _sql(own, f"CREATE DATABASE {DB}", f"CREATE TABLE {DB}.t (id INT PRIMARY KEY, a VARCHAR(10), b INT)")
+        run_sql(own, None, "SET GLOBAL binlog_row_metadata = 'MINIMAL'", "FLUSH BINARY LOGS")
+        run_sql(
+            own,
+            None,
+            f"CREATE DATABASE {DB}",
+            f"CREATE TABLE {DB}.t (id INT PRIMARY KEY, a VARCHAR(10), b INT)",
+        )
         seen: list[Transaction] = []
         rep = Replicator(
             mirror_settings(own, DB, PREFIX, server_id=4242), on_applied=[lambda txn, seq: seen.append(txn)]
@@ -96,13 +87,16 @@ async def test_names_from_information_schema(tmp_path: Path, caplog: pytest.LogC
         task = asyncio.create_task(rep.run())
         try:
             await _caught_up(own, rep, info.redis_url)
-            _sql(own, f"INSERT INTO {DB}.t VALUES (1, 'x', 10), (2, 'y', 20)")
+            run_sql(own, None, f"INSERT INTO {DB}.t VALUES (1, 'x', 10), (2, 'y', 20)")
             await _caught_up(own, rep, info.redis_url)
             assert seen[-1].changes[0].after == {"id": 1, "a": "x", "b": 10}  # names, not @1..@3
             # a DDL refreshes the names: the new column is named, an old one renamed
-            _sql(own, f"ALTER TABLE {DB}.t ADD COLUMN c INT DEFAULT 3 AFTER id, RENAME COLUMN b TO bb")
-            _sql(
+            run_sql(
+                own, None, f"ALTER TABLE {DB}.t ADD COLUMN c INT DEFAULT 3 AFTER id, RENAME COLUMN b TO bb"
+            )
+            run_sql(
                 own,
+                None,
                 f"INSERT INTO {DB}.t (id, a, bb) VALUES (3, 'z', 30)",
                 f"UPDATE {DB}.t SET bb = 21 WHERE id = 2",
             )
@@ -113,10 +107,15 @@ async def test_names_from_information_schema(tmp_path: Path, caplog: pytest.LogC
             await stop_replicator(rep, task)
 
         # Mismatch: events written with 4 columns are replayed after an ALTER made it 5.
-        _sql(own, f"INSERT INTO {DB}.t (id, a, bb) VALUES (4, 'w', 40)", f"DELETE FROM {DB}.t WHERE id = 1")
-        _sql(own, f"UPDATE {DB}.t SET a = 'y2' WHERE id = 2")
-        _sql(own, f"ALTER TABLE {DB}.t ADD COLUMN d VARCHAR(5) DEFAULT 'dd' FIRST")
-        _sql(own, f"INSERT INTO {DB}.t (id, a) VALUES (5, 'v')")
+        run_sql(
+            own,
+            None,
+            f"INSERT INTO {DB}.t (id, a, bb) VALUES (4, 'w', 40)",
+            f"DELETE FROM {DB}.t WHERE id = 1",
+        )
+        run_sql(own, None, f"UPDATE {DB}.t SET a = 'y2' WHERE id = 2")
+        run_sql(own, None, f"ALTER TABLE {DB}.t ADD COLUMN d VARCHAR(5) DEFAULT 'dd' FIRST")
+        run_sql(own, None, f"INSERT INTO {DB}.t (id, a) VALUES (5, 'v')")
         caplog.set_level(logging.WARNING)
         seen.clear()
         rep = Replicator(

@@ -9,16 +9,20 @@ from __future__ import annotations
 
 import asyncio
 
-import pymysql
 import pytest
 import redis as redis_sync
 
 from service.devtools.stack import LocalStack
 from service.pipeline.replicator import Replicator
-from service.settings import load_settings
 from service.sink.keys import KeyLayout
-from service.sink.values import field_value
-from tests.integration.mirror_helpers import master_position, stop_replicator, unique_names, wait_applied
+from tests.integration.mirror_helpers import (
+    expected,
+    master_position,
+    mirror_settings,
+    stop_replicator,
+    unique_names,
+    wait_applied,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -37,6 +41,7 @@ TABLES = {
         ("a", "b"),
     ),
 }
+KEYS = {table: key for table, (_, key) in TABLES.items()}
 
 WORKLOAD = [
     "INSERT INTO t (id, m) VALUES (1, 10)",  # MINIMAL: only id and m (and e) are logged
@@ -55,29 +60,6 @@ WORKLOAD = [
     "UPDATE pairs SET v = 'nv', w = 'ww' WHERE a = 'k'",
     "DELETE FROM pairs WHERE a = 'j'",
 ]
-
-
-def _expected(stack: LocalStack, db: str) -> dict[str, dict[str, dict[bytes, bytes]]]:
-    conn = stack.root_connection(db)
-    lay = KeyLayout("x")
-    out: dict[str, dict[str, dict[bytes, bytes]]] = {}
-    try:
-        with conn.cursor(pymysql.cursors.DictCursor) as cur:
-            cur.execute("SET time_zone = '+00:00'")
-            for table, (_, key) in TABLES.items():
-                cur.execute(f"SELECT * FROM {table}")
-                rows: dict[str, dict[bytes, bytes]] = {}
-                for row in cur.fetchall():
-                    fields: dict[bytes, bytes] = {}
-                    for k, v in row.items():
-                        if v is not None:
-                            fv = field_value(v)
-                            fields[k.encode()] = fv if isinstance(fv, bytes) else fv.encode()
-                    rows[lay.row_suffix([row[c] for c in key])] = fields
-                out[table] = rows
-    finally:
-        conn.close()
-    return out
 
 
 def _actual(redis_url: str, prefix: str, db: str) -> dict[str, dict[str, dict[bytes, bytes]]]:
@@ -116,15 +98,7 @@ async def test_partial_row_images_mirror_exactly(stack: LocalStack, image: str) 
         for sql, _ in TABLES.values():
             cur.execute(sql.format(db=db))
     conn.close()
-    settings = load_settings(
-        None,
-        mysql=info.mysql_url,
-        redis=info.redis_url,
-        tables=[f"{db}.*"],
-        key_prefix=prefix,
-        server_id=3000 + hash((db, image)) % 1000,
-        heartbeat_seconds=1.0,
-    )
+    settings = mirror_settings(stack, db, prefix, server_id=3000 + hash((db, image)) % 1000)
     rep = Replicator(settings)
     task = asyncio.create_task(rep.run())
     r = redis_sync.Redis.from_url(info.redis_url)
@@ -141,7 +115,7 @@ async def test_partial_row_images_mirror_exactly(stack: LocalStack, image: str) 
         await asyncio.to_thread(_run, stack, db, image, ["DELETE FROM t", "DELETE FROM pairs"])
         await asyncio.to_thread(_run, stack, db, image, WORKLOAD)
         await asyncio.to_thread(wait_applied, info.redis_url, prefix, master_position(stack))
-        assert _actual(info.redis_url, prefix, db) == _expected(stack, db)
+        assert _actual(info.redis_url, prefix, db) == expected(stack, db, KEYS)
         # the rows really came from the stream, through partial images
         t_status = next(t for t in rep.status().tables if t.table == "t")
         assert t_status.inserts == 6 and t_status.updates > 0 and t_status.skipped_rows == 0

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from pathlib import Path
-from typing import Any
 
 import pytest
 import redis as redis_sync
@@ -21,6 +20,7 @@ from service.transactions import Transaction
 from tests.integration.mirror_helpers import (
     master_position,
     mirror_settings,
+    run_sql,
     stop_replicator,
     unique_names,
     wait_applied,
@@ -28,20 +28,6 @@ from tests.integration.mirror_helpers import (
 )
 
 pytestmark = pytest.mark.integration
-
-
-def _sql(stack: LocalStack, *statements: str) -> list[Any]:
-    conn = stack.root_connection()
-    try:
-        with conn.cursor() as cur:
-            out = []
-            for sql in statements:
-                cur.execute(sql)
-                out = list(cur.fetchall())
-        conn.commit()
-        return out
-    finally:
-        conn.close()
 
 
 def _stored(redis_url: str, prefix: str) -> Checkpoint | None:
@@ -54,7 +40,7 @@ def _stored(redis_url: str, prefix: str) -> Checkpoint | None:
 
 
 def _master(stack: LocalStack) -> BinlogPosition:
-    row = _sql(stack, "SHOW MASTER STATUS")[0]
+    row = run_sql(stack, None, "SHOW MASTER STATUS")[0]
     return BinlogPosition(str(row[0]), int(row[1]))
 
 
@@ -84,10 +70,12 @@ async def test_start_replays_from_the_oldest_binlog_then_a_purged_checkpoint_sto
         info = own.load()
         assert info is not None
         db, prefix = "purged", "pg"
-        _sql(own, f"CREATE DATABASE {db}", f"CREATE TABLE {db}.t (id INT PRIMARY KEY, v VARCHAR(10))")
-        _sql(own, f"INSERT INTO {db}.t VALUES (1, 'a'), (2, 'b')", "FLUSH BINARY LOGS")
-        _sql(own, f"UPDATE {db}.t SET v = 'b2' WHERE id = 2", f"INSERT INTO {db}.t VALUES (3, 'c')")
-        oldest = str(_sql(own, "SHOW BINARY LOGS")[0][0])
+        run_sql(
+            own, None, f"CREATE DATABASE {db}", f"CREATE TABLE {db}.t (id INT PRIMARY KEY, v VARCHAR(10))"
+        )
+        run_sql(own, None, f"INSERT INTO {db}.t VALUES (1, 'a'), (2, 'b')", "FLUSH BINARY LOGS")
+        run_sql(own, None, f"UPDATE {db}.t SET v = 'b2' WHERE id = 2", f"INSERT INTO {db}.t VALUES (3, 'c')")
+        oldest = str(run_sql(own, None, "SHOW BINARY LOGS")[0][0])
 
         # on_no_checkpoint=start: the stream begins in the oldest binlog, not at the current end
         applied: list[Transaction] = []
@@ -117,14 +105,14 @@ async def test_start_replays_from_the_oldest_binlog_then_a_purged_checkpoint_sto
         assert checkpoint is not None
 
         # the source moves on and purges the binlog that holds the checkpoint
-        _sql(own, f"INSERT INTO {db}.t VALUES (4, 'd')", "FLUSH BINARY LOGS", "FLUSH BINARY LOGS")
+        run_sql(own, None, f"INSERT INTO {db}.t VALUES (4, 'd')", "FLUSH BINARY LOGS", "FLUSH BINARY LOGS")
         current = _master(own).file
         for _ in range(100):  # a log still read by a dump thread (ours, closing) is not purged
-            _sql(own, f"PURGE BINARY LOGS TO '{current}'")
-            if str(_sql(own, "SHOW BINARY LOGS")[0][0]) == current:
+            run_sql(own, None, f"PURGE BINARY LOGS TO '{current}'")
+            if str(run_sql(own, None, "SHOW BINARY LOGS")[0][0]) == current:
                 break
             await asyncio.sleep(0.05)
-        assert str(_sql(own, "SHOW BINARY LOGS")[0][0]) == current != checkpoint.position.file
+        assert str(run_sql(own, None, "SHOW BINARY LOGS")[0][0]) == current != checkpoint.position.file
 
         caplog.set_level(logging.ERROR, logger="service.pipeline.replicator")
         again = Replicator(mirror_settings(own, db, prefix))

@@ -14,10 +14,10 @@ import redis as redis_sync
 from service.binlog.canonical import row_to_json
 from service.devtools.stack import LocalStack
 from service.pipeline.replicator import Replicator
-from service.settings import load_settings
 from service.transactions import Transaction
 from tests.integration.mirror_helpers import (
     master_position,
+    mirror_settings,
     stop_replicator,
     unique_names,
     wait_applied,
@@ -48,16 +48,8 @@ async def test_resync_and_stream_store_the_same_form(stack: LocalStack, mode: st
         cur.execute("SET time_zone = '+03:00'")  # TIMESTAMP literals are read in the session zone
         cur.execute(f"INSERT INTO {db}.v VALUES (1, {VALUES})")  # before start: copied by resync
     conn.commit()
-    settings = load_settings(
-        None,
-        mysql=info.mysql_url,
-        redis=info.redis_url,
-        tables=[f"{db}.*"],
-        key_prefix=prefix,
-        server_id=6000 + hash((db, mode)) % 1000,
-        heartbeat_seconds=1.0,
-        value_mode=mode,
-        changelog_maxlen=1000,
+    settings = mirror_settings(
+        stack, db, prefix, server_id=6000 + hash((db, mode)) % 1000, value_mode=mode, changelog_maxlen=1000
     )
     applied: list[Transaction] = []
     rep = Replicator(settings, on_applied=[lambda txn, seq: applied.append(txn)])
