@@ -92,11 +92,14 @@ def _decoder(
         before = start is not None and decoder.next_offset <= start
         return before or not _wanted(patterns, table.schema, table.table)
 
+    # DECIMAL and temporal values straight to their canonical text: the JSON is the same, and
+    # building Decimal/datetime objects only to format them again was most of decode's time.
     if schema is None:
-        options = DecodeOptions(skip_rows=skip_rows)
+        options = DecodeOptions(skip_rows=skip_rows, text_values=True)
     else:
         options = DecodeOptions(
             skip_rows=skip_rows,
+            text_values=True,
             column_names=schema,
             column_charsets=schema.charsets,
             column_members=schema.members,
