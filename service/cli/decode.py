@@ -27,7 +27,7 @@ from service.binlog import (
 )
 from service.binlog.canonical import row_change_to_dict, value_to_json
 from service.errors import DecodeError
-from service.jsonlines import row_change_lines
+from service.jsonlines import has_documents, row_change_lines
 from service.transport.columns import ColumnNames
 
 __all__ = ["decode", "event_to_dict"]
@@ -190,7 +190,7 @@ def decode(
                         out.write(orjson.dumps(event_to_dict(event)) + b"\n")
                 elif isinstance(event, RowsEvent):
                     if _wanted(patterns, event.table.schema, event.table.table):
-                        out.write(row_change_lines(event.changes))
+                        out.write(row_change_lines(event.changes, has_documents(event.table)))
         out.flush()
     except BrokenPipeError:  # `| head`: stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

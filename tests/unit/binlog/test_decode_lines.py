@@ -34,7 +34,7 @@ from service.binlog.rowchange import EventSpan, Op
 from service.binlog.stats import DecoderStats
 from service.binlog.values import FixedSpec, column_spec
 from service.errors import DecodeError
-from service.jsonlines import row_change_lines
+from service.jsonlines import has_documents, row_change_lines
 
 FILES = sorted(p for p in FIXTURES.rglob("*") if p.is_file() and p.suffix not in (".md", ".sql", ".py"))
 
@@ -102,6 +102,8 @@ def test_awkward_names_and_values_keep_the_canonical_bytes() -> None:
     ]
     assert row_change_lines(changes) == _canonical(changes)
     assert row_change_lines([]) == b""
+    no_documents = [changes[2], RowChange(Op.UPDATE, "s", "t", rows[2], rows[3], span, 1, 2, None)]
+    assert row_change_lines(no_documents, documents=False) == _canonical(no_documents)
 
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.relative_to(FIXTURES).as_posix())
@@ -111,8 +113,15 @@ def test_text_values_give_the_canonical_form_of_the_typed_values_on_every_fixtur
     assert text_error == typed_error
     assert len(text) == len(typed)
     for t, e in zip(text, typed, strict=True):
-        assert row_change_lines(t.changes) == _canonical(list(e.changes)), e.header
+        expected = _canonical(list(e.changes))
+        documents = has_documents(t.table)
+        assert row_change_lines(t.changes, documents) == expected, e.header  # as `decode` calls it
+        assert row_change_lines(t.changes) == expected, e.header
+        assert row_change_lines(e.changes, documents) == expected, e.header
         assert [row_change_to_dict(c) for c in t.changes] == [row_change_to_dict(c) for c in e.changes]
+        if not documents:  # the promise row_change_lines(documents=False) relies on
+            values = [v for c in t.changes for r in (c.before, c.after) if r for v in r.values()]
+            assert not any(isinstance(v, (dict, list)) for v in values)
 
 
 _FSP_TYPES = (ColumnType.DATETIME2, ColumnType.TIMESTAMP2, ColumnType.TIME2)
