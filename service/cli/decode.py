@@ -26,6 +26,7 @@ from service.binlog import (
     scan_binlog_file,
 )
 from service.binlog.canonical import row_change_to_dict, value_to_json
+from service.cli.runtime import tune_gc
 from service.errors import DecodeError
 from service.jsonlines import has_documents, row_change_lines
 from service.transport.columns import ColumnNames
@@ -170,6 +171,7 @@ def decode(
     schema = _schema(schema_file)
     patterns = [p.strip() for p in (tables or "").split(",") if p.strip()]
     out = sys.stdout.buffer
+    tune_gc()  # as `stream`: a rows event's changes would be re-walked by every young collection
     last = len(files) - 1
     try:
         for index, path in enumerate(files):
