@@ -61,23 +61,47 @@ def _frac_text(us: int) -> str:
     return f".{'000000'[len(digits) :]}{digits}"
 
 
+# The text up to the minute ("YYYY-MM-DD HH:MM:") is kept per converter, by the minute's bits:
+# the rows of a statement or a load mostly share it, and the date is the costly part. At most
+# _PREFIXES of them, then the cache starts again.
+_PREFIXES: Final = 4096
+
+
+def _datetime2_prefix(minute: int) -> str | None:
+    """DATETIME2's "YYYY-MM-DD HH:MM:" of the integer part without its 6 bits of seconds, or None
+    when that is no date and time of day datetime() accepts."""
+    ymd, hm = minute >> 11, minute & 0x7FF
+    ym = ymd >> 5
+    y, m, d = ym // 13, ym % 13, ymd & 31
+    h, mi = hm >> 6, hm & 63
+    if h <= 23 and mi <= 59 and _valid_date(y, m, d):
+        return f"{_date_text(y, m, d)} {_2D[h]}:{_2D[mi]}:"
+    return None
+
+
 def make_datetime2_text_converter(fsp: int) -> InPlaceConverter[str]:
     """DATETIME2(fsp) bytes -> "YYYY-MM-DD HH:MM:SS[.ffffff]" (temporal.make_datetime2_converter)."""
     frac_len, frac_mul = FRAC_BYTES[fsp], _FRAC_MUL[fsp]
     typed = make_datetime2_converter(fsp)
+    prefixes: dict[int, str] = {}
 
     def convert(raw: bytes, at: int = 0) -> str:
         intpart = (
             raw[at] << 32 | raw[at + 1] << 24 | raw[at + 2] << 16 | raw[at + 3] << 8 | raw[at + 4]
         ) - 0x8000000000
         us = _fraction_us(raw, at + 5, frac_len, frac_mul)
-        if intpart > 0:
-            ymd, hms = intpart >> 17, intpart & 0x1FFFF
-            ym = ymd >> 5
-            y, m, d = ym // 13, ym % 13, ymd & 31
-            h, mi, s = hms >> 12, (hms >> 6) & 63, hms & 63
-            if h <= 23 and mi <= 59 and s <= 59 and _valid_date(y, m, d):
-                return f"{_date_text(y, m, d)} {_2D[h]}:{_2D[mi]}:{_2D[s]}{_frac_text(us)}"
+        s = intpart & 63
+        if intpart > 0 and s <= 59:
+            minute = intpart >> 6
+            prefix = prefixes.get(minute)
+            if prefix is None:
+                prefix = _datetime2_prefix(minute)
+                if prefix is not None:
+                    if len(prefixes) >= _PREFIXES:
+                        prefixes.clear()
+                    prefixes[minute] = prefix
+            if prefix is not None:
+                return f"{prefix}{_2D[s]}{_frac_text(us)}"
         value = typed(raw, at)  # MySQL's text of a zero/partial date, or InvalidValue
         if isinstance(value, str):
             return value
@@ -93,30 +117,41 @@ def _datetime_text(v: datetime) -> str:
     )
 
 
+def _utc_prefix(minute: int) -> str:
+    """ "YYYY-MM-DDTHH:MM:" of a minute since the epoch (>= 0), the civil date as in
+    temporal.utc_datetime (4-byte seconds: years 1970-2106)."""
+    days = minute // 1440
+    rem = minute - days * 1440
+    z = days + 719468
+    era = z // 146097
+    doe = z - era * 146097
+    yoe = (doe - doe // 1460 + doe // 36524 - doe // 146096) // 365
+    doy = doe - (365 * yoe + yoe // 4 - yoe // 100)
+    mp = (5 * doy + 2) // 153
+    d = doy - (153 * mp + 2) // 5 + 1
+    m = mp + 3 if mp < 10 else mp - 9
+    y = yoe + era * 400 + (1 if m <= 2 else 0)
+    return f"{_date_text(y, m, d)}T{_2D[rem // 60]}:{_2D[rem % 60]}:"
+
+
 def make_timestamp2_text_converter(fsp: int) -> InPlaceConverter[str]:
     """TIMESTAMP2(fsp) bytes -> "YYYY-MM-DDTHH:MM:SS[.ffffff]Z" in UTC, or MySQL's zero
     "0000-00-00 00:00:00" (temporal.make_timestamp2_converter, temporal.utc_datetime)."""
     frac_len, frac_mul = FRAC_BYTES[fsp], _FRAC_MUL[fsp]
+    prefixes: dict[int, str] = {}
 
     def convert(raw: bytes, at: int = 0) -> str:
         sec = raw[at] << 24 | raw[at + 1] << 16 | raw[at + 2] << 8 | raw[at + 3]
         us = _fraction_us(raw, at + 4, frac_len, frac_mul)
         if sec == 0 and us == 0:
             return ZERO_DATETIME
-        # the civil date of `days` as in temporal.utc_datetime (4-byte seconds: years 1970-2106)
-        days = sec // 86400
-        rem = sec - days * 86400
-        z = days + 719468
-        era = z // 146097
-        doe = z - era * 146097
-        yoe = (doe - doe // 1460 + doe // 36524 - doe // 146096) // 365
-        doy = doe - (365 * yoe + yoe // 4 - yoe // 100)
-        mp = (5 * doy + 2) // 153
-        d = doy - (153 * mp + 2) // 5 + 1
-        m = mp + 3 if mp < 10 else mp - 9
-        y = yoe + era * 400 + (1 if m <= 2 else 0)
-        h, mi, s = rem // 3600, rem // 60 % 60, rem % 60
-        return f"{_date_text(y, m, d)}T{_2D[h]}:{_2D[mi]}:{_2D[s]}{_frac_text(us)}Z"
+        minute = sec // 60
+        prefix = prefixes.get(minute)
+        if prefix is None:
+            if len(prefixes) >= _PREFIXES:
+                prefixes.clear()
+            prefix = prefixes[minute] = _utc_prefix(minute)
+        return f"{prefix}{_2D[sec - minute * 60]}{_frac_text(us)}Z"
 
     return convert
 
