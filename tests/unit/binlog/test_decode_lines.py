@@ -165,7 +165,8 @@ def _outcome(convert: Callable[..., Any], *args: Any, canonical: bool = False) -
     return "ok", value_to_json(value) if canonical else value
 
 
-# (type, TABLE_MAP meta, random values that are valid field by field, from random field values)
+# Makers of a column's bytes from random field values, a few out of range: mostly values that
+# exist, which random bytes seldom are. (rnd, TABLE_MAP meta, size) -> bytes
 def _datetime2(rnd: random.Random, meta: int, size: int) -> bytes:
     y = rnd.choice((0, 1, 999, 1000, 2024, 9999, 10000, rnd.randrange(10083)))
     m, d = rnd.randrange(14), rnd.randrange(32)
