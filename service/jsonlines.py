@@ -9,6 +9,11 @@ per value, and none per row for the common all-native rows. Datetimes, the costl
 formatted by orjson and used as JSON fragments when that is the canonical text (checked on the
 bytes; otherwise `value_to_json`). The keys around the two rows are shared by all the changes of
 one rows event: they are encoded once per event.
+
+Rows of tables without a JSON column (`documents=False`, has_documents) skip even that look at
+each value: orjson takes them as they are and calls back (`default`) only for the values it
+would not print in canonical form. `decode` also decodes DECIMAL and temporal columns to their
+canonical text (DecodeOptions.text_values), so most rows need no call back at all.
 """
 
 from __future__ import annotations
@@ -20,9 +25,11 @@ from typing import Any
 import orjson
 
 from service.binlog.canonical import row_change_to_dict, value_to_json
+from service.binlog.constants import ColumnType
 from service.binlog.rowchange import Row, RowChange
+from service.binlog.schema import TableSchema
 
-__all__ = ["row_change_lines"]
+__all__ = ["has_documents", "row_change_lines"]
 
 
 def _datetime(v: datetime) -> Any:
@@ -66,11 +73,40 @@ def _frame(c: RowChange) -> tuple[bytes, bytes, bytes]:
     return head + b'"before":', mid + b'"after":', tail + b"\n"
 
 
-def row_change_lines(changes: Sequence[RowChange]) -> bytes:
-    """The JSON lines (each ending in a newline) of these row changes, in order."""
+def has_documents(table: TableSchema) -> bool:
+    """Whether a table's rows can hold JSON documents (dicts, lists: only JSON columns decode to
+    them): row_change_lines' `documents`."""
+    return any(c.type == ColumnType.JSON for c in table.columns)
+
+
+def _default(v: Any) -> Any:
+    """orjson's `default` for the values it does not print in canonical form (_ROW_OPTIONS)."""
+    return _datetime(v) if type(v) is datetime else value_to_json(v)
+
+
+# Datetimes, dates and dataclasses (Geometry) and subclasses of str and int go to _default
+# like Decimal, bytes and timedelta (which orjson cannot print), not to orjson's own forms.
+_ROW_OPTIONS = (
+    orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_SUBCLASS
+)
+
+
+def _row_bytes(row: Row, documents: bool) -> bytes:
+    if documents:
+        return _row_json(row)
+    return orjson.dumps(row, default=_default, option=_ROW_OPTIONS)
+
+
+def row_change_lines(changes: Sequence[RowChange], documents: bool = True) -> bytes:
+    """The JSON lines (each ending in a newline) of these row changes, in order.
+
+    documents=False says that no value is a JSON document (a dict or list: the changes are of
+    tables without a JSON column). Rows then go to orjson as they are, which hands the values it
+    would not print in canonical form to _default: no loop over the values here."""
     parts: list[bytes] = []
+    append = parts.append
     last: RowChange | None = None
-    head = mid = tail = b""
+    head = mid = tail = null_mid = null_tail = b""
     for c in changes:
         # The frame is encoded once per rows event, whose changes share these very objects (the
         # ints compare by value: a compiled RowChange holds them unboxed); any other change,
@@ -86,10 +122,18 @@ def row_change_lines(changes: Sequence[RowChange]) -> bytes:
             or c.server_id != last.server_id
         ):
             head, mid, tail = _frame(c)
+            null_mid, null_tail = head + b"null" + mid, b"null" + tail
             last = c
-        parts.append(head)
-        parts.append(_row_json(c.before))
-        parts.append(mid)
-        parts.append(_row_json(c.after))
-        parts.append(tail)
+        before, after = c.before, c.after
+        if before is None:  # an insert
+            append(null_mid)
+        else:
+            append(head)
+            append(_row_bytes(before, documents))
+            append(mid)
+        if after is None:  # a delete
+            append(null_tail)
+        else:
+            append(_row_bytes(after, documents))
+            append(tail)
     return b"".join(parts)

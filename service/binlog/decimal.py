@@ -16,7 +16,7 @@ from decimal import Context, Decimal
 from service.binlog.inplace import InPlaceConverter
 from service.errors import InvalidValue, TruncatedEvent
 
-__all__ = ["decimal_size", "decode_decimal", "make_decimal_converter"]
+__all__ = ["decimal_size", "decode_decimal", "make_decimal_converter", "make_decimal_text_converter"]
 
 _DIG2BYTES = (0, 1, 1, 2, 2, 3, 3, 4, 4, 4)
 _MAX = (0, 9, 99, 999, 9999, 99999, 999999, 9999999, 99999999, 999999999)
@@ -94,6 +94,54 @@ def make_decimal_converter(precision: int, scale: int) -> InPlaceConverter[Decim
         # (Decimal("1.20"), not Decimal("1.2")); one Decimal built, half the cost of parsing
         # "120E-2" or of Decimal(120).scaleb(-2).
         return multiply(unscaled, unit)
+
+    return convert
+
+
+def make_decimal_text_converter(precision: int, scale: int) -> InPlaceConverter[str]:
+    """The same bytes -> the canonical text of make_decimal_converter's Decimal, format(v, "f")
+    (canonical.py): the integer part, and the fraction zero-padded to `scale` digits, cut from the
+    digit groups without building the Decimal (`binlog-mirror decode`; DecodeOptions.text_values).
+    The same checks and errors as make_decimal_converter."""
+    size = decimal_size(precision, scale)
+    layout = _layout(precision, scale)
+    intg = precision - scale
+    n_int = intg // 9 + (1 if intg % 9 else 0)  # the integer part's groups come first
+    unit = 10**scale
+    int_layout = tuple((sh, mask, lim, nd, weight // unit) for sh, mask, lim, nd, weight in layout[:n_int])
+    frac_layout = layout[n_int:]
+    zeros = "0" * scale
+    sign_bit = 1 << (size * 8 - 1)
+    negative_flip = sign_bit ^ ((1 << size * 8) - 1)
+    from_bytes = int.from_bytes
+
+    def convert(raw: bytes, at: int = 0) -> str:
+        if size <= 7:
+            value = 0
+            for i in range(at, at + size):
+                value = value << 8 | raw[i]
+        else:
+            value = from_bytes(raw[at : at + size], "big")
+        negative = value < sign_bit
+        value ^= negative_flip if negative else sign_bit
+        whole = 0
+        for shift, mask, limit, ndig, weight in int_layout:
+            group = value >> shift & mask
+            if group > limit:
+                raise InvalidValue(f"DECIMAL({precision},{scale}) group {group} exceeds {ndig} digits")
+            whole += group * weight
+        text = str(whole)
+        if scale:
+            frac = 0
+            for shift, mask, limit, ndig, weight in frac_layout:
+                group = value >> shift & mask
+                if group > limit:
+                    raise InvalidValue(f"DECIMAL({precision},{scale}) group {group} exceeds {ndig} digits")
+                frac += group * weight
+            digits = str(frac)
+            text = f"{text}.{zeros[len(digits) :]}{digits}"
+        # a negative zero keeps its sign, as format(Decimal("-0.00"), "f") does
+        return "-" + text if negative else text
 
     return convert
 

@@ -106,6 +106,11 @@ class DecodeOptions:
     # ENUM/SET values for tables whose TABLE_MAP has none (not FULL metadata), one entry per
     # column (None for the others). Without them ENUM decodes as its index and SET as its bitmask.
     column_members: Callable[[TableSchema], Sequence[tuple[str, ...] | None] | None] | None = None
+    # DECIMAL, DATE, DATETIME2, TIMESTAMP2 and TIME2 values as their canonical text
+    # (canonical.value_to_json of the Decimal, date, datetime or timedelta, which are not built):
+    # for a caller that only prints them (`binlog-mirror decode`). row_change_to_dict gives the
+    # same JSON either way.
+    text_values: bool = False
 
 
 class BinlogDecoder:
@@ -326,7 +331,7 @@ class BinlogDecoder:
         if plan is None or plan.schema is not schema:
             if len(self._plans) >= _TABLE_CACHE_MAX:
                 self._plans.clear()
-            plan = self._plans[id(schema)] = TablePlan(schema, self.stats)
+            plan = self._plans[id(schema)] = TablePlan(schema, self.stats, self.options.text_values)
         return plan
 
     def _rows(self, h: EventHeader, body: bytes, fmt: StreamFormat) -> RowsEvent:

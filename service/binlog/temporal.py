@@ -24,6 +24,7 @@ __all__ = [
     "decode_year",
     "make_datetime2_converter",
     "make_timestamp2_converter",
+    "time2_packed",
     "time_from_packed",
 ]
 
@@ -183,22 +184,27 @@ def make_timestamp2_converter(fsp: int) -> InPlaceConverter[datetime | str]:
 def decode_time2(raw: bytes, fsp: int) -> timedelta:
     """TIME2: 3-byte big-endian offset integer part plus fsp-dependent fraction
     (my_time_packed_from_binary)."""
+    return time_from_packed(time2_packed(raw, fsp))
+
+
+def time2_packed(raw: bytes, fsp: int) -> int:
+    """TIME2's bytes as my_time.cc's packed integer (my_time_packed_from_binary)."""
     if fsp >= 5:
-        return time_from_packed(int.from_bytes(raw[:6], "big") - 0x800000000000)
+        return int.from_bytes(raw[:6], "big") - 0x800000000000
     intpart = int.from_bytes(raw[:3], "big") - 0x800000
     if fsp == 0:
-        return time_from_packed(intpart << 24)
+        return intpart << 24
     if fsp <= 2:
         frac = raw[3]
         if intpart < 0 and frac:
             intpart += 1
             frac -= 0x100
-        return time_from_packed((intpart << 24) + frac * 10000)
+        return (intpart << 24) + frac * 10000
     frac = int.from_bytes(raw[3:5], "big")
     if intpart < 0 and frac:
         intpart += 1
         frac -= 0x10000
-    return time_from_packed((intpart << 24) + frac * 100)
+    return (intpart << 24) + frac * 100
 
 
 def decode_time_old(raw: bytes) -> timedelta:

@@ -16,7 +16,7 @@ from typing import Any
 from service.binlog.charsets import codec_for_collation, decode_latin1
 from service.binlog.compress import mariadb_uncompress_value
 from service.binlog.constants import ColumnType as T
-from service.binlog.decimal import decimal_size, make_decimal_converter
+from service.binlog.decimal import decimal_size, make_decimal_converter, make_decimal_text_converter
 from service.binlog.inplace import InPlaceConverter
 from service.binlog.jsonb import decode_json, decode_json_diffs
 from service.binlog.schema import Column
@@ -31,6 +31,12 @@ from service.binlog.temporal import (
     decode_year,
     make_datetime2_converter,
     make_timestamp2_converter,
+)
+from service.binlog.temporaltext import (
+    make_date_text_converter,
+    make_datetime2_text_converter,
+    make_time2_text_converter,
+    make_timestamp2_text_converter,
 )
 from service.errors import InvalidValue, UnknownColumnType
 
@@ -210,7 +216,12 @@ def _uncompressing(col: Column, limit: int, stats: DecoderStats) -> Callable[[by
     return text
 
 
-def column_spec(col: Column, stats: DecoderStats, partial_json: bool = False) -> FixedSpec | VarSpec:
+def column_spec(
+    col: Column, stats: DecoderStats, partial_json: bool = False, text: bool = False
+) -> FixedSpec | VarSpec:
+    """`text`: DECIMAL, DATE and the fractional-second temporal types (DATETIME2, TIMESTAMP2,
+    TIME2) as their canonical text (decimal.py, temporaltext.py) instead of Decimal, date,
+    datetime and timedelta (DecodeOptions.text_values)."""
     t, meta, u = col.type, col.meta, col.unsigned
     if t == T.TINY:
         return FixedSpec("B" if u else "b", 1)
@@ -229,6 +240,9 @@ def column_spec(col: Column, stats: DecoderStats, partial_json: bool = False) ->
     if t == T.YEAR:
         return FixedSpec("B", 1, decode_year)
     if t in (T.DATE, T.NEWDATE):
+        if text:
+            date_text = make_date_text_converter()
+            return FixedSpec("3s", 3, date_text, date_text)
         return FixedSpec("3s", 3, decode_date)
     if t == T.TIME:
         return FixedSpec("3s", 3, decode_time_old)
@@ -242,17 +256,23 @@ def column_spec(col: Column, stats: DecoderStats, partial_json: bool = False) ->
             raise InvalidValue(f"fractional-second precision {fsp} > 6 in {col.name}")
         if t == T.TIMESTAMP2:
             n = 4 + FRAC_BYTES[fsp]
-            ts = make_timestamp2_converter(fsp)
+            ts = make_timestamp2_text_converter(fsp) if text else make_timestamp2_converter(fsp)
             return FixedSpec(f"{n}s", n, ts, ts)
         if t == T.DATETIME2:
             n = 5 + FRAC_BYTES[fsp]
-            dt = make_datetime2_converter(fsp)
+            dt = make_datetime2_text_converter(fsp) if text else make_datetime2_converter(fsp)
             return FixedSpec(f"{n}s", n, dt, dt)
         n = 3 + FRAC_BYTES[fsp]
+        if text:
+            time_text = make_time2_text_converter(fsp)
+            return FixedSpec(f"{n}s", n, time_text, time_text)
         return FixedSpec(f"{n}s", n, lambda raw: decode_time2(raw, fsp))
     if t == T.NEWDECIMAL:
         precision, scale = meta >> 8, meta & 0xFF
         n = decimal_size(precision, scale)
+        if text:
+            dec_text = make_decimal_text_converter(precision, scale)
+            return FixedSpec(f"{n}s", n, dec_text, dec_text)
         dec = make_decimal_converter(precision, scale)
         return FixedSpec(f"{n}s", n, dec, dec)
     if t == T.BIT:

@@ -26,8 +26,9 @@ from service.binlog import (
     scan_binlog_file,
 )
 from service.binlog.canonical import row_change_to_dict, value_to_json
+from service.cli.runtime import tune_gc
 from service.errors import DecodeError
-from service.jsonlines import row_change_lines
+from service.jsonlines import has_documents, row_change_lines
 from service.transport.columns import ColumnNames
 
 __all__ = ["decode", "event_to_dict"]
@@ -92,11 +93,14 @@ def _decoder(
         before = start is not None and decoder.next_offset <= start
         return before or not _wanted(patterns, table.schema, table.table)
 
+    # DECIMAL and temporal values straight to their canonical text: the JSON is the same, and
+    # building Decimal/datetime objects only to format them again was most of decode's time.
     if schema is None:
-        options = DecodeOptions(skip_rows=skip_rows)
+        options = DecodeOptions(skip_rows=skip_rows, text_values=True)
     else:
         options = DecodeOptions(
             skip_rows=skip_rows,
+            text_values=True,
             column_names=schema,
             column_charsets=schema.charsets,
             column_members=schema.members,
@@ -167,6 +171,7 @@ def decode(
     schema = _schema(schema_file)
     patterns = [p.strip() for p in (tables or "").split(",") if p.strip()]
     out = sys.stdout.buffer
+    tune_gc()  # as `stream`: a rows event's changes would be re-walked by every young collection
     last = len(files) - 1
     try:
         for index, path in enumerate(files):
@@ -187,7 +192,7 @@ def decode(
                         out.write(orjson.dumps(event_to_dict(event)) + b"\n")
                 elif isinstance(event, RowsEvent):
                     if _wanted(patterns, event.table.schema, event.table.table):
-                        out.write(row_change_lines(event.changes))
+                        out.write(row_change_lines(event.changes, has_documents(event.table)))
         out.flush()
     except BrokenPipeError:  # `| head`: stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
