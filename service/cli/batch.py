@@ -52,7 +52,7 @@ def _job(job: str, code: int = 1) -> Iterator[None]:
 
 def _summary(line: str) -> None:
     log.info("%s", line)
-    console.print(line, highlight=False)
+    console().print(line, highlight=False)
 
 
 def replay(
@@ -97,10 +97,10 @@ def replay(
         finally:
             spark.stop()
     for (schema, table), n in sorted(summary.by_table.items()):
-        console.print(f"  {schema}.{table}: {n} changes", highlight=False)
-    console.print(f"  {summary.ddl} DDL statements, {summary.transactions} transactions", highlight=False)
+        console().print(f"  {schema}.{table}: {n} changes", highlight=False)
+    console().print(f"  {summary.ddl} DDL statements, {summary.transactions} transactions", highlight=False)
     if summary.end:
-        console.print(f"  ends at {summary.end['file']}:{summary.end['pos']}", highlight=False)
+        console().print(f"  ends at {summary.end['file']}:{summary.end['pos']}", highlight=False)
     _summary(summary.job(out).line())
 
 
@@ -138,11 +138,11 @@ def compact(
         finally:
             spark.stop()
     for (schema, table), n in sorted(result.by_table.items()):
-        console.print(f"  {schema}.{table}: {n} rows", highlight=False)
+        console().print(f"  {schema}.{table}: {n} rows", highlight=False)
     for schema, table in result.skipped:
-        console.print(f"  {schema}.{table}: skipped (the binlog names no primary key)", highlight=False)
+        console().print(f"  {schema}.{table}: skipped (the binlog names no primary key)", highlight=False)
     if result.checkpoint:
-        console.print(f"  as of {result.checkpoint['file']}:{result.checkpoint['pos']}", highlight=False)
+        console().print(f"  as of {result.checkpoint['file']}:{result.checkpoint['pos']}", highlight=False)
     _summary(result.job(out, 0).line())
 
 
@@ -167,13 +167,13 @@ def load(
         finally:
             spark.stop()
     for (schema, table), n in sorted(result.by_table.items()):
-        console.print(f"  {schema}.{table}: {n} rows", highlight=False)
+        console().print(f"  {schema}.{table}: {n} rows", highlight=False)
     for schema, table in result.left:
-        console.print(
+        console().print(
             f"  {schema}.{table}: not loaded (rows older than its last ALTER): `run` copies it",
             highlight=False,
         )
-    console.print(
+    console().print(
         f"checkpoint {result.checkpoint.position}: start `binlog-mirror run` to continue from there",
         highlight=False,
     )
@@ -242,7 +242,7 @@ def snapshot(
     except ReplicatorError as exc:
         raise fail(str(exc)) from None
     try:
-        result = run_snapshot(spark, settings, chunk_rows=chunk_rows, progress=console.print)
+        result = run_snapshot(spark, settings, chunk_rows=chunk_rows, progress=console().print)
     except ReplicatorError as exc:
         raise fail(str(exc)) from None
     except Exception as exc:
@@ -250,10 +250,12 @@ def snapshot(
     finally:
         spark.stop()
     total = sum(result.rows.values())
-    console.print(f"{total} rows of {len(result.rows)} table(s) in {result.seconds:.1f}s")
+    console().print(f"{total} rows of {len(result.rows)} table(s) in {result.seconds:.1f}s")
     _summary(JobSummary("snapshot", total, 0, len(result.rows), result.seconds).line())
     for (schema, table), n in sorted(result.rows.items()):
-        console.print(f"  {schema}.{table}: {n}")
+        console().print(f"  {schema}.{table}: {n}")
     for schema, table in result.skipped:
-        console.print(f"  {schema}.{table}: skipped (no primary key and no unique NOT NULL key)")
-    console.print(f"checkpoint {result.checkpoint.position}: start `binlog-mirror run` to stream from there")
+        console().print(f"  {schema}.{table}: skipped (no primary key and no unique NOT NULL key)")
+    console().print(
+        f"checkpoint {result.checkpoint.position}: start `binlog-mirror run` to stream from there"
+    )

@@ -2,17 +2,29 @@
 
 from __future__ import annotations
 
+from functools import cache
+from typing import TYPE_CHECKING
+
 import typer
-from rich.console import Console
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 __all__ = ["console", "fail", "split_globs"]
 
-console = Console(stderr=True, soft_wrap=True)  # one line, never wrapped at 80 columns
+
+@cache
+def console() -> Console:
+    """The stderr console: one line, never wrapped at 80 columns. Made on first use, so a command
+    that prints nothing through it (decode) does not import rich."""
+    from rich.console import Console
+
+    return Console(stderr=True, soft_wrap=True)
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:
     """One clear line on stderr, then exit non-zero."""
-    console.print(f"[red]error:[/red] {message}", highlight=False, markup=True)
+    console().print(f"[red]error:[/red] {message}", highlight=False, markup=True)
     return typer.Exit(code)
 
 

@@ -15,12 +15,14 @@ import json
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from service.errors import ReplicatorError
-from service.settings import Settings, load_settings
+
+if TYPE_CHECKING:
+    from service.settings import Settings
 
 __all__ = ["ctl_app"]
 
@@ -38,6 +40,7 @@ TIMEOUT = 10.0
 
 def _settings(config: Path | None, **overrides: Any) -> Settings:
     from service.cli.common import fail
+    from service.settings import load_settings
 
     try:
         return load_settings(config, **overrides)

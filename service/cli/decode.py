@@ -10,7 +10,7 @@ import sys
 from collections.abc import Iterator
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import orjson
 import typer
@@ -29,7 +29,9 @@ from service.binlog.canonical import row_change_to_dict, value_to_json
 from service.cli.runtime import tune_gc
 from service.errors import DecodeError
 from service.jsonlines import has_documents, row_change_lines
-from service.transport.columns import ColumnNames
+
+if TYPE_CHECKING:
+    from service.transport.columns import ColumnNames
 
 __all__ = ["decode", "event_to_dict"]
 
@@ -112,6 +114,8 @@ def _decoder(
 def _schema(path: Path | None) -> ColumnNames | None:
     if path is None:
         return None
+    from service.transport.columns import ColumnNames  # aiomysql: only with --schema
+
     try:
         return ColumnNames.from_export(orjson.loads(path.read_bytes()))
     except (OSError, ValueError) as exc:  # orjson.JSONDecodeError is a ValueError

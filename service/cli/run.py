@@ -13,14 +13,15 @@ import contextlib
 import logging
 import signal
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from service.cli.common import fail, split_globs
 from service.errors import ConfigError, ReplicatorError
-from service.settings import MySQLUrl, Settings, load_settings
-from service.startup import bind_api_socket, check_access
+
+if TYPE_CHECKING:
+    from service.settings import MySQLUrl, Settings
 
 __all__ = ["demo", "run"]
 
@@ -102,6 +103,8 @@ def run(
     config: Annotated[Path | None, typer.Option("--config", help="TOML config file.")] = None,
 ) -> None:
     """Mirror the selected tables into Redis until SIGTERM/SIGINT."""
+    from service.settings import load_settings
+
     try:
         settings = load_settings(
             config,
@@ -143,6 +146,8 @@ def demo(
     api_port: Annotated[int | None, typer.Option("--api-port")] = None,
 ) -> None:
     """Start a throwaway local MariaDB + Redis (.stack/) and mirror a trickle of demo writes."""
+    from service.settings import load_settings
+
     try:
         settings = load_settings(None, api_port=api_port)
         settings, demo_admin = _demo_settings(settings)
@@ -160,6 +165,7 @@ class _Logged(Exception):
 def _demo_settings(settings: Settings) -> tuple[Settings, MySQLUrl]:
     from service.devtools.demo import DEMO_SCHEMA
     from service.devtools.stack import LocalStack
+    from service.settings import MySQLUrl, load_settings
 
     info = LocalStack().up()
     log.info(
@@ -177,6 +183,7 @@ def _demo_settings(settings: Settings) -> tuple[Settings, MySQLUrl]:
 async def _main(settings: Settings, *, api: bool, demo_admin: MySQLUrl | None) -> None:
     from service.cli.runtime import tune_gc
     from service.pipeline.replicator import Replicator
+    from service.startup import bind_api_socket, check_access
     from service.version import compiled, version
 
     if compiled():

@@ -6,17 +6,16 @@ from __future__ import annotations
 import asyncio
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import orjson
 import typer
 
 from service.cli.common import console
 from service.errors import ConfigError, ReplicatorError
-from service.settings import Settings, load_settings
-from service.transactions import TableFilter
-from service.transport.columns import ColumnNames
-from service.transport.connection import close_connection, connect
+
+if TYPE_CHECKING:
+    from service.settings import Settings
 
 __all__ = ["schema_app"]
 
@@ -39,6 +38,8 @@ def export(
 ) -> None:
     """Write each table's column names, types and character sets from information_schema as a
     schema file for `binlog-mirror decode --schema FILE`."""
+    from service.settings import load_settings
+
     try:
         settings = load_settings(mysql=mysql, tables=tables)
         if settings.mysql is None:
@@ -47,17 +48,21 @@ def export(
             )
         doc = asyncio.run(_export(settings))
     except (ConfigError, ReplicatorError) as exc:
-        console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+        console().print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None
     data = orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n"
     if out is None:
         sys.stdout.buffer.write(data)
     else:
         out.write_bytes(data)
-        console.print(f"{len(doc['tables'])} tables written to {out}", highlight=False)
+        console().print(f"{len(doc['tables'])} tables written to {out}", highlight=False)
 
 
 async def _export(settings: Settings) -> dict[str, Any]:
+    from service.transactions import TableFilter
+    from service.transport.columns import ColumnNames
+    from service.transport.connection import close_connection, connect
+
     names = ColumnNames(
         TableFilter.from_lists(settings.tables, settings.exclude_tables), refuse_undecodable=False
     )

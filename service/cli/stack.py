@@ -9,7 +9,6 @@ from typing import Annotated
 import typer
 
 from service.cli.common import fail
-from service.devtools.stack import LocalStack
 from service.errors import ReplicatorError
 
 __all__ = ["stack_app"]
@@ -36,6 +35,8 @@ def stack_up(
     ] = False,
 ) -> None:
     """Start MariaDB (binlog on, ROW, FULL metadata, CRC32, GTID) and Redis (AOF on)."""
+    from service.devtools.stack import LocalStack  # pymysql: only when used
+
     stack = LocalStack(directory, redis_cluster=redis_cluster)
     try:
         info = stack.up()
@@ -51,6 +52,8 @@ def stack_down(
     purge: Annotated[bool, typer.Option("--purge", help="Also delete the stack's data directory.")] = False,
 ) -> None:
     """Stop every process the stack started."""
+    from service.devtools.stack import LocalStack  # pymysql: only when used
+
     LocalStack(directory).down(purge=purge)
     typer.echo("stack stopped")
 
@@ -61,6 +64,8 @@ def stack_status(
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """What the running servers report about themselves."""
+    from service.devtools.stack import LocalStack  # pymysql: only when used
+
     status = LocalStack(directory).status()
     if as_json:
         typer.echo(json.dumps(status, indent=2, default=str))

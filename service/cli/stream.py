@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import orjson
 import typer
 
-from service.binlog.canonical import row_change_to_dict
-from service.checkpoint import BinlogPosition, parse_start
 from service.cli.common import console
 from service.cli.runtime import tune_gc
 from service.errors import ConfigError, ReplicatorError
-from service.settings import load_settings
-from service.transport.source import BinlogSource
+
+if TYPE_CHECKING:
+    from service.checkpoint import BinlogPosition
+    from service.transport.source import BinlogSource
 
 __all__ = ["stream"]
 
@@ -41,6 +41,10 @@ def stream(
     heartbeat: Annotated[float | None, typer.Option("--heartbeat", help="Heartbeat period, seconds.")] = None,
 ) -> None:
     """Print committed row changes as JSON lines, one per change, in commit order."""
+    from service.checkpoint import parse_start
+    from service.settings import load_settings
+    from service.transport.source import BinlogSource
+
     try:
         settings = load_settings(
             mysql=mysql, start=start, tables=tables, server_id=server_id, heartbeat_seconds=heartbeat
@@ -51,18 +55,20 @@ def stream(
             )
         start_point = parse_start(settings.start)
     except (ConfigError, ValueError) as exc:
-        console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+        console().print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None
     try:
         asyncio.run(_stream(BinlogSource(settings, start_point), until_caught_up))
     except ReplicatorError as exc:
-        console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+        console().print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
 
 
 async def _stream(source: BinlogSource, until_caught_up: bool) -> None:
+    from service.binlog.canonical import row_change_to_dict
+
     out = sys.stdout.buffer
     async with source:
         tune_gc()

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from service.cli.common import console
 from service.errors import ConfigError, ReplicatorError
-from service.settings import load_settings
-from service.verify import Difference, Verifier
+
+if TYPE_CHECKING:
+    from service.verify import Difference
 
 __all__ = ["verify"]
 
@@ -59,6 +60,9 @@ def verify(
     """Compare every mirrored row with the source; print each differing, missing or extra key (up
     to --limit) and a summary. Exit 0 when equal (or, with --repair, once repaired), 1 when not,
     2 when the check could not run."""
+    from service.settings import load_settings
+    from service.verify import Verifier
+
     try:
         settings = load_settings(
             config,
@@ -74,7 +78,7 @@ def verify(
                 "verify needs --mysql and --redis (or BINLOG_MIRROR_MYSQL / BINLOG_MIRROR_REDIS)"
             )
     except ConfigError as exc:
-        console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+        console().print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
         raise typer.Exit(EXIT_ERROR) from None
     printed = 0
 
@@ -97,7 +101,7 @@ def verify(
                 Verifier(settings, chunk_rows=chunk_rows).run(repair=repair, on_difference=show)
             )
     except ReplicatorError as exc:
-        console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+        console().print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
         raise typer.Exit(EXIT_ERROR) from None
     if printed > limit:
         typer.echo(f"... and {printed - limit} more")

@@ -1,7 +1,3 @@
-"""aiomysql I/O: the replication connection, preflight, and `BinlogSource` (committed transactions)."""
-
-from __future__ import annotations
-
-from service.transport.source import BinlogSource, SourceStats
-
-__all__ = ["BinlogSource", "SourceStats"]
+"""aiomysql I/O: the replication connection, preflight, and `BinlogSource` (committed transactions,
+in service.transport.source). Nothing is imported here, so a light module of the package (columns,
+connection) does not pull in the whole source and its dependencies."""
