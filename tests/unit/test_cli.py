@@ -29,3 +29,11 @@ def test_python_m_service_runs_the_same_app() -> None:
         [sys.executable, "-m", "service", "stack", "--help"], check=True, capture_output=True, text=True
     ).stdout
     assert "binlog-mirror stack" in out and "status" in out
+
+
+def test_the_cli_imports_no_server_client_until_a_command_needs_one() -> None:
+    # `decode` and the short commands (--help, ctl, stack) paid ~0.8 s of imports they never used
+    heavy = ("redis", "pydantic", "aiomysql", "pymysql", "fastapi", "rich")
+    probe = f"import sys, service.cli; print(sorted(m for m in {heavy!r} if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True, text=True).stdout
+    assert out.strip() == "[]"
