@@ -9,7 +9,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, cast
 
 from service.binlog.rowchange import Op, Row, RowChange
 from service.checkpoint import BinlogPosition
@@ -141,12 +141,47 @@ class Planner:
     def _shape(self, out: list[Arg], names: list[str]) -> str:
         """The id of a row shape (its non-NULL column names) in the current call; its op K goes
         out once per call, the rows of that shape then carry only values."""
-        shape = tuple(names)
+        return self._shape_id(out, tuple(names))
+
+    def _shape_id(self, out: list[Arg], shape: tuple[str, ...]) -> str:
         sid = self._shapes.get(shape)
         if sid is None:
             sid = self._shapes[shape] = str(len(self._shapes) + 1)
             out += ("K", sid, len(shape), *shape)
         return sid
+
+    def _insert(self, out: list[Arg], ch: RowChange, key: tuple[str, str]) -> None:
+        """An INSERT's whole row (most changes of a load), straight into `out`: what `change`
+        (op W or WJ) and `_changes` (ops A, C) do for it, without a list per row or per shape."""
+        after = ch.after
+        assert after is not None
+        cols = self.key_columns(ch.schema, ch.table)
+        suffix = self._suffix(cols, after) if cols else None
+        if suffix is None:
+            self.skipped.add(ch.schema, ch.table)
+            return
+        self._written.add((ch.schema, ch.table, suffix))
+        if key not in self._registered:
+            self._registered.add(key)
+            out += ["A", self.layout.tables_key, self.layout.table_id(*key)]
+        if key != self._table:
+            out += self.context(*key)
+            self._table = key
+        if self.json_mode:
+            out += ("WJ", suffix, json_document(after))
+            return
+        whole = True
+        for v in after.values():
+            if v is None:
+                whole = False
+                break
+        # the shape: the row's columns, less the NULL ones (not stored)
+        shape = tuple(after) if whole else tuple([k for k, v in after.items() if v is not None])
+        out += ("W", suffix, self._shape_id(out, shape))
+        append = out.append
+        for v in after.values():
+            if v is not None:
+                append(_text(v))
 
     def _write_row(self, out: list[Arg], suffix: str, after: Row, replace: bool) -> None:
         if self.json_mode:
@@ -469,8 +504,17 @@ class Planner:
         changes, partial = txn.changes, txn.partial
         fks = self.cascades.foreign_keys()
         fk_tables = fks.tables  # empty for most sources: no per-row cost below
+        direct = self.changelog_maxlen is None  # whole-row INSERTs go straight to `out` (_insert)
         for i in indexes:
             ch = changes[i]
+            if (
+                direct
+                and ch.op is Op.INSERT
+                and not (partial and i in partial)
+                and not (fk_tables and (ch.schema, ch.table) in fk_tables)
+            ):
+                self._insert(out, ch, (ch.schema, ch.table))
+                continue
             ops = self.change(ch, i in partial)
             if ops is None:
                 out += seq_only  # not mirrored, but it keeps its sequence number (first_seq + i)
@@ -510,7 +554,12 @@ class Planner:
 
 def _text(v: object) -> str | bytes:
     """A non-NULL value's hash-field form: the common types through TEXT_FORMS' direct lookup."""
-    form = TEXT_FORMS.get(type(v))
+    t = type(v)
+    if t is str:
+        return cast(str, v)
+    if t is int:
+        return str(v)  # int.__repr__, without the lookup
+    form = TEXT_FORMS.get(t)
     return form(v) if form is not None else field_value(v)
 
 
