@@ -105,6 +105,11 @@ class Planner:
     _lean: dict[str, list[Arg]] = field(default_factory=dict, repr=False)
     _written: set[tuple[str, str, str]] = field(default_factory=set, repr=False)
     _acted: bool = field(default=False, repr=False)
+    # the run of whole JSON rows (op WJN) `_insert` may extend: its list, the index of its row
+    # count and its end
+    _run_out: list[Arg] | None = field(default=None, repr=False)
+    _run_at: int = field(default=0, repr=False)
+    _run_end: int = field(default=-1, repr=False)
     # the cascade ops of tables with foreign keys (service/sink/cascades.py)
     cascades: CascadePlan = field(init=False, repr=False)
 
@@ -150,9 +155,16 @@ class Planner:
             out += ("K", sid, len(shape), *shape)
         return sid
 
+    def _run_row(self, out: list[Arg]) -> None:
+        """One more row in the current run's count."""
+        count = out[self._run_at]
+        assert isinstance(count, int)
+        out[self._run_at] = count + 1
+
     def _insert(self, out: list[Arg], ch: RowChange, key: tuple[str, str]) -> None:
         """An INSERT's whole row (most changes of a load), straight into `out`: what `change`
-        (op W or WJ) and `_changes` (ops A, C) do for it, without a list per row or per shape."""
+        (op W or WJ) and `_changes` (ops A, C) do for it, without a list per row or per shape, and
+        JSON rows in runs (op WJN: one MSET in Redis for up to 500 of them)."""
         after = ch.after
         assert after is not None
         cols = self.key_columns(ch.schema, ch.table)
@@ -167,8 +179,14 @@ class Planner:
         if key != self._table:
             out += self.context(*key)
             self._table = key
-        if self.json_mode:
-            out += ("WJ", suffix, json_document(after))
+        if self.json_mode:  # in a run (op WJN) while no other op came between its rows
+            if out is self._run_out and len(out) == self._run_end:
+                self._run_row(out)
+            else:
+                self._run_at = len(out) + 1
+                out += ("WJN", 1)
+            out += (suffix, json_document(after))
+            self._run_out, self._run_end = out, len(out)
             return
         whole = True
         for v in after.values():
@@ -447,6 +465,7 @@ class Planner:
         self._lean.clear()
         self._written.clear()
         self._acted = False
+        self._run_out = None
         self.cascades.begin_call()
 
     def _actions(self, out: list[Arg], actions: Sequence[TableAction]) -> None:

@@ -178,7 +178,7 @@ def test_plan_chunk_ops_set_the_table_once_per_call() -> None:
 
     chunks = list(p.chunks(_txn(ins("a", 0), ins("a", 1), ins("b", 0), ins("a", 2)), [], 3))
     assert [n for _, n in chunks] == [3, 1]
-    ops = [op for op in chunks[0][0] if op in ("A", "C", "W", "K")]
+    ops = [op for op in _unrun(chunks[0][0]) if op in ("A", "C", "W", "K")]
     assert ops == ["A", "C", "K", "W", "W", "A", "C", "W"]
     # each call starts without a table and shapes
     assert chunks[1][0][:3] == ["A", "m:__tables", "db:a"]
@@ -196,7 +196,8 @@ def test_plan_transactions_sharing_a_call_register_and_set_a_table_once() -> Non
     for i in range(3):
         p.transaction(out, _txn(_change(Op.INSERT, None, {"id": i})), [])
     p.transaction(out, _txn(_change(Op.INSERT, None, {"id": 9})), [TableAction(ActionKind.DROP, "db", "t")])
-    assert [op for op in out if op in ("A", "C", "W", "R")] == ["A", "C", "W", "W", "W", "R", "A", "C", "W"]
+    ops = [op for op in _unrun(out) if op in ("A", "C", "W", "R")]
+    assert ops == ["A", "C", "W", "W", "W", "R", "A", "C", "W"]
     p.begin_call()
     again: list[Arg] = []
     p.transaction(again, _txn(_change(Op.INSERT, None, {"id": 10})), [])
@@ -274,7 +275,8 @@ def test_resume_skips_per_table_counts_whatever_the_chunk_size() -> None:
     chunks = list(p.chunks(after, [], 2, todo))
     assert [n for _, n in chunks] == [2, 1]
     rows = []
-    for ops, _ in chunks:
+    for planned, _ in chunks:
+        ops = _unrun(planned)
         for j, op in enumerate(ops):
             if op == "C":
                 base = ops[j + 1]
@@ -342,5 +344,32 @@ def test_plan_whole_row_inserts_are_planned_as_change_plans_them(json_mode: bool
             table = key
             want += generic.context(*key)
         want += ops
-    assert got == want
+    assert _unrun(got) == want
     assert direct.skipped.rows == generic.skipped.rows
+    if json_mode:
+        assert 0 < got.count("WJN") < len(changes)  # rows in runs: one op per run of a table
+
+
+def _unrun(ops: list[Arg]) -> list[Arg]:
+    """Runs of whole JSON rows (op WJN: a row count, then the rows) as the WJ ops of their rows."""
+    out: list[Arg] = []
+    sizes: dict[Arg, int] = {}
+    i = 0
+    while i < len(ops):
+        op = ops[i]
+        if op == "K":
+            n = ops[i + 2]
+            assert isinstance(n, int)
+            sizes[ops[i + 1]] = n
+            out += ops[i : i + 3 + n]
+            i += 3 + n
+        elif op == "WJN":
+            rows, i = ops[i + 1], i + 2
+            assert isinstance(rows, int) and rows > 0
+            for _ in range(rows):
+                out += ["WJ", ops[i], ops[i + 1]]
+                i += 2
+        else:
+            out.append(op)
+            i += 1
+    return out
