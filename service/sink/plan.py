@@ -172,7 +172,8 @@ class Planner:
         if suffix is None:
             self.skipped.add(ch.schema, ch.table)
             return
-        self._written.add((ch.schema, ch.table, suffix))
+        if not self.json_mode:  # only hash-mode updates read it (`change`)
+            self._written.add((ch.schema, ch.table, suffix))
         if key not in self._registered:
             self._registered.add(key)
             out += ["A", self.layout.tables_key, self.layout.table_id(*key)]
@@ -526,14 +527,11 @@ class Planner:
         direct = self.changelog_maxlen is None  # whole-row INSERTs go straight to `out` (_insert)
         for i in indexes:
             ch = changes[i]
-            if (
-                direct
-                and ch.op is Op.INSERT
-                and not (partial and i in partial)
-                and not (fk_tables and (ch.schema, ch.table) in fk_tables)
-            ):
-                self._insert(out, ch, (ch.schema, ch.table))
-                continue
+            if direct and ch.op is Op.INSERT and not (partial and i in partial):
+                key = (ch.schema, ch.table)
+                if not (fk_tables and key in fk_tables):
+                    self._insert(out, ch, key)
+                    continue
             ops = self.change(ch, i in partial)
             if ops is None:
                 out += seq_only  # not mirrored, but it keeps its sequence number (first_seq + i)

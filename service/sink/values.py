@@ -118,7 +118,12 @@ def json_document(row: Mapping[str, Any] | None) -> bytes:
             continue
         if out is None:
             out = dict(row)
-        out[k] = _json_datetime(v) if t is dt.datetime else value_to_json(v)
+        if t is dt.datetime:
+            out[k] = _json_datetime(v)
+        elif t is Decimal:
+            out[k] = format(v, "f")  # value_to_json's form, without its type tests
+        else:
+            out[k] = value_to_json(v)
     return orjson.dumps(row if out is None else out)
 
 
@@ -128,7 +133,7 @@ def _json_datetime(v: dt.datetime) -> Any:
     if v.tzinfo is None:
         b = orjson.dumps(v)
         if len(b) > 12 and b[11] == 84:  # "YYYY-MM-DDT...": a 4-digit year; T becomes a space
-            return orjson.Fragment(b[:11] + b" " + b[12:])
+            return orjson.Fragment(b.replace(b"T", b" ", 1))  # the first T is that one
     elif not v.utcoffset():
         b = orjson.dumps(v, option=orjson.OPT_UTC_Z)
         if b.endswith(b'Z"'):
