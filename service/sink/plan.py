@@ -9,14 +9,16 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, cast
+from typing import Any
 
 from service.binlog.rowchange import Op, Row, RowChange
 from service.checkpoint import BinlogPosition
 from service.sink.cascades import CascadePlan
 from service.sink.fks import defs_key
 from service.sink.keys import KeyLayout, escape
-from service.sink.values import TEXT_FORMS, field_value, json_document, key_text
+from service.sink.values import hash_text as _text
+from service.sink.values import json_document, key_text
+from service.sink.values import same_text as _same_text
 from service.transactions import Transaction
 
 __all__ = ["ActionKind", "Planner", "SkipCounter", "TableAction", "TableWork", "unit_ids", "work_op"]
@@ -155,12 +157,6 @@ class Planner:
             out += ("K", sid, len(shape), *shape)
         return sid
 
-    def _run_row(self, out: list[Arg]) -> None:
-        """One more row in the current run's count."""
-        count = out[self._run_at]
-        assert isinstance(count, int)
-        out[self._run_at] = count + 1
-
     def _insert(self, out: list[Arg], ch: RowChange, key: tuple[str, str]) -> None:
         """An INSERT's whole row (most changes of a load), straight into `out`: what `change`
         (op W or WJ) and `_changes` (ops A, C) do for it, without a list per row or per shape, and
@@ -182,7 +178,9 @@ class Planner:
             self._table = key
         if self.json_mode:  # in a run (op WJN) while no other op came between its rows
             if out is self._run_out and len(out) == self._run_end:
-                self._run_row(out)
+                count = out[self._run_at]
+                assert isinstance(count, int)
+                out[self._run_at] = count + 1
             else:
                 self._run_at = len(out) + 1
                 out += ("WJN", 1)
@@ -567,29 +565,6 @@ class Planner:
             if k >= done.get(tid, 0):
                 out.append(i)
         return out
-
-
-def _text(v: object) -> str | bytes:
-    """A non-NULL value's hash-field form: the common types through TEXT_FORMS' direct lookup."""
-    t = type(v)
-    if t is str:
-        return cast(str, v)
-    if t is int:
-        return str(v)  # int.__repr__, without the lookup
-    form = TEXT_FORMS.get(t)
-    return form(v) if form is not None else field_value(v)
-
-
-def _same_text(v: object, b: object) -> bool:
-    """An int, str, bytes or float equal to `b` and of its type: stored as the same text. Not `==`
-    alone: 1 == 1.0 == True and 0.0 == -0.0 print differently, and equal JSON documents can
-    differ in their numbers' types."""
-    t = type(v)
-    if t is not type(b):
-        return False
-    if t is int or t is str or t is bytes:
-        return v == b
-    return t is float and v == b and v != 0.0
 
 
 def unit_ids(work: Sequence[TableWork]) -> list[str]:

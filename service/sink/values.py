@@ -22,14 +22,14 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable, Mapping
 from decimal import Decimal
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
 from service.binlog.canonical import naive_text, value_to_json
 from service.binlog.jsonb import JsonNull
 
-__all__ = ["TEXT_FORMS", "field_value", "json_document", "key_text"]
+__all__ = ["TEXT_FORMS", "field_value", "hash_text", "json_document", "key_text", "same_text"]
 
 
 def _timedelta(value: dt.timedelta) -> str:
@@ -148,3 +148,27 @@ def key_text(value: Any) -> str:
     if isinstance(value, bytes | bytearray | memoryview):
         return "0x" + bytes(value).hex()
     return text_value(value)
+
+
+def hash_text(v: object) -> str | bytes:
+    """A non-NULL value's hash-field form (the apply's call per value): str and int first, the
+    other common types through TEXT_FORMS' direct lookup."""
+    t = type(v)
+    if t is str:
+        return cast(str, v)
+    if t is int:
+        return str(v)  # int.__repr__, without the lookup
+    form = TEXT_FORMS.get(t)
+    return form(v) if form is not None else field_value(v)
+
+
+def same_text(v: object, b: object) -> bool:
+    """An int, str, bytes or float equal to `b` and of its type: stored as the same text. Not `==`
+    alone: 1 == 1.0 == True and 0.0 == -0.0 print differently, and equal JSON documents can
+    differ in their numbers' types."""
+    t = type(v)
+    if t is not type(b):
+        return False
+    if t is int or t is str or t is bytes:
+        return v == b
+    return t is float and v == b and v != 0.0

@@ -18,11 +18,10 @@ from service.sink.plan import (
     Planner,
     TableAction,
     TableWork,
-    _same_text,
     unit_ids,
     work_op,
 )
-from service.sink.values import field_value
+from service.sink.values import field_value, same_text
 from service.transactions import Transaction
 
 
@@ -290,7 +289,7 @@ _SCALARS = st.one_of(st.integers(), st.booleans(), st.floats(), st.text(max_size
 
 @given(_SCALARS, _SCALARS)
 def test_values_taken_as_unchanged_are_stored_as_the_same_text(v: object, b: object) -> None:
-    if _same_text(v, b):
+    if same_text(v, b):
         assert field_value(v) == field_value(b)
 
 
