@@ -16,7 +16,9 @@ from service.checkpoint import BinlogPosition
 from service.sink.cascades import CascadePlan
 from service.sink.fks import defs_key
 from service.sink.keys import KeyLayout, escape
-from service.sink.values import TEXT_FORMS, field_value, json_document, key_text
+from service.sink.values import hash_text as _text
+from service.sink.values import json_document, key_text
+from service.sink.values import same_text as _same_text
 from service.transactions import Transaction
 
 __all__ = ["ActionKind", "Planner", "SkipCounter", "TableAction", "TableWork", "unit_ids", "work_op"]
@@ -105,6 +107,11 @@ class Planner:
     _lean: dict[str, list[Arg]] = field(default_factory=dict, repr=False)
     _written: set[tuple[str, str, str]] = field(default_factory=set, repr=False)
     _acted: bool = field(default=False, repr=False)
+    # the run of whole JSON rows (op WJN) `_insert` may extend: its list, the index of its row
+    # count and its end
+    _run_out: list[Arg] | None = field(default=None, repr=False)
+    _run_at: int = field(default=0, repr=False)
+    _run_end: int = field(default=-1, repr=False)
     # the cascade ops of tables with foreign keys (service/sink/cascades.py)
     cascades: CascadePlan = field(init=False, repr=False)
 
@@ -141,12 +148,57 @@ class Planner:
     def _shape(self, out: list[Arg], names: list[str]) -> str:
         """The id of a row shape (its non-NULL column names) in the current call; its op K goes
         out once per call, the rows of that shape then carry only values."""
-        shape = tuple(names)
+        return self._shape_id(out, tuple(names))
+
+    def _shape_id(self, out: list[Arg], shape: tuple[str, ...]) -> str:
         sid = self._shapes.get(shape)
         if sid is None:
             sid = self._shapes[shape] = str(len(self._shapes) + 1)
             out += ("K", sid, len(shape), *shape)
         return sid
+
+    def _insert(self, out: list[Arg], ch: RowChange, key: tuple[str, str]) -> None:
+        """An INSERT's whole row (most changes of a load), straight into `out`: what `change`
+        (op W or WJ) and `_changes` (ops A, C) do for it, without a list per row or per shape, and
+        JSON rows in runs (op WJN: one MSET in Redis for up to 500 of them)."""
+        after = ch.after
+        assert after is not None
+        cols = self.key_columns(ch.schema, ch.table)
+        suffix = self._suffix(cols, after) if cols else None
+        if suffix is None:
+            self.skipped.add(ch.schema, ch.table)
+            return
+        if not self.json_mode:  # only hash-mode updates read it (`change`)
+            self._written.add((ch.schema, ch.table, suffix))
+        if key not in self._registered:
+            self._registered.add(key)
+            out += ["A", self.layout.tables_key, self.layout.table_id(*key)]
+        if key != self._table:
+            out += self.context(*key)
+            self._table = key
+        if self.json_mode:  # in a run (op WJN) while no other op came between its rows
+            if out is self._run_out and len(out) == self._run_end:
+                count = out[self._run_at]
+                assert isinstance(count, int)
+                out[self._run_at] = count + 1
+            else:
+                self._run_at = len(out) + 1
+                out += ("WJN", 1)
+            out += (suffix, json_document(after))
+            self._run_out, self._run_end = out, len(out)
+            return
+        whole = True
+        for v in after.values():
+            if v is None:
+                whole = False
+                break
+        # the shape: the row's columns, less the NULL ones (not stored)
+        shape = tuple(after) if whole else tuple([k for k, v in after.items() if v is not None])
+        out += ("W", suffix, self._shape_id(out, shape))
+        append = out.append
+        for v in after.values():
+            if v is not None:
+                append(_text(v))
 
     def _write_row(self, out: list[Arg], suffix: str, after: Row, replace: bool) -> None:
         if self.json_mode:
@@ -412,6 +464,7 @@ class Planner:
         self._lean.clear()
         self._written.clear()
         self._acted = False
+        self._run_out = None
         self.cascades.begin_call()
 
     def _actions(self, out: list[Arg], actions: Sequence[TableAction]) -> None:
@@ -469,8 +522,14 @@ class Planner:
         changes, partial = txn.changes, txn.partial
         fks = self.cascades.foreign_keys()
         fk_tables = fks.tables  # empty for most sources: no per-row cost below
+        direct = self.changelog_maxlen is None  # whole-row INSERTs go straight to `out` (_insert)
         for i in indexes:
             ch = changes[i]
+            if direct and ch.op is Op.INSERT and not (partial and i in partial):
+                key = (ch.schema, ch.table)
+                if not (fk_tables and key in fk_tables):
+                    self._insert(out, ch, key)
+                    continue
             ops = self.change(ch, i in partial)
             if ops is None:
                 out += seq_only  # not mirrored, but it keeps its sequence number (first_seq + i)
@@ -506,24 +565,6 @@ class Planner:
             if k >= done.get(tid, 0):
                 out.append(i)
         return out
-
-
-def _text(v: object) -> str | bytes:
-    """A non-NULL value's hash-field form: the common types through TEXT_FORMS' direct lookup."""
-    form = TEXT_FORMS.get(type(v))
-    return form(v) if form is not None else field_value(v)
-
-
-def _same_text(v: object, b: object) -> bool:
-    """An int, str, bytes or float equal to `b` and of its type: stored as the same text. Not `==`
-    alone: 1 == 1.0 == True and 0.0 == -0.0 print differently, and equal JSON documents can
-    differ in their numbers' types."""
-    t = type(v)
-    if t is not type(b):
-        return False
-    if t is int or t is str or t is bytes:
-        return v == b
-    return t is float and v == b and v != 0.0
 
 
 def unit_ids(work: Sequence[TableWork]) -> list[str]:

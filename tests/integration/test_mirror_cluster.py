@@ -326,6 +326,37 @@ async def test_a_group_moved_to_another_master_goes_on(cluster_stack: LocalStack
         await m.cluster.aclose()
 
 
+async def test_json_mode_runs_of_inserts_in_every_group(cluster_stack: LocalStack) -> None:
+    """json mode writes a table's consecutive INSERTs with MSET (op WJN): every key of a run is in
+    its table's slot group, so the MSET is never cross-slot, with two groups in one transaction."""
+    info = cluster_stack.load()
+    assert info is not None
+    _, prefix = _names()
+    m = ClusterMirror(
+        cluster_client(info.redis_url), prefix, lambda s, t: ("id",), MirrorOptions(json_mode=True)
+    )
+    span = EventSpan("mysql-bin.000001", 4, 9)
+    changes = [
+        RowChange(Op.INSERT, "db", t, None, {"id": i, "v": t}, span, 1, 1)
+        for t in ("t1", "t2")
+        for i in range(600)
+    ]
+    txn = Transaction(tuple(changes), (), None, 1, Checkpoint(BinlogPosition("mysql-bin.000001", 500), "", 0))
+    try:
+        assert await m.acquire_lease()
+        await m.load_checkpoint()
+        await m.apply([(txn, ())])
+        with _client(cluster_stack) as rc:
+            for t in ("t1", "t2"):
+                g = group_layout(prefix, "db", t)
+                assert rc.scard(g.index_key("db", t)) == 600
+                assert rc.get(f"{g.table_base('db', t)}:599") == b'{"id":599,"v":"%s"}' % t.encode()
+        assert _stored(cluster_stack, prefix) == BinlogPosition("mysql-bin.000001", 500)
+    finally:
+        await m.close()
+        await m.cluster.aclose()
+
+
 async def test_cascading_foreign_keys_are_refused(cluster_stack: LocalStack) -> None:
     """A cascade's child rows live in other slot groups than the parent's change: the mirror stops
     with a message naming the constraint and the ways out, never applies the parent alone."""

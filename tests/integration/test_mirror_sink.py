@@ -545,6 +545,31 @@ async def test_json_mode(redis: Redis) -> None:
     assert await redis.get(f"{p}:db:a:1") == b'{"id":1,"v":"x","n":null,"b":"AA=="}'
 
 
+async def test_json_mode_runs_of_inserts_replace_whatever_the_keys_held(redis: Redis) -> None:
+    """A json-mode transaction's INSERTs go in runs (op WJN: one MSET per 500 rows): more than 500
+    rows in one run, runs of two tables taking turns, a key that held a hash (another type) and a
+    document replaced whole; every row in `__keys`, and in `__touched` for a table being resynced."""
+    p = _prefix()
+    m = RedisMirror(redis, KeyLayout(p), keys_of, MirrorOptions(json_mode=True))
+    await m.acquire_lease()
+    await m.load_checkpoint()
+    await redis.hset(f"{p}:db:a:1", mapping={"id": "1", "v": "old"})
+    await redis.set(f"{p}:db:a:2", b'{"id":2,"gone":1}')
+    await redis.hset(f"{p}:__resync", "db:b", "1 test")  # as a resync's start leaves it
+    m.planner.resyncing.add("db:b")
+    changes = [ins("a", id=i, v=f"x{i}", n=None) for i in range(1, 1202)]
+    changes += [ins("b", id=1, v="b1"), ins("a", id=5000, v="y"), ins("b", id=2, v="b2")]
+    await m.apply([(txn(*changes), [])])
+    for i in (1, 2, 501, 1000, 1201):
+        assert await redis.get(f"{p}:db:a:{i}") == b'{"id":%d,"v":"x%d","n":null}' % (i, i)
+    assert await redis.get(f"{p}:db:a:5000") == b'{"id":5000,"v":"y"}'
+    assert await redis.get(f"{p}:db:b:2") == b'{"id":2,"v":"b2"}'
+    assert await redis.scard(f"{p}:db:a:__keys") == 1202
+    assert await redis.smembers(f"{p}:db:b:__keys") == {b"1", b"2"}
+    assert await redis.smembers(f"{p}:db:b:__touched") == {b"1", b"2"}
+    assert not await redis.exists(f"{p}:db:a:__touched")
+
+
 async def test_json_mode_documents_are_canonical_and_partial_merges_keep_values_exact(redis: Redis) -> None:
     """json mode stores canonical JSON (service.binlog.canonical); a partial update (MINIMAL image)
     is merged in Lua without decoding values, so big integers, exact floats, [] and strings with

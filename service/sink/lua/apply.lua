@@ -5,8 +5,9 @@
 -- Op Q, first if present, lists the rows that UL ops update by their changed columns alone, and
 -- their tables: the call writes nothing (ROWS_MISSING) unless each row is there and no table is
 -- being resynced (whose rows may not all be there, or lack a new column).
--- Row ops (W U WJ P PJ E MV N) name a row by its suffix in the table set by the last C op; W and U
--- rows carry only values, their column names come once per call with the shape (op K). Row ops'
+-- Row ops (W U WJ WJN P PJ E MV N) name a row by its suffix in the table set by the last C op; W
+-- and U rows carry only values, their column names come once per call with the shape (op K). WJN
+-- is a run of whole JSON rows (a load's INSERTs), written by one MSET per 500 rows. Row ops'
 -- `__keys` and `__touched` members are collected and written by one SADD (or SREM) per run of
 -- adds (or removes) of a set, before the next other op and at the end (same call: still atomic).
 -- Ops F, FD, FU, FA, FR and FC (foreign-key cascades and their sets) are documented in cascade.lua.
@@ -136,7 +137,18 @@ end
 local left = nil                         -- the reply of a table work op: rows left, or the cursor
 while i <= n do
   local op = ARGV[i]
-  if op == 'W' then                      -- replace a row: suffix shape v ... (the shape's columns)
+  if op == 'WJN' then                -- replace JSON rows: count, then count suffix document pairs
+    local rows, kv = tonumber(ARGV[i + 1]), {}
+    for j = 1, rows do
+      local s = ARGV[i + 2 * j]
+      kv[2 * j - 1] = base .. s; kv[2 * j] = ARGV[i + 2 * j + 1]
+      row_written(s, true)
+    end
+    for a = 1, 2 * rows, 1000 do          -- one MSET per 500 rows: a SET each, in one command
+      redis.call('MSET', unpack(kv, a, math.min(a + 999, 2 * rows)))
+    end
+    i = i + 2 + 2 * rows
+  elseif op == 'W' then                  -- replace a row: suffix shape v ... (the shape's columns)
     local names = shapes[ARGV[i + 2]]
     local c = #names
     for k = 1, c do
