@@ -26,8 +26,9 @@ from typing import Any, cast
 
 import orjson
 
-from service.binlog.canonical import naive_text, value_to_json
+from service.binlog.canonical import naive_text
 from service.binlog.jsonb import JsonNull
+from service.jsonlines import row_json
 
 __all__ = ["TEXT_FORMS", "field_value", "hash_text", "json_document", "key_text", "same_text"]
 
@@ -103,42 +104,10 @@ def field_value(value: Any) -> str | bytes:
 
 def json_document(row: Mapping[str, Any] | None) -> bytes:
     """A row as compact canonical JSON (`service.binlog.canonical.row_to_json`): the json-mode
-    document and the change-log `before`/`after`, the same form as the websocket's.
-
-    The same bytes as orjson.dumps(row_to_json(row)), cheaper (the apply of json-mode inserts was
-    bound by it): a row whose values are all native JSON types goes to orjson as it is, any other
-    as one copy with those values in canonical form, datetimes as orjson's own text where that is
-    the canonical one (as service/jsonlines.py does for `decode`)."""
-    if row is None:
-        return b"null"
-    out: dict[str, Any] | None = None
-    for k, v in row.items():
-        t = type(v)
-        if t is int or t is str or t is float or v is None:
-            continue
-        if out is None:
-            out = dict(row)
-        if t is dt.datetime:
-            out[k] = _json_datetime(v)
-        elif t is Decimal:
-            out[k] = format(v, "f")  # value_to_json's form, without its type tests
-        else:
-            out[k] = value_to_json(v)
-    return orjson.dumps(row if out is None else out)
-
-
-def _json_datetime(v: dt.datetime) -> Any:
-    """The canonical JSON of a datetime (naive "YYYY-MM-DD HH:MM:SS[.ffffff]", aware in UTC with a
-    Z) as an orjson fragment, from orjson's own text where that is it but for the naive `T`."""
-    if v.tzinfo is None:
-        b = orjson.dumps(v)
-        if len(b) > 12 and b[11] == 84:  # "YYYY-MM-DDT...": a 4-digit year; T becomes a space
-            return orjson.Fragment(b.replace(b"T", b" ", 1))  # the first T is that one
-    elif not v.utcoffset():
-        b = orjson.dumps(v, option=orjson.OPT_UTC_Z)
-        if b.endswith(b'Z"'):
-            return orjson.Fragment(b)
-    return value_to_json(v)
+    document and the change-log `before`/`after`, the same form as the websocket's and `decode`'s
+    lines. The same bytes as orjson.dumps(row_to_json(row)), cheaper (the apply of json-mode
+    inserts was bound by it): service/jsonlines.py's `row_json`."""
+    return row_json(row)
 
 
 def key_text(value: Any) -> str:
