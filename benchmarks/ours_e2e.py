@@ -64,6 +64,8 @@ async def replay(
         # Settings() alone reads no environment (the service's load_settings does): the layout
         # is taken from it here so that BINLOG_MIRROR_VALUE_MODE=json measures the json layout.
         value_mode=os.environ.get("BINLOG_MIRROR_VALUE_MODE") or "hash",
+        # BINLOG_MIRROR_PLAIN_INSERTS=false: every call as the apply script (docs/BENCHMARKS.md)
+        plain_inserts=os.environ.get("BINLOG_MIRROR_PLAIN_INSERTS", "true").lower() not in ("false", "0"),
     )
     layout = KeyLayout(prefix)
     client = Redis.from_url(redis)

@@ -167,6 +167,7 @@ class Settings(BaseSettings):
     # mirror (service/sink, docs/mirror.md)
     value_mode: Literal["hash", "json"] = "hash"  # one hash per row, or one JSON string per row
     chunk_rows: int = Field(default=1000, ge=1)  # a bigger transaction is applied in chunks
+    plain_inserts: bool = True  # hash layout: insert-only calls as MULTI/EXEC, not the script
     changelog_maxlen: int = Field(default=0, ge=0)  # >0: keep a change-log stream of ~this many entries
     lease_ttl_seconds: float = Field(default=3.0, gt=0.1, le=600)  # writer lease; standby takes over after it
     resync_chunk_rows: int = Field(default=1000, ge=1)  # rows per SELECT when re-reading a table

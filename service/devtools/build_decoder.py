@@ -65,7 +65,9 @@ STREAM_MODULES = (
     "service/transport/packets.py",
     "service/transport/pump.py",
     "service/sink/keys.py",
+    "service/sink/plain.py",
     "service/sink/plan.py",
+    "service/sink/tablework.py",
     "service/sink/values.py",
 )
 GROUP = "service.binlog._mypyc"  # the shared runtime library lands in service/binlog/ too

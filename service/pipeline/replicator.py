@@ -99,6 +99,7 @@ class Replicator:
             table_step=settings.table_step_rows,
             changelog_maxlen=settings.changelog_maxlen or None,
             lease_ttl=settings.lease_ttl_seconds,
+            plain_inserts=settings.plain_inserts,
         )
         key_columns = self.catalog.key_columns
         self.mirror = (

@@ -9,36 +9,72 @@ Pipelining calls is safe because every apply call checks the checkpoint chain (a
 before writing: if one fails, each later one fails its check too, so what Redis applied is always
 a prefix of what was sent. Heavy calls (whole-table work) go through `call` instead, one at a time.
 The channel is used by one task at a time (the applier).
+
+Insert-only calls go in their plain form when the mirror allows it (service/sink/plain.py): the
+same writes, at about half Redis' CPU. One that did not apply (a check refused it, or a watched key
+changed), and every call written after it, are sent again as the script: Redis then holds the same
+prefix of the calls as if they had all been scripts.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import hiredis
+from redis import exceptions as rexc
+from redis._parsers import hiredis as redis_hiredis
 from redis.asyncio import Redis
 from redis.asyncio.connection import AbstractConnection
 
+from service.sink.plain import plain_call
 from service.sink.plan import Arg
+from service.sink.scripts import GUARD
 
-__all__ = ["ScriptChannel"]
+__all__ = ["PlainSetup", "ScriptChannel"]
+
+log = logging.getLogger("service.sink.mirror")
+
+# what redis-py's hiredis reader returns while a reply is incomplete (redis-py 5.1+; False before)
+_NOT_ENOUGH_DATA: Any = getattr(redis_hiredis, "NOT_ENOUGH_DATA", False)
 
 IO_TIMEOUT = 30.0  # seconds without progress writing a call or waiting for its reply
 
 
+@dataclass(frozen=True, slots=True)
+class PlainSetup:
+    """Where a channel may send insert-only calls in their plain form (service/sink/plain.py)."""
+
+    guard_key: str
+    fence_key: str
+    avoid: Callable[[], Collection[str]]  # table ids whose calls go as the script (resyncs)
+
+
+@dataclass(slots=True)
+class _Sent:
+    args: Sequence[Arg]  # the apply call, to send again as the script when its plain form did not apply
+    replies: int  # replies it gets: 1 as the script
+    nseq: int = 0  # plain: the change count (its INCRBY's reply is the last sequence number)
+
+
 class ScriptChannel:
-    def __init__(self, redis: Redis, script: str) -> None:
+    def __init__(self, redis: Redis, script: str, plain: PlainSetup | None = None) -> None:
         self._redis = redis
         self._script = script
+        self._plain = plain
         self._sha = ""
+        self._guard_sha = ""
         self._conn: AbstractConnection | None = None
         self.epoch = 0  # connections closed so far: replies of an older one are lost
-        self._unread = 0  # calls written on this connection whose replies were not read yet
+        self._sent: deque[_Sent] = deque()  # calls written on this connection, replies not read yet
         self._early: deque[Any] = deque()  # replies `call` read ahead, for `reply`
         self._timeout: float | None = None  # the pool's socket timeout, restored on release
+        self.plain_calls = 0  # calls sent in the plain form, and those sent again as the script
+        self.plain_redone = 0
 
     async def _open(self) -> AbstractConnection:
         # A connection of the client's pool, held until `close` (so closing the client closes it
@@ -47,17 +83,39 @@ class ScriptChannel:
         conn: AbstractConnection = await self._redis.connection_pool.get_connection()  # type: ignore[no-untyped-call]
         self._timeout, conn.socket_timeout = conn.socket_timeout, None
         self._conn = conn
-        await conn.send_command("SCRIPT", "LOAD", self._script)
-        self._unread += 1
-        sha = await self._read()
-        self._sha = sha.decode() if isinstance(sha, bytes) else str(sha)
+        self._sha = await self._load(conn, self._script)
+        # the plain form reads its replies from redis-py's hiredis reader (one Python call per
+        # reply would cost more than the form saves): without one, every call goes as the script
+        if self._plain is not None and _hiredis_reader(conn) is not None:
+            self._guard_sha = await self._load(conn, GUARD)
         return conn
 
+    async def _load(self, conn: AbstractConnection, script: str) -> str:
+        await conn.send_command("SCRIPT", "LOAD", script)
+        self._sent.append(_Sent((), 1))
+        sha = await self._read()
+        return sha.decode() if isinstance(sha, bytes) else str(sha)
+
     async def send(self, args: Sequence[Arg]) -> None:
-        """Write one call of the apply script (EVALSHA, no keys) without waiting for its reply."""
+        """Write one apply call (EVALSHA, no keys; or its plain form) without waiting for its reply."""
         conn = self._conn or await self._open()
-        command: Any = ("EVALSHA", self._sha, 0, *args)
-        packed = hiredis.pack_command(command)
+        plain = None
+        if self._guard_sha:
+            assert self._plain is not None
+            setup = self._plain
+            plain = plain_call(args, self._guard_sha, setup.guard_key, setup.fence_key, setup.avoid())
+        if plain is None:
+            command: Any = ("EVALSHA", self._sha, 0, *args)
+            await self._write(conn, hiredis.pack_command(command))
+            self._sent.append(_Sent(args, 1))
+            return
+        await self._write(conn, plain.packed)
+        nseq = args[9]
+        assert isinstance(nseq, int)
+        self._sent.append(_Sent(args, plain.replies, nseq))
+        self.plain_calls += 1
+
+    async def _write(self, conn: AbstractConnection, packed: bytes) -> None:
         try:
             async with asyncio.timeout(IO_TIMEOUT):
                 # writelines + drain: written at once unless the transport is paused (backpressure)
@@ -65,14 +123,13 @@ class ScriptChannel:
         except BaseException:
             await self.close()
             raise
-        self._unread += 1
 
     async def call(self, args: Sequence[Arg]) -> Any:
         """Write one call and wait for its reply. The replies of the calls before it are kept for
         `reply`. For heavy calls: Redis runs every call it reads in one go back to back, so
         pipelined heavy calls would keep its other clients waiting for all of them."""
         await self.send(args)
-        while self._unread > 1:
+        while len(self._sent) > 1:
             self._early.append(await self._read())
         return await self._read()
 
@@ -83,25 +140,88 @@ class ScriptChannel:
         return await self._read()
 
     async def _read(self) -> Any:
-        assert self._conn is not None, "no call in flight"
+        assert self._conn is not None and self._sent, "no call in flight"
         try:
             # Not read_response(timeout=...): on timeout that returns None, which would be taken for
             # the reply, and the late reply for the next call's.
             async with asyncio.timeout(IO_TIMEOUT):
-                value = await self._conn.read_response()
+                if self._sent[0].replies == 1:
+                    self._sent.popleft()
+                    return await self._conn.read_response()
+                sent = self._sent.popleft()
+                value = await self._plain_reply(sent)
+                if value is None:  # it applied nothing: it and the calls after it go as the script
+                    await self._redo(sent)
         except BaseException:
             await self.close()
             raise
-        self._unread -= 1
-        return value
+        return await self._read() if value is None else value
+
+    async def _plain_reply(self, sent: _Sent) -> int | None:
+        """A plain call's first sequence number, from its replies (WATCH, guard, MULTI, a QUEUED
+        per command, EXEC); None when it applied nothing (refused, or a watched key changed)."""
+        replies = await self._read_replies(sent.replies)
+        guard, done = replies[1], replies[-1]
+        if guard != b"OK" or done is None:
+            return None
+        if isinstance(done, Exception):  # EXECABORT: a command was refused (OOM), nothing ran
+            raise next((r for r in replies if isinstance(r, Exception)), done)
+        for r in done:
+            if isinstance(r, Exception):  # cannot be, after the guard's checks: say it all
+                raise rexc.ResponseError(
+                    f"{r} (in the plain form of an apply call, whose other commands ran: the call "
+                    "may be partly applied; `binlog-mirror verify --repair` finds and repairs it)"
+                )
+        return int(done[0]) - sent.nseq + 1
+
+    async def _read_replies(self, n: int) -> list[Any]:
+        """The next n replies, from the hiredis reader itself; a run of "QUEUED" kept as one."""
+        assert self._conn is not None
+        parser: Any = self._conn._parser  # redis-py's hiredis parser (checked by _open)
+        reader = parser._reader
+        out: list[Any] = []
+        while n:
+            r = reader.gets()
+            if r is _NOT_ENOUGH_DATA:
+                await parser.read_from_socket()
+                continue
+            n -= 1
+            if r != b"QUEUED" or not out or out[-1] != b"QUEUED":
+                out.append(r)
+        return out
+
+    async def _redo(self, first: _Sent) -> None:
+        """The call `first` did not apply: read the replies of the calls written after it (each
+        failed its chain check: nothing of theirs applied either) and send them all again, in
+        order, as the script."""
+        redo = [first, *self._sent]
+        for sent in redo[1:]:
+            await self._read_replies(sent.replies)
+        self._sent.clear()
+        assert self._conn is not None
+        for sent in redo:
+            command: Any = ("EVALSHA", self._sha, 0, *sent.args)
+            await self._write(self._conn, hiredis.pack_command(command))
+            self._sent.append(_Sent(sent.args, 1))
+        self.plain_redone += len(redo)
+        log.warning("a plain apply call did not apply: %d calls sent again as the script", len(redo))
 
     async def close(self) -> None:
         """Drop the connection (replies not read yet with it); the next send opens a new one."""
         conn, self._conn = self._conn, None
         self.epoch += 1
-        self._unread = 0
+        self._sent.clear()
         self._early.clear()
+        self._guard_sha = ""
         if conn is not None:
             await conn.disconnect(nowait=True)
             conn.socket_timeout = self._timeout
             await self._redis.connection_pool.release(conn)
+
+
+def _hiredis_reader(conn: AbstractConnection) -> Any:
+    parser = getattr(conn, "_parser", None)
+    reader = getattr(parser, "_reader", None)
+    if isinstance(reader, hiredis.Reader) and callable(getattr(parser, "read_from_socket", None)):
+        return reader
+    return None

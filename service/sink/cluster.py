@@ -167,10 +167,6 @@ class ClusterMirror(RedisMirror):
     def heads_key(self) -> str:
         return f"{self.layout.prefix}:__heads"
 
-    @property
-    def fence_key(self) -> str:
-        return f"{self.layout.prefix}:__fence"
-
     def check_foreign_keys(self, fks: ForeignKeys) -> None:
         """A cascade changes rows of other tables, which live in other slot groups: one script
         cannot apply it with the parent's change, so it is refused, never skipped."""
@@ -206,7 +202,7 @@ class ClusterMirror(RedisMirror):
                 self._fence = None
                 return False
             if fresh or self._fence is None:
-                number = int(await self._fence_script(keys=[lease, self.fence_key], args=[self.token]))
+                number = int(await self._fence_script(keys=[lease, self.layout.fence_key], args=[self.token]))
                 if number == 0:  # expired in between
                     self._fence = None
                     return False

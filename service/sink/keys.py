@@ -12,6 +12,8 @@
                                                where moves took rows, for the last transaction that
                                                had any (mirror.py)
     {prefix}:__lease                           the writer lease: token of the instance that may write
+    {prefix}:__fence                           counts the takings of the lease (acquire.lua)
+    {prefix}:__guard                           written when a plain apply call is refused (plain.py)
     {prefix}:__seq                             counter of applied row changes (change sequence numbers)
     {prefix}:__changes                         the optional change-log stream
     {prefix}:__tables                          set of "{schema}:{table}" (escaped) currently mirrored
@@ -125,6 +127,14 @@ class KeyLayout:
     @property
     def lease_key(self) -> str:
         return f"{self.prefix}:__lease"
+
+    @property
+    def fence_key(self) -> str:
+        return f"{self.prefix}:__fence"
+
+    @property
+    def guard_key(self) -> str:
+        return f"{self.prefix}:__guard"
 
     @property
     def seq_key(self) -> str:

@@ -16,14 +16,13 @@ from service.checkpoint import BinlogPosition
 from service.sink.cascades import CascadePlan
 from service.sink.fks import defs_key
 from service.sink.keys import KeyLayout, escape
+from service.sink.tablework import Arg, TableWork
 from service.sink.values import hash_text as _text
 from service.sink.values import json_document, key_text
 from service.sink.values import same_text as _same_text
 from service.transactions import Transaction
 
-__all__ = ["ActionKind", "Planner", "SkipCounter", "TableAction", "TableWork", "unit_ids", "work_op"]
-
-Arg = str | bytes | int
+__all__ = ["ActionKind", "Arg", "KeyColumns", "Planner", "SkipCounter", "TableAction", "checkpoint_args"]
 
 
 class ActionKind(StrEnum):
@@ -42,22 +41,6 @@ class TableAction:
     new_schema: str | None = None  # rename target
     new_table: str | None = None
     reason: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class TableWork:
-    """One unit of the work of a table action on every row of a table, run in bounded calls
-    before the transaction's own call, so that a table of millions of rows never blocks Redis in
-    one script (RedisMirror._run_table_work). `op`: CU removes the table's rows, MU moves them to
-    another name, CP copies its `__keys` set (to `__stale`, when a resync begins)."""
-
-    op: str
-    index: str  # the table's `__keys` set
-    base: str = ""  # its row-key base (CU, MU)
-    to_index: str = ""  # MU: the new name's `__keys`; CP: the set copied into
-    to_base: str = ""  # MU: the new name's row-key base
-    if_resync: str = ""  # CP: copy only while this table id has a resync mark ("": always)
-    fk: tuple[Arg, ...] = ()  # CU, MU: op FC, the sets of foreign-key values the rows leave
 
 
 @dataclass(slots=True)
@@ -80,6 +63,7 @@ class Planner:
     json_mode: bool = False
     full_images: bool = True  # source logs FULL row images: inserts/updates replace the whole row
     changelog_maxlen: int | None = None  # None: no change-log stream
+    plain_rows: bool = False  # hash INSERTs as field-value pairs (op WP) for the plain form
     skipped: SkipCounter = field(default_factory=SkipCounter)
     # Tables whose updates carry whole rows (op U) instead of their changed columns (op UL): a
     # resync is in flight (rows may be absent or lack a new column), or an UL met no row (the
@@ -187,6 +171,16 @@ class Planner:
             out += (suffix, json_document(after))
             self._run_out, self._run_end = out, len(out)
             return
+        append = out.append
+        if self.plain_rows:  # field-value pairs (op WP), as plain HSETs take them (plain.py)
+            out += ("WP", suffix, 0)
+            at = len(out) - 1
+            for k, v in after.items():
+                if v is not None:
+                    append(k)
+                    append(_text(v))
+            out[at] = (len(out) - at - 1) // 2
+            return
         whole = True
         for v in after.values():
             if v is None:
@@ -195,7 +189,6 @@ class Planner:
         # the shape: the row's columns, less the NULL ones (not stored)
         shape = tuple(after) if whole else tuple([k for k, v in after.items() if v is not None])
         out += ("W", suffix, self._shape_id(out, shape))
-        append = out.append
         for v in after.values():
             if v is not None:
                 append(_text(v))
@@ -565,31 +558,6 @@ class Planner:
             if k >= done.get(tid, 0):
                 out.append(i)
         return out
-
-
-def unit_ids(work: Sequence[TableWork]) -> list[str]:
-    """Names the units of a transaction's table work in `__tableops` by what they do (op, set,
-    target, and which occurrence of that it is), not by their place: a restart with another table
-    selection plans other units around them, and must still skip the ones done (clearing a
-    rename's new name again would remove the rows already moved there)."""
-    seen: dict[str, int] = {}
-    ids = []
-    for w in work:
-        what = f"{w.op} {w.index} {w.to_index}".rstrip()
-        seen[what] = seen.get(what, 0) + 1
-        ids.append(f"{what} #{seen[what]}")
-    return ids
-
-
-def work_op(key: str, uid: str, w: TableWork, limit: int, cursor: Arg = "") -> list[Arg]:
-    """The op of the unit `uid` for up to `limit` rows (CP: `cursor` is the SSCAN cursor the
-    previous call returned, "" at first). The call returns 0 (CP: cursor "0") once the unit is
-    done, recorded in `key` (`__tableops`); otherwise what is left (CP: the next cursor)."""
-    if w.op == "CU":
-        return [*w.fk, "CU", key, uid, limit, w.index, w.base]
-    if w.op == "MU":
-        return [*w.fk, "MU", key, uid, limit, w.index, w.base, w.to_index, w.to_base]
-    return ["CP", key, uid, limit, cursor, w.index, w.to_index, w.if_resync]
 
 
 def checkpoint_args(layout: KeyLayout, fields: Mapping[str, Any]) -> list[Arg]:

@@ -20,11 +20,13 @@ from __future__ import annotations
 
 from importlib.resources import files
 
-__all__ = ["APPLY", "FENCE", "RELEASE", "RENEW", "RESYNC_FINISH", "RESYNC_REREAD", "RESYNC_ROWS"]
+__all__ = [
+    "ACQUIRE", "APPLY", "FENCE", "GUARD", "RELEASE", "RENEW", "RESYNC_FINISH", "RESYNC_REREAD", "RESYNC_ROWS",
+]  # fmt: skip
 
 LUA_FILES = (
     "common", "cascade", "apply", "resync_rows", "resync_finish", "resync_reread", "renew", "release",
-    "fence",
+    "fence", "acquire", "guard",
 )  # fmt: skip
 
 
@@ -34,10 +36,12 @@ def _load(name: str) -> str:
 
 _COMMON = _load("common")
 
+ACQUIRE = _load("acquire")
 RENEW = _load("renew")
 RELEASE = _load("release")
 FENCE = _load("fence")  # Redis Cluster: service/sink/cluster.py
 APPLY = _COMMON + _load("cascade") + _load("apply")  # cascade.lua: foreign keys (docs/mirror.md)
+GUARD = _COMMON + _load("guard")  # the checks of a plain apply call (service/sink/plain.py)
 RESYNC_ROWS = _COMMON + _load("resync_rows")
 RESYNC_FINISH = _COMMON + _load("resync_finish")
 RESYNC_REREAD = _COMMON + _load("resync_reread")

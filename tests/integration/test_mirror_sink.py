@@ -248,7 +248,7 @@ async def test_truncate_drop_rename(redis: Redis) -> None:
 
 async def keys_under(redis: Redis, prefix: str) -> set[str]:
     """Every key of the prefix but the bookkeeping ones that change with each apply."""
-    skip = {f"{prefix}:{k}" for k in ("__checkpoint", "__seq", "__lease", "__tableops")}
+    skip = {f"{prefix}:{k}" for k in ("__checkpoint", "__seq", "__lease", "__fence", "__guard", "__tableops")}
     return {k.decode() async for k in redis.scan_iter(match=f"{prefix}:*")} - skip
 
 

@@ -12,15 +12,8 @@ from hypothesis import strategies as st
 from service.binlog.rowchange import EventSpan, Op, RowChange
 from service.checkpoint import BinlogPosition, Checkpoint
 from service.sink.keys import KeyLayout
-from service.sink.plan import (
-    ActionKind,
-    Arg,
-    Planner,
-    TableAction,
-    TableWork,
-    unit_ids,
-    work_op,
-)
+from service.sink.plan import ActionKind, Arg, Planner, TableAction
+from service.sink.tablework import TableWork, unit_ids, work_op
 from service.sink.values import field_value, same_text
 from service.transactions import Transaction
 

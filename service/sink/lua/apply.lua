@@ -5,8 +5,10 @@
 -- Op Q, first if present, lists the rows that UL ops update by their changed columns alone, and
 -- their tables: the call writes nothing (ROWS_MISSING) unless each row is there and no table is
 -- being resynced (whose rows may not all be there, or lack a new column).
--- Row ops (W U WJ WJN P PJ E MV N) name a row by its suffix in the table set by the last C op; W
--- and U rows carry only values, their column names come once per call with the shape (op K). WJN
+-- Row ops (W WP U WJ WJN P PJ E MV N) name a row by its suffix in the table set by the last C op; W
+-- and U rows carry only values, their column names come once per call with the shape (op K); WP
+-- rows carry field-value pairs (the plain form's, service/sink/plain.py: sent as the script when
+-- that form did not apply). WJN
 -- is a run of whole JSON rows (a load's INSERTs), written by one MSET per 500 rows. Row ops'
 -- `__keys` and `__touched` members are collected and written by one SADD (or SREM) per run of
 -- adds (or removes) of a set, before the next other op and at the end (same call: still atomic).
@@ -157,6 +159,12 @@ while i <= n do
     write_row(base .. ARGV[i + 1], c)
     row_written(ARGV[i + 1], true)
     i = i + 3 + c
+  elseif op == 'WP' then                 -- replace a row: suffix count f v ... (plain.py's rows)
+    local c = tonumber(ARGV[i + 2])
+    for k = 1, 2 * c do pairs_[k] = ARGV[i + 2 + k] end
+    write_row(base .. ARGV[i + 1], c)
+    row_written(ARGV[i + 1], true)
+    i = i + 3 + 2 * c
   elseif op == 'U' then                  -- update a row: suffix shape mask x f ... v ... rest
     -- mask: '1' for each of the shape's columns whose value changed, the v that follow in
     -- order; f: the x columns that became NULL; rest: the unchanged values, `len:value` each.

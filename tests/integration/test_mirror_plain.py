@@ -1,0 +1,170 @@
+"""Insert-only apply calls in their plain form (service/sink/plain.py) against a real Redis: the same
+keys as the apply script, and the same guarantees when a check refuses them or a watched key
+changes between their WATCH and their EXEC."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+
+from service.devtools.stack import LocalStack
+from service.errors import LeaseLost
+from service.sink.client import redis_client
+from service.sink.keys import KeyLayout
+from service.sink.mirror import MirrorOptions, RedisMirror
+from tests.integration.test_mirror_sink import _prefix, dele, ins, keys_of, txn
+
+pytestmark = pytest.mark.integration
+
+EXEC = b"*1\r\n$4\r\nEXEC\r\n"
+
+
+@pytest.fixture
+async def redis(stack: LocalStack) -> AsyncIterator[Redis]:
+    info = stack.load()
+    assert info is not None
+    client = redis_client(info.redis_url)  # the service's client: hiredis replies, as in production
+    yield client
+    await client.aclose()
+
+
+async def _mirror(redis: Redis, prefix: str, plain: bool = True, **options: Any) -> RedisMirror:
+    m = RedisMirror(redis, KeyLayout(prefix), keys_of, MirrorOptions(plain_inserts=plain, **options))
+    assert await m.acquire_lease()
+    await m.load_checkpoint()
+    return m
+
+
+async def _dump(redis: Redis, prefix: str) -> dict[str, Any]:
+    """Every key under `prefix` (less the lease, and the counters that only plain calls keep) by
+    type and value, the prefix cut off."""
+    out: dict[str, Any] = {}
+    async for raw in redis.scan_iter(match=f"{prefix}:*"):
+        key = raw.decode()
+        name = key[len(prefix) + 1 :]
+        if name in ("__lease", "__fence", "__guard"):
+            continue
+        kind = (await redis.type(key)).decode()
+        if kind == "hash":
+            value: Any = await redis.hgetall(key)
+        elif kind == "set":
+            value = await redis.smembers(key)
+        else:
+            value = await redis.get(key)
+        out[name] = (kind, value)
+    return out
+
+
+def _batches() -> list[list[Any]]:
+    """Insert-only transactions: NULLs (not stored), a row over a stale hash and over a string,
+    the same row twice in one call, a table without a key (skipped), several tables."""
+    return [
+        [(txn(ins("a", id=1, v="x", n=None), ins("a", id=2, v="y", n=3)), [])],
+        [(txn(ins("a", id=3, v="z", n=1)), []), (txn(ins("b", id=1, w="q"), ins("nokey", v=1)), [])],
+        [(txn(ins("a", id=7, v="new")), []), (txn(ins("a", id=8, v="over a string")), [])],
+        [(txn(ins("a", id=9, v="first")), []), (txn(ins("a", id=9, v="second", n=2)), [])],
+        [(txn(*(ins("c", id=i, v=str(i) * 3) for i in range(2500))), [])],  # chunked: the script
+    ]
+
+
+async def test_plain_calls_write_what_the_script_writes(redis: Redis) -> None:
+    dumps, firsts, batches = [], [], _batches()
+    for plain in (True, False):
+        p = _prefix()
+        await redis.hset(f"{p}:db:a:7", mapping={"id": "7", "stale": "field"})
+        await redis.set(f"{p}:db:a:8", "a string")
+        m = await _mirror(redis, p, plain)
+        seqs = [await m.apply(batch) for batch in batches]
+        firsts.append(seqs)
+        dumps.append(await _dump(redis, p))
+        assert (m._channel.plain_calls > 0) == plain
+        assert m._channel.plain_redone == 0
+    assert dumps[0] == dumps[1]
+    assert firsts[0] == firsts[1]
+    assert dumps[0]["db:a:9"] == ("hash", {b"id": b"9", b"v": b"second", b"n": b"2"})
+    assert dumps[0]["db:a:7"] == ("hash", {b"id": b"7", b"v": b"new"})
+
+
+async def test_a_refused_call_and_the_calls_after_it_apply_as_scripts(redis: Redis) -> None:
+    """A resync mark the planner does not know of: the guard refuses the first call, the four
+    written after it fail their chain check; all five are sent again as the script, which notes
+    the rows in `__touched`, and apply once, in order."""
+    p = _prefix()
+    m = await _mirror(redis, p, chunk_size=2)
+    await redis.hset(f"{p}:__resync", "db:a", "1 a test")
+    batch = [(txn(ins("a", id=2 * i, v="x"), ins("a", id=2 * i + 1, v="y")), []) for i in range(5)]
+    assert await m.apply(batch) == [1, 3, 5, 7, 9]
+    assert m._channel.plain_calls == 5 and m._channel.plain_redone == 5
+    assert await redis.scard(f"{p}:db:a:__keys") == 10
+    assert await redis.scard(f"{p}:db:a:__touched") == 10
+    assert await m.load_checkpoint() == batch[-1][0].end
+    # the planner knows of the mark now: such calls go as the script from the start
+    m.planner.resyncing.add("db:a")
+    await m.apply([(txn(ins("a", id=20, v="z")), [])])
+    assert m._channel.plain_calls == 5 and await redis.sismember(f"{p}:db:a:__touched", "20")
+
+
+def _between_watch_and_exec(m: RedisMirror, meanwhile: Callable[[], Awaitable[None]]) -> None:
+    """Makes the next plain call of `m` stop before its EXEC, run `meanwhile`, then send the EXEC:
+    Redis has run its WATCH, its guard and MULTI, and queued its writes."""
+    channel = m._channel
+    real = channel._write
+    held = [True]
+
+    async def write(conn: Any, packed: bytes) -> None:
+        if held[0] and packed.endswith(EXEC) and b"MULTI" in packed:
+            held[0] = False
+            await real(conn, packed[: -len(EXEC)])
+            await asyncio.sleep(0.1)
+            await meanwhile()
+            packed = EXEC
+        await real(conn, packed)
+
+    channel._write = write  # type: ignore[method-assign]
+
+
+async def test_a_takeover_between_watch_and_exec_writes_nothing(redis: Redis) -> None:
+    """The lease expires after the guard checked it and another instance takes it: taking it
+    counts in `__fence`, a watched key, so the EXEC writes nothing; sent again as the script, the
+    call is refused (LEASE_LOST)."""
+    p = _prefix()
+    a = await _mirror(redis, p)
+    b = RedisMirror(redis, KeyLayout(p), keys_of, MirrorOptions())
+
+    async def takeover() -> None:
+        await redis.delete(f"{p}:__lease")  # as if it expired
+        assert await b.acquire_lease()
+
+    _between_watch_and_exec(a, takeover)
+    with pytest.raises(LeaseLost):
+        await a.apply([(txn(ins("a", id=1, v="x")), [])])
+    assert await redis.exists(f"{p}:db:a:1", f"{p}:db:a:__keys", f"{p}:__checkpoint") == 0
+    assert a._channel.plain_calls == 1 and a._channel.plain_redone == 1
+
+
+async def test_a_resync_mark_between_watch_and_exec_is_honoured(redis: Redis) -> None:
+    """A resync begins (another writer's call, or an operator's) after the guard read the marks:
+    the EXEC writes nothing; the script then notes the row in the table's `__touched`."""
+    p = _prefix()
+    m = await _mirror(redis, p)
+
+    async def mark() -> None:
+        await redis.hset(f"{p}:__resync", "db:a", "1 a test")
+
+    _between_watch_and_exec(m, mark)
+    assert await m.apply([(txn(ins("a", id=1, v="x")), [])]) == [1]
+    assert await redis.smembers(f"{p}:db:a:__touched") == {b"1"}
+    assert await redis.hgetall(f"{p}:db:a:1") == {b"id": b"1", b"v": b"x"}
+    assert m._channel.plain_redone == 1
+
+
+async def test_a_call_with_other_ops_goes_as_the_script(redis: Redis) -> None:
+    p = _prefix()
+    m = await _mirror(redis, p)
+    await m.apply([(txn(ins("a", id=1, v="x"), dele("a", id=1, v="x")), [])])
+    assert m._channel.plain_calls == 0
+    assert await redis.exists(f"{p}:db:a:1") == 0
