@@ -119,7 +119,7 @@ class _GroupMirror(RedisMirror):
         self, cluster: RedisCluster, layout: GroupLayout, key_columns: KeyColumns, options: MirrorOptions
     ) -> None:
         # the change log and `__seq` are the global group's (a group's own `__seq` only counts)
-        opts = replace(options, changelog_maxlen=None)
+        opts = replace(options, changelog_maxlen=None, plain_inserts=False)  # one script per call
         super().__init__(cast(Redis, cluster), layout, key_columns, opts, token="#0")
         self._channel = ClusterChannel(cluster, APPLY, layout.checkpoint_key)
         self._route = [layout.checkpoint_key]

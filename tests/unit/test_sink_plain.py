@@ -1,0 +1,82 @@
+"""service/sink/plain.py: which apply calls take the plain form, and its commands (what they do in
+Redis is proven against the script in tests/integration/test_mirror_plain.py)."""
+
+from __future__ import annotations
+
+import hiredis
+
+from service.binlog.rowchange import EventSpan, Op, RowChange
+from service.sink.keys import KeyLayout
+from service.sink.plain import plain_call
+from service.sink.plan import Arg, Planner, checkpoint_args
+
+LAYOUT = KeyLayout("m")
+
+
+def _row(op: Op, table: str, **row: object) -> RowChange:
+    before, after = (None, dict(row)) if op is Op.INSERT else (dict(row), None)
+    return RowChange(op, "db", table, before, after, EventSpan("mysql-bin.000001", 4, 90), 1, 1)
+
+
+def _call(*changes: RowChange, token: str = "tok", chunk: int = 0) -> list[Arg]:
+    p = Planner(LAYOUT, lambda s, t: ("id",), plain_rows=True)
+    ops: list[Arg] = []
+    for ch in changes:
+        if ch.op is Op.INSERT:
+            p._insert(ops, ch, (ch.schema, ch.table))
+        else:
+            ops += ["C", *p.context(ch.schema, ch.table)[1:], *(p.change(ch) or [])]
+    lay = LAYOUT
+    head: list[Arg] = [lay.lease_key, token, lay.checkpoint_key, "prev", lay.progress_key, "txn", chunk]
+    head += ["1", lay.seq_key, len(changes), lay.resync_key, 0]
+    return head + ops + checkpoint_args(lay, {"id": "txn"})
+
+
+def _commands(packed: bytes) -> list[list[bytes]]:
+    """The commands of packed RESP (hiredis reads requests as it reads replies: arrays of bulks)."""
+    reader = hiredis.Reader()
+    reader.feed(packed)
+    out = []
+    while (cmd := reader.gets()) is not False:
+        out.append(cmd)
+    return out
+
+
+def test_an_insert_only_call_is_watch_guard_multi_writes_exec() -> None:
+    args = _call(_row(Op.INSERT, "a", id=1, v="x", n=None), _row(Op.INSERT, "a", id=2, v="y", n=3))
+    plain = plain_call(args, "sha", "m:__guard", "m:__fence", set())
+    assert plain is not None
+    cmds = _commands(plain.packed)
+    assert plain.replies == len(cmds)
+    assert cmds == [
+        [b"WATCH", b"m:__checkpoint", b"m:__resync", b"m:__fence", b"m:__guard"],
+        [b"EVALSHA", b"sha", b"0", b"m:__lease", b"tok", b"m:__checkpoint", b"prev", b"m:__resync"]
+        + [b"m:__guard", b"2", b"m:__tables", b"m:db:a:__keys", b"db:a"],
+        [b"MULTI"],
+        [b"INCRBY", b"m:__seq", b"2"],
+        [b"SADD", b"m:__tables", b"db:a"],
+        [b"DEL", b"m:db:a:1", b"m:db:a:2"],
+        [b"HSET", b"m:db:a:1", b"id", b"1", b"v", b"x"],
+        [b"HSET", b"m:db:a:2", b"id", b"2", b"v", b"y", b"n", b"3"],
+        [b"SADD", b"m:db:a:__keys", b"1", b"2"],
+        [b"HSET", b"m:__checkpoint", b"id", b"txn"],
+        [b"EXEC"],
+    ]
+
+
+def test_the_same_row_twice_in_a_call_gets_its_own_del() -> None:
+    args = _call(_row(Op.INSERT, "a", id=1, v="x"), _row(Op.INSERT, "a", id=1, v="y"))
+    plain = plain_call(args, "sha", "g", "f", set())
+    assert plain is not None
+    writes = [c for c in _commands(plain.packed) if c[0] in (b"DEL", b"HSET")][:-1]
+    assert [c[:2] for c in writes] == [[b"DEL", b"m:db:a:1"], [b"HSET", b"m:db:a:1"]] * 2
+
+
+def test_other_calls_go_as_the_script() -> None:
+    ins = _row(Op.INSERT, "a", id=1, v="x")
+    assert plain_call(_call(ins, _row(Op.DELETE, "a", id=1)), "s", "g", "f", set()) is None
+    assert plain_call(_call(ins, chunk=1), "s", "g", "f", set()) is None  # a chunked transaction
+    assert plain_call(_call(ins, token="#3"), "s", "g", "f", set()) is None  # Redis Cluster
+    assert plain_call(_call(ins, token=""), "s", "g", "f", set()) is None  # unfenced
+    assert plain_call(_call(ins), "s", "g", "f", {"db:a"}) is None  # a resync in flight
+    assert plain_call(_call(ins), "s", "g", "f", {"db:b"}) is not None
