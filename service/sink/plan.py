@@ -91,6 +91,9 @@ class Planner:
     _lean: dict[str, list[Arg]] = field(default_factory=dict, repr=False)
     _written: set[tuple[str, str, str]] = field(default_factory=set, repr=False)
     _acted: bool = field(default=False, repr=False)
+    # key columns by table, read once per call by `_insert` (a DDL, which may change them, comes
+    # in a batch of its own, its table actions first)
+    _call_keys: dict[tuple[str, str], tuple[str, ...] | None] = field(default_factory=dict, repr=False)
     # the run of whole JSON rows (op WJN) `_insert` may extend: its list, the index of its row
     # count and its end
     _run_out: list[Arg] | None = field(default=None, repr=False)
@@ -147,7 +150,10 @@ class Planner:
         JSON rows in runs (op WJN: one MSET in Redis for up to 500 of them)."""
         after = ch.after
         assert after is not None
-        cols = self.key_columns(ch.schema, ch.table)
+        if key in self._call_keys:
+            cols = self._call_keys[key]
+        else:
+            cols = self._call_keys[key] = self.key_columns(ch.schema, ch.table)
         suffix = self._suffix(cols, after) if cols else None
         if suffix is None:
             self.skipped.add(ch.schema, ch.table)
@@ -457,6 +463,7 @@ class Planner:
         self._lean.clear()
         self._written.clear()
         self._acted = False
+        self._call_keys.clear()
         self._run_out = None
         self.cascades.begin_call()
 
@@ -464,6 +471,7 @@ class Planner:
         for a in actions:
             out += self.action(a)
         if actions:
+            self._call_keys.clear()
             self._registered.clear()
             self._table = None
             self._acted = True
