@@ -32,7 +32,7 @@ from service.pipeline.unmatched import UnmatchedPatterns
 from service.sink.fks import ForeignKeys
 from service.sink.mirror import RedisMirror, SentBatch
 from service.sink.plan import ActionKind, TableAction
-from service.transactions import TableFilter, Transaction
+from service.transactions import TableFilter, Transaction, op_counts
 
 __all__ = ["BATCH_MAX", "BATCH_ROWS", "AppliedHook", "Applier"]
 
@@ -154,7 +154,7 @@ class Applier:
     async def _send(self, batch: list[Transaction]) -> _Flight:
         # Empty transactions (all rows filtered out) only move the checkpoint: keep the last one.
         batch = [t for i, t in enumerate(batch) if t.changes or t.ddl or i == len(batch) - 1]
-        for schema, table in {(ch.schema, ch.table) for txn in batch for ch in txn.changes}:
+        for schema, table in {key for txn in batch for key in op_counts(txn.changes)}:
             if not self.catalog.known(schema, table):
                 await self.load(schema, table)
         inserted = {
@@ -244,19 +244,14 @@ class Applier:
             progress.applied, progress.applied_ts = txn.end, txn.ts
             progress.txns_applied += 1
             progress.rows_applied += len(txn.changes)
-            for ch in txn.changes:  # once per row: plain attribute updates
-                key = (ch.schema, ch.table)
+            for key, (inserts, updates, deletes, ts) in op_counts(txn.changes).items():
                 c = tables.get(key)
                 if c is None:
                     c = tables[key] = TableCounters()
-                op = ch.op
-                if op is Op.INSERT:
-                    c.inserts += 1
-                elif op is Op.UPDATE:
-                    c.updates += 1
-                else:
-                    c.deletes += 1
-                c.last_change_ts = ch.ts
+                c.inserts += inserts
+                c.updates += updates
+                c.deletes += deletes
+                c.last_change_ts = ts
             if txn.ddl:
                 for d in txn.ddl:
                     for s, t in d.tables:

@@ -17,6 +17,7 @@ from service.transactions import (
     Transaction,
     TransactionAssembler,
     is_rename_only,
+    op_counts,
     parse_ddl,
 )
 
@@ -79,6 +80,18 @@ def test_units_and_boundaries(name: str, n_txns: int, n_changes: int, n_ddl: int
         assert t.gtid is not None and t.end.gtid_set.endswith(t.gtid)
         assert all(c.gtid == t.gtid for c in t.changes)
         assert t.ts == t.end.ts > 0
+
+
+def test_op_counts_count_each_tables_changes_as_a_loop_over_rows_would() -> None:
+    changes = tuple(c for t in assemble(events(FULL), FULL) for c in t.changes)
+    changes += changes[::-1]  # runs of one table, broken and resumed
+    expected: dict[tuple[str, str], list[int]] = {}
+    for c in changes:
+        counts = expected.setdefault((c.schema, c.table), [0, 0, 0, 0])
+        counts[["insert", "update", "delete"].index(c.op.value)] += 1
+        counts[3] = c.ts
+    assert op_counts(changes) == expected
+    assert len(expected) > 1 and all(sum(v[:3]) for v in expected.values())
 
 
 def test_resume_from_a_checkpoint_gives_exactly_the_rest() -> None:
