@@ -204,7 +204,11 @@ class ScriptChannel:
             await self._write(self._conn, hiredis.pack_command(command))
             self._sent.append(_Sent(sent.args, 1))
         self.plain_redone += len(redo)
-        log.warning("a plain apply call did not apply: %d calls sent again as the script", len(redo))
+        log.info(
+            "a plain apply call was not applied (its check refused it, or a key it watched changed): "
+            "it and the %d calls after it were sent again as the apply script",
+            len(redo) - 1,
+        )
 
     async def close(self) -> None:
         """Drop the connection (replies not read yet with it); the next send opens a new one."""
