@@ -276,13 +276,17 @@ def actual(
     out: dict[str, Any] = {}
     for table in tables:
         base = lay.table_base(db, table)
-        members = [m.decode() for m in r.smembers(lay.index_key(db, table))]
+        # the index and the key space in one MULTI: a poll while rows are being written
+        # must see them at one instant, or a row written between the two reads looks stray
+        with r.pipeline(transaction=True) as pipe:
+            index, keys = pipe.smembers(lay.index_key(db, table)).keys(f"{base}:*").execute()
+        members = [m.decode() for m in index]
         if json:  # one string per row: the canonical JSON object
             out[table] = {m: orjson.loads(r.get(f"{base}:{m}") or b"null") for m in members}
         else:
             out[table] = {m: r.hgetall(f"{base}:{m}") for m in members}
         # every row key is in the index (meta keys end in an unescaped "__name")
-        stored = {k.decode()[len(base) + 1 :] for k in r.scan_iter(match=f"{base}:*", count=1000)}
+        stored = {k.decode()[len(base) + 1 :] for k in keys}
         assert {k for k in stored if not k.startswith("__")} == set(members), f"stray keys in {table}"
     # the keyless table is never mirrored
     assert not r.exists(lay.index_key(db, "nokey"))
