@@ -151,6 +151,16 @@ class StatusCollector(Collector):
             "Text values whose bytes were invalid in their column's character set",
             value=s.invalid_text_values,
         )
+        yield CounterMetricFamily(
+            P + "plain_apply_calls",
+            "Apply calls sent as plain commands (insert-only calls, hash layout)",
+            value=s.plain_apply_calls,
+        )
+        yield CounterMetricFamily(
+            P + "plain_apply_redone",
+            "Plain apply calls not applied (refused, or a watched key changed), sent again as the script",
+            value=s.plain_apply_redone,
+        )
 
 
 class HubCollector(Collector):

@@ -52,6 +52,7 @@ class _Flight:
     units: list[tuple[Transaction, list[TableAction]]]
     started: float  # perf_counter when its planning began
     sent: SentBatch
+    counts: list[dict[tuple[str, str], list[int]]]  # op_counts of each unit's changes
 
     @property
     def ddl(self) -> bool:
@@ -154,7 +155,8 @@ class Applier:
     async def _send(self, batch: list[Transaction]) -> _Flight:
         # Empty transactions (all rows filtered out) only move the checkpoint: keep the last one.
         batch = [t for i, t in enumerate(batch) if t.changes or t.ddl or i == len(batch) - 1]
-        for schema, table in {key for txn in batch for key in op_counts(txn.changes)}:
+        counts = [op_counts(txn.changes) for txn in batch]  # filling in inserts changes no count
+        for schema, table in {key for c in counts for key in c}:
             if not self.catalog.known(schema, table):
                 await self.load(schema, table)
         inserted = {
@@ -174,7 +176,7 @@ class Applier:
         if self._fk_unfilled:
             txn, actions = units[0]
             units[0] = (txn, actions + self._fill_fk_sets())
-        flight = _Flight(units, time.perf_counter(), await self.mirror.send(units))
+        flight = _Flight(units, time.perf_counter(), await self.mirror.send(units), counts)
         txns, rows = self.progress.in_flight
         self.progress.in_flight = (txns + len(batch), rows + sum(len(t.changes) for t in batch))
         return flight
@@ -240,11 +242,11 @@ class Applier:
         progress.in_flight = (txns - len(units), rows - sum(len(t.changes) for t, _ in units))
         progress.redis_ok = True
         tables = progress.tables
-        for (txn, actions), first in zip(units, firsts, strict=True):
+        for (txn, actions), first, counts in zip(units, firsts, flight.counts, strict=True):
             progress.applied, progress.applied_ts = txn.end, txn.ts
             progress.txns_applied += 1
             progress.rows_applied += len(txn.changes)
-            for key, (inserts, updates, deletes, ts) in op_counts(txn.changes).items():
+            for key, (inserts, updates, deletes, ts) in counts.items():
                 c = tables.get(key)
                 if c is None:
                     c = tables[key] = TableCounters()

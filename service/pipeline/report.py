@@ -145,6 +145,8 @@ def build_status(
         events_by_type=tuple(sorted(events.items())),
         skipped_ignorable_events=ignorable,
         invalid_text_values=invalid,
+        plain_apply_calls=mirror.plain_counts[0],
+        plain_apply_redone=mirror.plain_counts[1],
         bytes_received=past.bytes + (stats.bytes if stats else 0),
         heartbeats=past.heartbeats + (stats.heartbeats if stats else 0),
         last_packet_at=last_packet or None,

@@ -117,6 +117,8 @@ class ReplicatorStatus:
     events_by_type: tuple[tuple[str, int], ...] = ()  # (EventType name, events decoded), sorted
     skipped_ignorable_events: int = 0  # unknown events skipped thanks to LOG_EVENT_IGNORABLE_F
     invalid_text_values: int = 0  # text values whose bytes were invalid in their charset
+    plain_apply_calls: int = 0  # apply calls sent in the plain form (docs/mirror.md), since start
+    plain_apply_redone: int = 0  # of those, calls not applied and sent again as the apply script
     bytes_received: int = 0  # binlog event bytes read from the source (heartbeats included), all sessions
     heartbeats: int = 0  # heartbeats received from the source (sent when it has been idle), all sessions
     last_packet_at: float | None = None  # wall clock of the last event or heartbeat received

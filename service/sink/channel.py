@@ -86,7 +86,7 @@ class ScriptChannel:
         self._sha = await self._load(conn, self._script)
         # the plain form reads its replies from redis-py's hiredis reader (one Python call per
         # reply would cost more than the form saves): without one, every call goes as the script
-        if self._plain is not None and _hiredis_reader(conn) is not None:
+        if self._plain is not None and _reads_with_hiredis(conn):
             self._guard_sha = await self._load(conn, GUARD)
         return conn
 
@@ -223,9 +223,8 @@ class ScriptChannel:
             await self._redis.connection_pool.release(conn)
 
 
-def _hiredis_reader(conn: AbstractConnection) -> Any:
+def _reads_with_hiredis(conn: AbstractConnection) -> bool:
+    """Whether the connection's parser is redis-py's hiredis one, which `_read_replies` uses."""
     parser = getattr(conn, "_parser", None)
     reader = getattr(parser, "_reader", None)
-    if isinstance(reader, hiredis.Reader) and callable(getattr(parser, "read_from_socket", None)):
-        return reader
-    return None
+    return isinstance(reader, hiredis.Reader) and callable(getattr(parser, "read_from_socket", None))

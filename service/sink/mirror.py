@@ -124,6 +124,11 @@ class RedisMirror:
         # table id -> (generation, planner.resyncs_planned) as its resync read them at its start
         self._resync_planned_at: dict[str, tuple[int, int]] = {}
 
+    @property
+    def plain_counts(self) -> tuple[int, int]:
+        """Apply calls sent in the plain form since start, and those sent again as the script."""
+        return self._channel.plain_calls, self._channel.plain_redone
+
     # -- checkpoint --------------------------------------------------------------------------------
     async def load_checkpoint(self) -> Checkpoint | None:
         """The stored checkpoint (and the chain head for the next apply), after `check_server`.

@@ -278,6 +278,9 @@ async def test_standalone_app_position_tables_alter_metrics_and_auth(stack: Loca
         assert 0 <= time.time() - values["binlog_mirror_last_packet_timestamp_seconds"] < 60
         assert values["binlog_mirror_ignorable_events_skipped_total"] == 0
         assert values["binlog_mirror_invalid_text_values_total"] == 0
+        # the inserts went as plain commands (a single Redis, hash layout), none sent again
+        assert values["binlog_mirror_plain_apply_calls_total"] >= 1
+        assert values["binlog_mirror_plain_apply_redone_total"] == 0
         assert values["binlog_mirror_apply_seconds_count"] >= 2  # one per apply call (batch)
         assert (
             values['binlog_mirror_apply_seconds_bucket{le="+Inf"}']

@@ -98,7 +98,7 @@ async def test_a_refused_call_and_the_calls_after_it_apply_as_scripts(redis: Red
     await redis.hset(f"{p}:__resync", "db:a", "1 a test")
     batch = [(txn(ins("a", id=2 * i, v="x"), ins("a", id=2 * i + 1, v="y")), []) for i in range(5)]
     assert await m.apply(batch) == [1, 3, 5, 7, 9]
-    assert m._channel.plain_calls == 5 and m._channel.plain_redone == 5
+    assert m.plain_counts == (5, 5)
     assert await redis.scard(f"{p}:db:a:__keys") == 10
     assert await redis.scard(f"{p}:db:a:__touched") == 10
     assert await m.load_checkpoint() == batch[-1][0].end
