@@ -111,6 +111,12 @@ class DecodeOptions:
     # for a caller that only prints them (`binlog-mirror decode`). row_change_to_dict gives the
     # same JSON either way.
     text_values: bool = False
+    # Only the values whose canonical text is also their text in Redis (service/sink/values.py:
+    # hash fields, keys, foreign-key sets) as that text: DATE, DATETIME2, TIME2 and DECIMAL of
+    # scale <= 6 (a wider scale's Decimal may print with an exponent there). TIMESTAMP2 stays an
+    # aware datetime (its Redis text is its UTC wall time, without the canonical T and Z). For
+    # the mirror's stream, whose every output is one of those texts or the canonical JSON.
+    stored_text: bool = False
 
 
 class BinlogDecoder:
@@ -331,7 +337,9 @@ class BinlogDecoder:
         if plan is None or plan.schema is not schema:
             if len(self._plans) >= _TABLE_CACHE_MAX:
                 self._plans.clear()
-            plan = self._plans[id(schema)] = TablePlan(schema, self.stats, self.options.text_values)
+            options = self.options
+            plan = TablePlan(schema, self.stats, options.text_values, options.stored_text)
+            self._plans[id(schema)] = plan
         return plan
 
     def _rows(self, h: EventHeader, body: bytes, fmt: StreamFormat) -> RowsEvent:

@@ -77,9 +77,13 @@ class TablePlan:
 
     __slots__ = ("schema", "_specs", "_json_specs", "_json_cols", "_cache", "_by_present")
 
-    def __init__(self, schema: TableSchema, stats: DecoderStats, text_values: bool = False) -> None:
+    def __init__(
+        self, schema: TableSchema, stats: DecoderStats, text_values: bool = False, stored_text: bool = False
+    ) -> None:
         self.schema = schema
-        self._specs = [column_spec(c, stats, text=text_values) for c in schema.columns]
+        self._specs = [
+            column_spec(c, stats, text=text_values, stored_text=stored_text) for c in schema.columns
+        ]
         self._json_cols = [c.index for c in schema.columns if c.type == T.JSON]
         self._json_specs = {
             i: column_spec(schema.columns[i], stats, partial_json=True) for i in self._json_cols

@@ -217,11 +217,17 @@ def _uncompressing(col: Column, limit: int, stats: DecoderStats) -> Callable[[by
 
 
 def column_spec(
-    col: Column, stats: DecoderStats, partial_json: bool = False, text: bool = False
+    col: Column,
+    stats: DecoderStats,
+    partial_json: bool = False,
+    text: bool = False,
+    stored_text: bool = False,
 ) -> FixedSpec | VarSpec:
     """`text`: DECIMAL, DATE and the fractional-second temporal types (DATETIME2, TIMESTAMP2,
     TIME2) as their canonical text (decimal.py, temporaltext.py) instead of Decimal, date,
-    datetime and timedelta (DecodeOptions.text_values)."""
+    datetime and timedelta (DecodeOptions.text_values). `stored_text`: the same for the values
+    whose Redis text is that text too: not TIMESTAMP2, nor a DECIMAL of scale > 6
+    (DecodeOptions.stored_text)."""
     t, meta, u = col.type, col.meta, col.unsigned
     if t == T.TINY:
         return FixedSpec("B" if u else "b", 1)
@@ -240,7 +246,7 @@ def column_spec(
     if t == T.YEAR:
         return FixedSpec("B", 1, decode_year)
     if t in (T.DATE, T.NEWDATE):
-        if text:
+        if text or stored_text:
             date_text = make_date_text_converter()
             return FixedSpec("3s", 3, date_text, date_text)
         return FixedSpec("3s", 3, decode_date)
@@ -260,17 +266,17 @@ def column_spec(
             return FixedSpec(f"{n}s", n, ts, ts)
         if t == T.DATETIME2:
             n = 5 + FRAC_BYTES[fsp]
-            dt = make_datetime2_text_converter(fsp) if text else make_datetime2_converter(fsp)
+            dt = make_datetime2_text_converter(fsp) if text or stored_text else make_datetime2_converter(fsp)
             return FixedSpec(f"{n}s", n, dt, dt)
         n = 3 + FRAC_BYTES[fsp]
-        if text:
+        if text or stored_text:
             time_text = make_time2_text_converter(fsp)
             return FixedSpec(f"{n}s", n, time_text, time_text)
         return FixedSpec(f"{n}s", n, lambda raw: decode_time2(raw, fsp))
     if t == T.NEWDECIMAL:
         precision, scale = meta >> 8, meta & 0xFF
         n = decimal_size(precision, scale)
-        if text:
+        if text or (stored_text and scale <= 6):  # no exponent in str(Decimal) up to scale 6
             dec_text = make_decimal_text_converter(precision, scale)
             return FixedSpec(f"{n}s", n, dec_text, dec_text)
         dec = make_decimal_converter(precision, scale)

@@ -65,7 +65,9 @@ SourceFactory = Callable[[Settings, StartPoint, TableFilter], TransactionSource]
 def default_source(settings: Settings, start: StartPoint, flt: TableFilter) -> TransactionSource:
     from service.transport.source import BinlogSource
 
-    return BinlogSource(settings, start, table_filter=flt)
+    # what the mirror, the websocket and the change log write of a row is its Redis text or
+    # its canonical JSON: DecodeOptions.stored_text builds no Decimal or datetime only for that
+    return BinlogSource(settings, start, table_filter=flt, stored_text=True)
 
 
 class TableDefinitions(Protocol):

@@ -142,8 +142,12 @@ class BinlogSource:
         queue_rows: int | None = None,
         non_blocking: bool = False,
         check_source: bool = True,
+        stored_text: bool = False,
     ) -> None:
         self.settings = settings
+        # DECIMAL and temporal values as their Redis text where that is their canonical text
+        # too (DecodeOptions.stored_text): for a consumer that only writes those texts
+        self.stored_text = stored_text
         self.start_point: StartPoint = start if start is not None else parse_start(settings.start)
         self.table_filter = table_filter or TableFilter.from_lists(settings.tables, settings.exclude_tables)
         self.backoff = backoff or Backoff()
@@ -385,8 +389,9 @@ class BinlogSource:
                 column_names=columns,
                 column_charsets=columns.charsets,
                 column_members=columns.members,
+                stored_text=self.stored_text,
             )
-        return DecodeOptions(skip_rows=skip_rows)
+        return DecodeOptions(skip_rows=skip_rows, stored_text=self.stored_text)
 
     async def _open(self) -> _Session:
         """A new dump connection + decoder + tracker from the resume point."""
