@@ -29,6 +29,7 @@ from service.binlog.canonical import row_change_to_dict, value_to_json
 from service.binlog.constants import ColumnType
 from service.binlog.rowchange import Row, RowChange
 from service.binlog.schema import TableSchema
+from service.binlog.utctext import UtcText
 
 __all__ = ["has_documents", "row_change_lines", "row_json"]
 
@@ -55,7 +56,7 @@ def row_json(row: Mapping[str, Any] | None) -> bytes:
     out: dict[str, Any] | None = None
     for k, v in row.items():
         t = type(v)
-        if t is int or t is str or t is float or v is None:
+        if t is int or t is str or t is float or t is UtcText or v is None:
             continue
         if out is None:
             out = dict(row)

@@ -113,9 +113,9 @@ class DecodeOptions:
     text_values: bool = False
     # Only the values whose canonical text is also their text in Redis (service/sink/values.py:
     # hash fields, keys, foreign-key sets) as that text: DATE, DATETIME2, TIME2 and DECIMAL of
-    # scale <= 6 (a wider scale's Decimal may print with an exponent there). TIMESTAMP2 stays an
-    # aware datetime (its Redis text is its UTC wall time, without the canonical T and Z). For
-    # the mirror's stream, whose every output is one of those texts or the canonical JSON.
+    # scale <= 6 (a wider scale's Decimal may print with an exponent there, and stays a Decimal);
+    # TIMESTAMP2 as a UtcText, whose Redis text is its UTC wall time (without the T and the Z).
+    # For the mirror's stream, whose every output is one of those texts or the canonical JSON.
     stored_text: bool = False
 
 

@@ -25,6 +25,7 @@ from service.binlog.temporal import (
     make_datetime2_converter,
     time2_packed,
 )
+from service.binlog.utctext import UtcText
 from service.errors import InvalidValue
 
 __all__ = [
@@ -134,9 +135,10 @@ def _utc_prefix(minute: int) -> str:
     return f"{_date_text(y, m, d)}T{_2D[rem // 60]}:{_2D[rem % 60]}:"
 
 
-def make_timestamp2_text_converter(fsp: int) -> InPlaceConverter[str]:
+def make_timestamp2_text_converter(fsp: int, tagged: bool = False) -> InPlaceConverter[str]:
     """TIMESTAMP2(fsp) bytes -> "YYYY-MM-DDTHH:MM:SS[.ffffff]Z" in UTC, or MySQL's zero
-    "0000-00-00 00:00:00" (temporal.make_timestamp2_converter, temporal.utc_datetime)."""
+    "0000-00-00 00:00:00" (temporal.make_timestamp2_converter, temporal.utc_datetime).
+    `tagged`: the UTC text as a UtcText (DecodeOptions.stored_text)."""
     frac_len, frac_mul = FRAC_BYTES[fsp], _FRAC_MUL[fsp]
     prefixes: dict[int, str] = {}
 
@@ -151,7 +153,8 @@ def make_timestamp2_text_converter(fsp: int) -> InPlaceConverter[str]:
             if len(prefixes) >= _PREFIXES:
                 prefixes.clear()
             prefix = prefixes[minute] = _utc_prefix(minute)
-        return f"{prefix}{_2D[sec - minute * 60]}{_frac_text(us)}Z"
+        text = f"{prefix}{_2D[sec - minute * 60]}{_frac_text(us)}Z"
+        return UtcText(text) if tagged else text
 
     return convert
 

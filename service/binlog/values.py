@@ -226,8 +226,8 @@ def column_spec(
     """`text`: DECIMAL, DATE and the fractional-second temporal types (DATETIME2, TIMESTAMP2,
     TIME2) as their canonical text (decimal.py, temporaltext.py) instead of Decimal, date,
     datetime and timedelta (DecodeOptions.text_values). `stored_text`: the same for the values
-    whose Redis text is that text too: not TIMESTAMP2, nor a DECIMAL of scale > 6
-    (DecodeOptions.stored_text)."""
+    whose Redis text is that text too, TIMESTAMP2 as a UtcText (utctext.py), but not a DECIMAL of
+    scale > 6 (DecodeOptions.stored_text)."""
     t, meta, u = col.type, col.meta, col.unsigned
     if t == T.TINY:
         return FixedSpec("B" if u else "b", 1)
@@ -262,7 +262,10 @@ def column_spec(
             raise InvalidValue(f"fractional-second precision {fsp} > 6 in {col.name}")
         if t == T.TIMESTAMP2:
             n = 4 + FRAC_BYTES[fsp]
-            ts = make_timestamp2_text_converter(fsp) if text else make_timestamp2_converter(fsp)
+            if text or stored_text:
+                ts_text = make_timestamp2_text_converter(fsp, tagged=not text)
+                return FixedSpec(f"{n}s", n, ts_text, ts_text)
+            ts = make_timestamp2_converter(fsp)
             return FixedSpec(f"{n}s", n, ts, ts)
         if t == T.DATETIME2:
             n = 5 + FRAC_BYTES[fsp]

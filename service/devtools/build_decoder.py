@@ -22,6 +22,7 @@ tests/unit/test_compiled_build.py runs the unit tests against a fresh build.
 
 Not compiled, on purpose:
   rawevent.py              RawEvent subclasses bytes, which native classes cannot
+  utctext.py               UtcText subclasses str, likewise
   files.py                 its generators hold an open file: a compiled generator that is
                            dropped unfinished is not closed, so the file would leak
   jsonb.py                 JsonNull's class-level singleton is not a native-class pattern
@@ -52,7 +53,7 @@ __all__ = [
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "service" / "binlog"
-INTERPRETED = frozenset({"__init__.py", "rawevent.py", "files.py", "jsonb.py"})
+INTERPRETED = frozenset({"__init__.py", "rawevent.py", "files.py", "jsonb.py", "utctext.py"})
 # The per-event and per-row layers around the decoder (pure code, no I/O): packet splitting, the
 # event pump, the position tracker, the transaction assembler and the queue of the stream; the
 # Redis sink's planner; the JSON lines of `decode`.

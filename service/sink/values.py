@@ -28,6 +28,7 @@ import orjson
 
 from service.binlog.canonical import naive_text
 from service.binlog.jsonb import JsonNull
+from service.binlog.utctext import UtcText
 from service.jsonlines import row_json
 
 __all__ = ["TEXT_FORMS", "field_value", "hash_text", "json_document", "key_text", "same_text"]
@@ -78,6 +79,7 @@ TEXT_FORMS: dict[type, Callable[[Any], str]] = {
     dict: _json,
     list: _json,
     JsonNull: lambda v: "null",  # a JSON column holding the JSON literal null (SQL NULL: no field)
+    UtcText: UtcText.wall_time,  # a TIMESTAMP decoded as text (DecodeOptions.stored_text)
 }
 
 

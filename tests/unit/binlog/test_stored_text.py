@@ -1,5 +1,6 @@
 """DecodeOptions(stored_text=True), what the mirror's stream decodes with: DATE, DATETIME2, TIME2
-and DECIMAL of scale <= 6 come as their canonical text, which must also be their text in Redis.
+and DECIMAL of scale <= 6 come as their canonical text, which must also be their text in Redis;
+TIMESTAMP2 as a UtcText (its canonical text, stored in Redis as its UTC wall time).
 On every fixture and vector, each value the mirror writes is compared with what the typed
 values give today: hash fields, keys, foreign-key set members (both layouts), json-layout
 documents, the websocket's and `stream`'s canonical form."""
@@ -7,7 +8,6 @@ documents, the websocket's and `stream`'s canonical form."""
 from __future__ import annotations
 
 import random
-from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
 
@@ -17,6 +17,7 @@ from binlog_text import FIXTURES
 
 from service.binlog import BinlogDecoder, ColumnType, DecodeOptions, RowsEvent, read_binlog_file
 from service.binlog.canonical import row_change_to_dict
+from service.binlog.utctext import UtcText
 from service.errors import DecodeError
 from service.jsonlines import row_change_lines
 from service.sink.fks import fk_text
@@ -77,10 +78,10 @@ def test_stored_text_covers_the_fixtures_text_columns_and_leaves_the_others_type
         elif typ in TEXT_TYPES:
             assert types == {str}, (typ, meta, types)
         elif typ == ColumnType.TIMESTAMP2:
-            assert types <= {datetime, str}, types  # str: the zero TIMESTAMP
+            assert types <= {UtcText, str}, types  # str: the zero TIMESTAMP, as typed
     decimal_scales = {meta & 0xFF for typ, meta in kinds if typ == ColumnType.NEWDECIMAL}
     assert {0, 2, 5} <= decimal_scales and max(decimal_scales) > 6, decimal_scales
-    assert any(typ == ColumnType.TIMESTAMP2 for typ, _ in kinds)
+    assert UtcText in kinds[(ColumnType.TIMESTAMP2, 0)] and UtcText in kinds[(ColumnType.TIMESTAMP2, 6)]
 
 
 def test_up_to_scale_6_a_decimal_prints_without_an_exponent() -> None:
