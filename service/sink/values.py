@@ -15,6 +15,9 @@ Hash-field text forms:
     timedelta (TIME)     [-]H:MM:SS[.ffffff], hours may exceed 24 (MySQL TIME range)
     set / frozenset      comma-joined, sorted
     dict / list (JSON)   compact JSON (orjson, keys sorted); the JSON literal null is `null`
+
+The stream hands DATE, DATETIME, TIME and DECIMAL (scale <= 6) over as these texts already, and
+TIMESTAMP as a UtcText (canonical text; stored here as its wall time): DecodeOptions.stored_text.
 """
 
 from __future__ import annotations
