@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Final, cast
 
 import hiredis
 
@@ -58,11 +58,11 @@ def plain_call(
     lease, token, checkpoint, prev, _, _, _, _, seq, nseq, resync, _ = args[:_HEADER]
     if not isinstance(token, str) or not token or token[0] == "#":  # unfenced, or a cluster's number
         return None
-    cmds: list[tuple[Arg, ...]] = []
+    cmds: list[tuple[Arg, ...] | bytes] = []  # a command, or its RESP already (a row's HSET)
     tids: list[Arg] = []
     sets: dict[Arg, list[Arg]] = {}  # set -> members to add, in op order (op WP's `__keys`)
     dels: list[Arg] = ["DEL"]  # the rows of the current run: one DEL, then their HSETs
-    writes: list[tuple[Arg, ...]] = []
+    writes: list[tuple[Arg, ...] | bytes] = []
     in_run: set[str] = set()
     base: str = ""
     members: list[Arg] = []
@@ -79,7 +79,7 @@ def plain_call(
             in_run.add(key)
             dels.append(key)
             if c:
-                writes.append(("HSET", key, *args[i + 3 : i + 3 + 2 * c]))
+                writes.append(_hset(key, args, i + 3, c))
             members.append(suffix)
             i += 3 + 2 * c
         elif op == "C":  # base index table_id touched
@@ -114,7 +114,7 @@ def plain_call(
             cmds.append(("SADD", set_key, *ms))
     typed = sorted({str(c[1]) for c in cmds if c[0] == "SADD"})
     guard = ("EVALSHA", guard_sha, 0, lease, token, checkpoint, prev, resync, guard_key, len(typed))
-    commands: list[tuple[Arg, ...]] = [
+    commands: list[tuple[Arg, ...] | bytes] = [
         ("WATCH", checkpoint, resync, fence_key, guard_key),
         (*guard, *typed, *dict.fromkeys(tids)),
         ("MULTI",),
@@ -122,11 +122,61 @@ def plain_call(
         *cmds,
         ("EXEC",),
     ]
-    return PlainCall(b"".join([hiredis.pack_command(cast(Any, c)) for c in commands]), len(commands))
+    packed = [c if isinstance(c, bytes) else hiredis.pack_command(cast(Any, c)) for c in commands]
+    return PlainCall(b"".join(packed), len(commands))
+
+
+# A row's HSET is most of a load's RESP: packed here, with its column names' RESP kept (they repeat
+# every row), for half of hiredis.pack_command's cost (which formats each length with sprintf).
+_LENGTHS: Final = [b"$%d\r\n" % n for n in range(1024)]
+_ARRAYS: Final = [b"*%d\r\n" % n for n in range(1024)]
+_HSET: Final = b"$4\r\nHSET\r\n"
+_names: dict[str, bytes] = {}  # column name -> its RESP bulk string
+
+
+def _bulk(data: bytes) -> bytes:
+    n = len(data)
+    return (_LENGTHS[n] if n < 1024 else b"$%d\r\n" % n) + data + b"\r\n"
+
+
+def _hset(key: str, args: Sequence[Arg], at: int, count: int) -> tuple[Arg, ...] | bytes:
+    """HSET key, then the `count` field-value pairs at args[at:], as RESP: the same bytes as
+    hiredis.pack_command (tests/unit/test_sink_plain.py). A pair of another type than str names
+    and str or bytes values (none from the planner) is left to hiredis, as a command."""
+    n = 2 + 2 * count
+    try:
+        parts = [_ARRAYS[n] if n < 1024 else b"*%d\r\n" % n, _HSET, _bulk(key.encode())]
+        names = _names
+        for j in range(at, at + 2 * count, 2):
+            name, value = args[j], args[j + 1]
+            if not isinstance(name, str):
+                return ("HSET", key, *args[at : at + 2 * count])
+            chunk = names.get(name)
+            if chunk is None:
+                if len(names) >= 4096:
+                    names.clear()
+                chunk = names[name] = _bulk(name.encode())
+            parts.append(chunk)
+            if isinstance(value, str):
+                data = value.encode()
+            elif isinstance(value, bytes):
+                data = value
+            else:
+                return ("HSET", key, *args[at : at + 2 * count])
+            m = len(data)
+            parts.append(_LENGTHS[m] if m < 1024 else b"$%d\r\n" % m)
+            parts.append(data)
+            parts.append(b"\r\n")
+    except UnicodeEncodeError:  # a lone surrogate: hiredis says what it says of it
+        return ("HSET", key, *args[at : at + 2 * count])
+    return b"".join(parts)
 
 
 def _end_run(
-    cmds: list[tuple[Arg, ...]], dels: list[Arg], writes: list[tuple[Arg, ...]], in_run: set[str]
+    cmds: list[tuple[Arg, ...] | bytes],
+    dels: list[Arg],
+    writes: list[tuple[Arg, ...] | bytes],
+    in_run: set[str],
 ) -> None:
     if len(dels) > 1:
         cmds.append(tuple(dels))

@@ -3,11 +3,13 @@ Redis is proven against the script in tests/integration/test_mirror_plain.py).""
 
 from __future__ import annotations
 
+import random
+
 import hiredis
 
 from service.binlog.rowchange import EventSpan, Op, RowChange
 from service.sink.keys import KeyLayout
-from service.sink.plain import plain_call
+from service.sink.plain import _hset, plain_call
 from service.sink.plan import Arg, Planner, checkpoint_args
 
 LAYOUT = KeyLayout("m")
@@ -80,3 +82,25 @@ def test_other_calls_go_as_the_script() -> None:
     assert plain_call(_call(ins, token=""), "s", "g", "f", set()) is None  # unfenced
     assert plain_call(_call(ins), "s", "g", "f", {"db:a"}) is None  # a resync in flight
     assert plain_call(_call(ins), "s", "g", "f", {"db:b"}) is not None
+
+
+def test_a_rows_hset_is_packed_as_hiredis_packs_it() -> None:
+    """The rows' HSETs are packed by plain.py itself (the column names' RESP kept): the same bytes
+    as hiredis.pack_command, whatever the text and the lengths; what it does not pack (a value
+    of another type, a lone surrogate) is left to hiredis as a command."""
+    rnd = random.Random(30)
+    alphabet = "ab\r\n\x00é€😀 :"
+    for _ in range(500):
+        pairs: list[Arg] = []
+        for k in range(rnd.randrange(1, 12)):
+            name = rnd.choice(("id", "v", f"col{k}", "ñame", "x" * rnd.choice((1, 1023, 1030))))
+            value: Arg = "".join(rnd.choice(alphabet) for _ in range(rnd.choice((0, 1, 7, 400, 1100))))
+            if rnd.randrange(4) == 0:
+                value = rnd.randbytes(rnd.choice((0, 3, 1021, 1030)))
+            pairs += [name, value]
+        key = "m:db:a:" + "".join(rnd.choice(alphabet) for _ in range(rnd.randrange(1, 40)))
+        args: list[Arg] = ["WP", key, len(pairs) // 2, *pairs]
+        packed = _hset(key, args, 3, len(pairs) // 2)
+        assert packed == hiredis.pack_command(("HSET", key, *pairs))  # type: ignore[arg-type]
+    assert _hset("k", ["f", 1], 0, 1) == ("HSET", "k", "f", 1)
+    assert _hset("k", ["f", "\ud800"], 0, 1) == ("HSET", "k", "f", "\ud800")
