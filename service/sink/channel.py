@@ -103,7 +103,8 @@ class ScriptChannel:
         if self._guard_sha:
             assert self._plain is not None
             setup = self._plain
-            plain = plain_call(args, self._guard_sha, setup.guard_key, setup.fence_key, setup.avoid())
+            listed = args if isinstance(args, list) else list(args)
+            plain = plain_call(listed, self._guard_sha, setup.guard_key, setup.fence_key, setup.avoid())
         if plain is None:
             command: Any = ("EVALSHA", self._sha, 0, *args)
             await self._write(conn, hiredis.pack_command(command))

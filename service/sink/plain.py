@@ -27,7 +27,7 @@ Pure: args in, packed RESP out (unit-tested against the script in tests/integrat
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any, Final, cast
 
@@ -48,7 +48,7 @@ class PlainCall:
 
 
 def plain_call(
-    args: Sequence[Arg], guard_sha: str, guard_key: str, fence_key: str, avoid: Collection[str]
+    args: list[Arg], guard_sha: str, guard_key: str, fence_key: str, avoid: Collection[str]
 ) -> PlainCall | None:
     """The plain form of the apply call `args`, or None when it is not an insert-only call of one
     chunk (ops C, A, H and WP: the planner's `plain_rows`; the others go as the script). `avoid`:
@@ -58,11 +58,12 @@ def plain_call(
     lease, token, checkpoint, prev, _, _, _, _, seq, nseq, resync, _ = args[:_HEADER]
     if not isinstance(token, str) or not token or token[0] == "#":  # unfenced, or a cluster's number
         return None
-    cmds: list[tuple[Arg, ...] | bytes] = []  # a command, or its RESP already (a row's HSET)
+    cmds: list[tuple[Arg, ...] | bytes] = []  # a command, or the RESP of a run's HSETs
     tids: list[Arg] = []
     sets: dict[Arg, list[Arg]] = {}  # set -> members to add, in op order (op WP's `__keys`)
     dels: list[Arg] = ["DEL"]  # the rows of the current run: one DEL, then their HSETs
-    writes: list[tuple[Arg, ...] | bytes] = []
+    writes: list[bytes] = []  # the RESP of the run's HSETs, in pieces
+    hsets = 0  # HSETs packed in `cmds`' RESP pieces (each one reply)
     in_run: set[str] = set()
     base: str = ""
     members: list[Arg] = []
@@ -79,7 +80,11 @@ def plain_call(
             in_run.add(key)
             dels.append(key)
             if c:
-                writes.append(_hset(key, args, i + 3, c))
+                if not _hset(writes, key, args, i + 3, c):
+                    writes.append(
+                        hiredis.pack_command(cast(Any, ("HSET", key, *args[i + 3 : i + 3 + 2 * c])))
+                    )
+                hsets += 1
             members.append(suffix)
             i += 3 + 2 * c
         elif op == "C":  # base index table_id touched
@@ -123,7 +128,8 @@ def plain_call(
         ("EXEC",),
     ]
     packed = [c if isinstance(c, bytes) else hiredis.pack_command(cast(Any, c)) for c in commands]
-    return PlainCall(b"".join(packed), len(commands))
+    blobs = sum(1 for c in commands if isinstance(c, bytes))
+    return PlainCall(b"".join(packed), len(commands) - blobs + hsets)
 
 
 # A row's HSET is most of a load's RESP: packed here, with its column names' RESP kept (they repeat
@@ -139,48 +145,53 @@ def _bulk(data: bytes) -> bytes:
     return (_LENGTHS[n] if n < 1024 else b"$%d\r\n" % n) + data + b"\r\n"
 
 
-def _hset(key: str, args: Sequence[Arg], at: int, count: int) -> tuple[Arg, ...] | bytes:
-    """HSET key, then the `count` field-value pairs at args[at:], as RESP: the same bytes as
-    hiredis.pack_command (tests/unit/test_sink_plain.py). A pair of another type than str names
-    and str or bytes values (none from the planner) is left to hiredis, as a command."""
+def _hset(out: list[bytes], key: str, args: list[Arg], at: int, count: int) -> bool:
+    """Append to `out` the RESP of HSET key and the `count` field-value pairs at args[at:]: the
+    same bytes as hiredis.pack_command (tests/unit/test_sink_plain.py). False (nothing appended)
+    for a pair of another type than a str name and a str or bytes value (none from the planner)
+    or a lone surrogate: hiredis packs those."""
     n = 2 + 2 * count
+    mark = len(out)
+    out.append(_ARRAYS[n] if n < 1024 else b"*%d\r\n" % n)
+    out.append(_HSET)
     try:
-        parts = [_ARRAYS[n] if n < 1024 else b"*%d\r\n" % n, _HSET, _bulk(key.encode())]
+        out.append(_bulk(key.encode()))
         names = _names
         for j in range(at, at + 2 * count, 2):
             name, value = args[j], args[j + 1]
             if not isinstance(name, str):
-                return ("HSET", key, *args[at : at + 2 * count])
+                del out[mark:]
+                return False
             chunk = names.get(name)
             if chunk is None:
                 if len(names) >= 4096:
                     names.clear()
                 chunk = names[name] = _bulk(name.encode())
-            parts.append(chunk)
+            out.append(chunk)
             if isinstance(value, str):
                 data = value.encode()
             elif isinstance(value, bytes):
                 data = value
             else:
-                return ("HSET", key, *args[at : at + 2 * count])
+                del out[mark:]
+                return False
             m = len(data)
-            parts.append(_LENGTHS[m] if m < 1024 else b"$%d\r\n" % m)
-            parts.append(data)
-            parts.append(b"\r\n")
-    except UnicodeEncodeError:  # a lone surrogate: hiredis says what it says of it
-        return ("HSET", key, *args[at : at + 2 * count])
-    return b"".join(parts)
+            out.append(_LENGTHS[m] if m < 1024 else b"$%d\r\n" % m)
+            out.append(data)
+            out.append(b"\r\n")
+    except UnicodeEncodeError:
+        del out[mark:]
+        return False
+    return True
 
 
 def _end_run(
-    cmds: list[tuple[Arg, ...] | bytes],
-    dels: list[Arg],
-    writes: list[tuple[Arg, ...] | bytes],
-    in_run: set[str],
+    cmds: list[tuple[Arg, ...] | bytes], dels: list[Arg], writes: list[bytes], in_run: set[str]
 ) -> None:
     if len(dels) > 1:
         cmds.append(tuple(dels))
-        cmds.extend(writes)
+        if writes:  # one piece of RESP for the run's HSETs: one join, not one per row
+            cmds.append(b"".join(writes))
         del dels[1:]
         writes.clear()
         in_run.clear()

@@ -100,7 +100,16 @@ def test_a_rows_hset_is_packed_as_hiredis_packs_it() -> None:
             pairs += [name, value]
         key = "m:db:a:" + "".join(rnd.choice(alphabet) for _ in range(rnd.randrange(1, 40)))
         args: list[Arg] = ["WP", key, len(pairs) // 2, *pairs]
-        packed = _hset(key, args, 3, len(pairs) // 2)
-        assert packed == hiredis.pack_command(("HSET", key, *pairs))  # type: ignore[arg-type]
-    assert _hset("k", ["f", 1], 0, 1) == ("HSET", "k", "f", 1)
-    assert _hset("k", ["f", "\ud800"], 0, 1) == ("HSET", "k", "f", "\ud800")
+        out = [b"before"]
+        assert _hset(out, key, args, 3, len(pairs) // 2)
+        assert out[0] == b"before"
+        assert b"".join(out[1:]) == hiredis.pack_command(("HSET", key, *pairs))  # type: ignore[arg-type]
+    for pair in (["f", 1], ["f", "\ud800"], [1, "v"]):  # left to hiredis, nothing appended
+        out = [b"before"]
+        assert not _hset(out, "k", ["x", "y", *pair], 2, 1) and out == [b"before"]
+    # a call's replies count each HSET, packed in one piece
+    args = _call(*(_row(Op.INSERT, "a", id=i, v="x" * i) for i in range(5)), _row(Op.INSERT, "a", id=1, v=1))
+    plain = plain_call(args, "sha", "g", "f", set())
+    assert plain is not None and plain.replies == len(_commands(plain.packed))
+    rows = [c[1] for c in _commands(plain.packed) if c[0] == b"HSET" and c[1].startswith(b"m:db:a:")]
+    assert rows == [b"m:db:a:%d" % i for i in (0, 1, 2, 3, 4, 1)]
