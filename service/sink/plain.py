@@ -117,7 +117,7 @@ def plain_call(
     for set_key, ms in sets.items():
         if ms:
             cmds.append(("SADD", set_key, *ms))
-    typed = sorted({str(c[1]) for c in cmds if c[0] == "SADD"})
+    typed = sorted({str(c[1]) for c in cmds if isinstance(c, tuple) and c[0] == "SADD"})
     guard = ("EVALSHA", guard_sha, 0, lease, token, checkpoint, prev, resync, guard_key, len(typed))
     commands: list[tuple[Arg, ...] | bytes] = [
         ("WATCH", checkpoint, resync, fence_key, guard_key),
