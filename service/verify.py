@@ -41,8 +41,9 @@ from service.rowcompare import at_span, compare_row, expected_value, key_delete,
 from service.settings import Settings
 from service.sink.checkpoints import decode_checkpoint
 from service.sink.client import redis_client
-from service.sink.keys import KeyLayout, split_key
+from service.sink.keys import KeyLayout, glob_literal, row_suffix_of, split_key
 from service.sink.mirror import MirrorOptions, RedisMirror, map_redis_errors
+from service.sqltext import bind
 from service.table_info import TableInfo
 from service.transactions import TableFilter, Transaction
 from service.transport.connection import (
@@ -70,7 +71,6 @@ log = logging.getLogger(__name__)
 
 # key columns whose key text is 0x-hex (service.sink.values.key_text)
 _BINARY_TYPES = frozenset({"BINARY", "VARBINARY", "TINYBLOB", "BLOB", "MEDIUMBLOB", "LONGBLOB"})
-_GLOB = str.maketrans({c: "\\" + c for c in "*?[]\\"})
 
 
 class LeaseHeld(SinkError):
@@ -278,7 +278,7 @@ class VerifyRun:
     async def _select(self, sql: str, args: Sequence[Any], what: str) -> list[dict[str, Any]]:
         with map_errors(what):
             async with self.conn.cursor(aiomysql.DictCursor) as cur:
-                await cur.execute(sql, args)
+                await cur.execute(bind(sql, args))
                 return list(await cur.fetchall())
 
     async def _mirror_suffixes(self, schema: str, table: str) -> set[str]:
@@ -289,9 +289,8 @@ class VerifyRun:
         with map_redis_errors("listing the mirror's keys"):
             async for member in self.redis.sscan_iter(lay.index_key(schema, table), count=1000):
                 out.add(_s(member))
-            async for key in self.redis.scan_iter(match=base.translate(_GLOB) + ":*", count=1000):
-                suffix = _s(key)[len(base) + 1 :]
-                if not suffix.startswith("__"):  # meta keys; a row part starting "__" is escaped
+            async for key in self.redis.scan_iter(match=glob_literal(base) + ":*", count=1000):
+                if (suffix := row_suffix_of(key, base)) is not None:
                     out.add(suffix)
         return out
 

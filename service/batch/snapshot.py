@@ -41,6 +41,7 @@ from service.sink.client import redis_client
 from service.sink.keys import KeyLayout
 from service.sink.mirror import MirrorOptions, RedisMirror
 from service.sink.plan import ActionKind, TableAction
+from service.sqltext import bind
 from service.table_info import TableInfo
 from service.transactions import TableFilter, Transaction
 from service.transport.connection import (
@@ -125,7 +126,7 @@ def _read(conn: pymysql.Connection[Any], task: KeyRange, chunk_rows: int) -> Ite
         sql += f" WHERE {' AND '.join(where)}" if where else ""
         sql += f" ORDER BY {cols} LIMIT {chunk_rows}"
         with conn.cursor(pymysql.cursors.DictCursor) as cur:
-            cur.execute(sql, args)
+            cur.execute(bind(sql, args))
             rows = list(cur.fetchall())
         if not rows:
             return

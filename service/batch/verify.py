@@ -36,7 +36,7 @@ from service.checkpoint import BinlogPosition
 from service.errors import ConfigError, SinkError, SourceError
 from service.rowcompare import compare_row, utc_row
 from service.settings import Settings
-from service.sink.keys import KeyLayout
+from service.sink.keys import KeyLayout, glob_literal, row_suffix_of
 from service.table_info import TableInfo
 from service.transactions import TableFilter
 from service.transport.connection import (
@@ -52,8 +52,6 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 __all__ = ["verify_mirror"]
-
-_GLOB = str.maketrans({c: "\\" + c for c in "*?[]\\"})
 
 
 def _check_range(settings: Settings, task: KeyRange, chunk_rows: int) -> Iterator[tuple[Any, ...]]:
@@ -94,9 +92,8 @@ def _mirror_suffixes(r: redis_sync.Redis, layout: KeyLayout, schema: str, table:
     """Every row suffix the mirror holds for a table: its `__keys` members and row keys."""
     base = layout.table_base(schema, table)
     out = {m.decode() for m in r.sscan_iter(layout.index_key(schema, table), count=1000)}
-    for key in r.scan_iter(match=base.translate(_GLOB) + ":*", count=1000):
-        suffix = key.decode()[len(base) + 1 :]
-        if not suffix.startswith("__"):
+    for key in r.scan_iter(match=glob_literal(base) + ":*", count=1000):
+        if (suffix := row_suffix_of(key, base)) is not None:
             out.add(suffix)
     return out
 

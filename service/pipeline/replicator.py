@@ -54,6 +54,7 @@ from service.settings import Settings
 from service.sink.client import redis_client
 from service.sink.cluster import ClusterMirror, cluster_layout
 from service.sink.keys import KeyLayout, split_key
+from service.sink.layoutversion import ensure_layout
 from service.sink.mirror import MirrorOptions, RedisMirror
 from service.sink.plan import ActionKind, TableAction
 from service.transactions import TableFilter, Transaction
@@ -242,6 +243,7 @@ class Replicator:
 
     # -- session ---------------------------------------------------------------------------------
     async def _start_point(self) -> tuple[Checkpoint | None, StartPoint]:
+        await ensure_layout(self.mirror.redis, self.layout)  # a newer layout: refused; older: migrated
         checkpoint = await self.mirror.load_checkpoint()
         self._recopy = self._recopy or self.mirror.recopy
         if self._recopy is not None:

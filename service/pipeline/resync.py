@@ -29,6 +29,7 @@ from service.sink.fks import ForeignKeys, ready_key, set_prefix
 from service.sink.keys import split_key
 from service.sink.mirror import RedisMirror
 from service.sink.replies import map_redis_errors
+from service.sqltext import bind
 from service.transport.connection import fetch, map_errors, quote_ident
 
 __all__ = ["resync_table"]
@@ -92,7 +93,7 @@ async def resync_table(
             sql = f"SELECT * FROM {quote_ident(schema, table)} {where} ORDER BY {cols} LIMIT {chunk_rows}"
             with map_errors(f"resync of {schema}.{table}"):
                 async with conn.cursor(aiomysql.DictCursor) as cur:
-                    await cur.execute(sql, args)
+                    await cur.execute(bind(sql, args))
                     rows = list(await cur.fetchall())
             if not rows:
                 break
@@ -130,7 +131,7 @@ async def resync_table(
             sql = f"SELECT * FROM {quote_ident(schema, table)} WHERE ({cols}) IN ({tuples})"
             with map_errors(f"resync of {schema}.{table} (rows read again)"):
                 async with conn.cursor(aiomysql.DictCursor) as cur:
-                    await cur.execute(sql, [v for vs in values for v in vs])
+                    await cur.execute(bind(sql, [v for vs in values for v in vs]))
                     rows = list(await cur.fetchall())
             if utc_columns:
                 rows = [utc_row(row, utc_columns) for row in rows]

@@ -20,6 +20,7 @@ from service.sink.fks import (
     fk_field,
     fk_text,
     fk_value,
+    set_name,
     set_prefix,
 )
 from service.sink.keys import KeyLayout
@@ -68,11 +69,11 @@ class CascadePlan:
             n = fk_value(after, fk.columns, json_mode) if new_s is not None else None
             if o == n and old_s == new_s:
                 continue
-            prefix = set_prefix(self.layout, fk).encode()
+            prefix = set_prefix(self.layout, fk)
             if o is not None:
-                out += ("FR", prefix + o, old_s or "")
+                out += ("FR", set_name(prefix, o), old_s or "")
             if n is not None:
-                out += ("FA", prefix + n, new_s or "")
+                out += ("FA", set_name(prefix, n), new_s or "")
         if ch.op is Op.INSERT:
             return
         deleted = ch.op is Op.DELETE
@@ -173,16 +174,16 @@ class CascadePlan:
             out.setdefault(defs_key(self.layout, fk.schema, fk.table), {})[set_prefix(self.layout, fk)] = spec
         return out
 
-    def members(self, schema: str, table: str, rows: list[dict[str, Any]]) -> dict[bytes, list[str]]:
+    def members(self, schema: str, table: str, rows: list[dict[str, Any]]) -> dict[str, list[str]]:
         """The sets of the foreign-key values of rows copied from the source -> their suffixes."""
         fks = self.foreign_keys().by_child.get((schema, table))
         cols = self.key_columns(schema, table) if fks else None
-        sets: dict[bytes, list[str]] = {}
+        sets: dict[str, list[str]] = {}
         for fk in fks or () if cols else ():
-            prefix = set_prefix(self.layout, fk).encode()
+            prefix = set_prefix(self.layout, fk)
             for row in rows:
                 value = fk_value(row, fk.columns, self.json_mode)
                 suffix = self.suffix(cols or (), row)
                 if value is not None and suffix is not None:
-                    sets.setdefault(prefix + value, []).append(suffix)
+                    sets.setdefault(set_name(prefix, value), []).append(suffix)
         return sets

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from service.errors import LeaseLost
 from service.sink.client import redis_client
-from service.sink.keys import KeyLayout
+from service.sink.keys import KeyLayout, glob_literal
 from service.sink.mirror import MirrorOptions, RedisMirror, map_redis_errors
 
 __all__ = ["clear_prefix"]
@@ -31,10 +31,11 @@ async def clear_prefix(redis_url: str, prefix: str, lease_ttl: float = 10.0) -> 
                 "stop `binlog-mirror run` for this prefix first, then clear"
             )
         deleted = 0
+        lease = layout.lease_key.encode()
         with map_redis_errors(f"deleting {prefix}:*"):
             batch: list[bytes] = []
-            async for key in redis.scan_iter(match=f"{_escape(prefix)}:*", count=BATCH):
-                if (key.decode() if isinstance(key, bytes) else key) == layout.lease_key:
+            async for key in redis.scan_iter(match=f"{glob_literal(prefix)}:*", count=BATCH):
+                if key == lease:  # bytes: a key name may be binary
                     continue
                 batch.append(key)
                 if len(batch) >= BATCH:
@@ -48,8 +49,3 @@ async def clear_prefix(redis_url: str, prefix: str, lease_ttl: float = 10.0) -> 
         await mirror.release_lease()
         await mirror.close()
         await redis.aclose()
-
-
-def _escape(prefix: str) -> str:
-    """A literal prefix in a SCAN MATCH glob."""
-    return "".join("\\" + c if c in "*?[]\\" else c for c in prefix)

@@ -4,14 +4,17 @@ MariaDB and MySQL before 9.6 apply `ON DELETE/UPDATE CASCADE` and `SET NULL` ins
 log only the parent's row event, so the mirror applies them (docs/mirror.md, "Foreign keys"). For
 that it keeps, with the rows, one set per referencing value:
 
-    {prefix}:{schema}:{child}:__fk:{constraint}:{value}   set of the child rows' key suffixes
+    {prefix}:{schema}:{child}:__fkx:{constraint}:{hex}    set of the child rows' key suffixes
     {prefix}:{schema}:{child}:__fkdefs                    hash: each constraint's set prefix -> its
                                                           columns (what DROP/TRUNCATE/RENAME read)
     {prefix}:__fkready                                    hash: set prefix -> 1 once its sets are whole
 
-`value` is the child row's foreign-key columns, each as `{length}:{text}` in the layout's own form
-(the hash field's bytes, or the raw JSON text of the value in the json layout), so the apply
-script computes it from a stored row exactly as the planner does from a row image. The sets are
+The value is the child row's foreign-key columns, each as `{length}:{text}` in the layout's own
+form (the hash field's bytes, or the raw JSON text of the value in the json layout), so the apply
+script computes it from a stored row exactly as the planner does from a row image; the set's name
+holds it as lowercase hex (`set_name`): a binary value's raw bytes are not text, and every reader
+of key names may take them for UTF-8. (Mirrors before this form named the sets `__fk:` with the
+raw value: `RedisMirror.migrate_fk_sets` drops them, and their tables are copied again.) The sets are
 candidates: the script checks each member's stored columns before it acts, so a member left
 behind (a partial image without the columns) is harmless, and dropped when met.
 
@@ -39,6 +42,7 @@ __all__ = [
     "fk_text",
     "fk_value",
     "ready_key",
+    "set_name",
     "set_prefix",
 ]
 
@@ -142,9 +146,20 @@ def fk_field(column: str, json_mode: bool) -> str | bytes:
 
 
 def set_prefix(layout: KeyLayout, fk: ForeignKey) -> str:
-    """The sets of `fk`'s values are this + the encoded value. `__fk` cannot be a row's key part
-    (a part starting with `__` is escaped), and the escaped constraint name ends at the next `:`."""
-    return f"{layout.table_base(fk.schema, fk.table)}:__fk:{escape(fk.name)}:"
+    """The sets of `fk`'s values are this + the value's hex (`set_name`). `__fkx` cannot be a
+    row's key part (a part starting with `__` is escaped), and the escaped constraint name ends
+    at the next `:`."""
+    return f"{layout.table_base(fk.schema, fk.table)}:{SET_MARK}:{escape(fk.name)}:"
+
+
+SET_MARK = "__fkx"  # the sets' part of the name; `__fk`: the raw-valued sets of older mirrors
+OLD_SET_MARK = "__fk"
+
+
+def set_name(prefix: str, value: bytes) -> str:
+    """The set of the encoded value `value` (fk_value): its prefix + the value as hex, the same
+    name lua/cascade.lua builds (`fk_hex`)."""
+    return prefix + value.hex()
 
 
 def defs_key(layout: KeyLayout, schema: str, table: str) -> str:

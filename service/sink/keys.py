@@ -17,6 +17,7 @@
     {prefix}:__seq                             counter of applied row changes (change sequence numbers)
     {prefix}:__changes                         the optional change-log stream
     {prefix}:__tables                          set of "{schema}:{table}" (escaped) currently mirrored
+    {prefix}:__layout                          the key layout's version (layoutversion.py)
     {prefix}:__resync                          hash: "{schema}:{table}" -> "{generation} {reason}" for
                                                resyncs in flight, and "__gen", the generation counter
 
@@ -29,13 +30,26 @@ a primary-key value of "__keys" or one containing ':'. The prefix is restricted 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from service.sink.values import key_text
 
-__all__ = ["GroupLayout", "KeyLayout", "escape", "group_layout", "split_key", "unescape"]
+__all__ = [
+    "GroupLayout",
+    "KeyLayout",
+    "escape",
+    "glob_literal",
+    "group_layout",
+    "row_suffix_of",
+    "split_key",
+    "unescape",
+]
+
+
+log = logging.getLogger(__name__)
 
 
 def escape(part: str) -> str:
@@ -57,6 +71,31 @@ def unescape(part: str) -> str:
             out.append(ch)
             i += 1
     return "".join(out)
+
+
+def glob_literal(text: str) -> str:
+    """`text` matched literally in a SCAN MATCH glob."""
+    return text.translate(_GLOB)
+
+
+_GLOB = str.maketrans({c: "\\" + c for c in "*?[]\\"})
+
+
+def row_suffix_of(key: bytes | str, base: str) -> str | None:
+    """The row suffix of `key`, a key under `{base}:` (from SCAN); None for the table's meta keys
+    (a part starting with `__`: a row's is escaped), and for a name that is not UTF-8: every row
+    key is text (binary key values are 0x-hex), so such a key is no row of the mirror. Read as
+    bytes first: meta keys may hold binary (foreign-key sets of an older mirror). A non-UTF-8
+    name is logged, as a key written behind the mirror's back, and left alone."""
+    raw = key if isinstance(key, bytes) else key.encode()
+    suffix = raw[len(base.encode()) + 1 :]
+    if suffix.startswith(b"__"):
+        return None
+    try:
+        return suffix.decode()
+    except UnicodeDecodeError:
+        log.warning("key %r is not a key of the mirror (not UTF-8): left alone", raw)
+        return None
 
 
 def split_key(key: str) -> list[str]:
@@ -151,6 +190,10 @@ class KeyLayout:
     @property
     def resync_key(self) -> str:
         return f"{self.prefix}:__resync"
+
+    @property
+    def layout_key(self) -> str:
+        return f"{self.prefix}:__layout"
 
     @property
     def settle_key(self) -> str:

@@ -21,6 +21,7 @@ import pymysql
 from service.checkpoint import BinlogPosition, Checkpoint
 from service.errors import PositionLost, SourceAccessDenied, SourceError
 from service.settings import MySQLUrl, Settings
+from service.sqltext import bind
 
 __all__ = [
     "ER_MASTER_FATAL_ERROR_READING_BINLOG",
@@ -105,6 +106,7 @@ def connect_args(settings: Settings, url: MySQLUrl) -> dict[str, Any]:
         "password": url.password.get_secret_value(),
         "ssl": ssl_context(settings),
         "autocommit": True,
+        "charset": "utf8mb4",  # service/sqltext.py writes strings as _utf8mb4 literals
     }
 
 
@@ -161,7 +163,7 @@ async def fetch(
 ) -> list[tuple[Any, ...]]:
     with map_errors(f"query {sql.split()[0]} ..."):
         async with conn.cursor() as cur:
-            await cur.execute(sql, args)
+            await cur.execute(bind(sql, args))
             return list(await cur.fetchall())
 
 

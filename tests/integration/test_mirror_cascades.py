@@ -9,7 +9,7 @@ import pytest
 import redis as redis_sync
 
 from service.devtools.stack import LocalStack
-from service.sink.fks import ForeignKey, ForeignKeys, fk_value, set_prefix
+from service.sink.fks import ForeignKey, ForeignKeys, fk_value, set_name, set_prefix
 from service.sink.keys import KeyLayout
 from tests.integration.mirror_helpers import (
     actual,
@@ -113,7 +113,7 @@ def _sets_exact(stack: LocalStack, redis_url: str, prefix: str, db: str, json: b
                 for rid, value in cur.fetchall():
                     enc = fk_value({"v": value}, ("v",), json)
                     if enc is not None:
-                        assert r.sismember(set_prefix(lay, fk).encode() + enc, str(rid)), (fk.name, rid)
+                        assert r.sismember(set_name(set_prefix(lay, fk), enc), str(rid)), (fk.name, rid)
     finally:
         conn.close()
         r.close()
@@ -169,7 +169,7 @@ async def test_cascades_mirrored(stack: LocalStack, layout: str) -> None:
 def _fk_keys(redis_url: str, prefix: str, db: str, table: str) -> list[bytes]:
     r = redis_sync.Redis.from_url(redis_url)
     try:
-        return list(r.scan_iter(match=f"{KeyLayout(prefix).table_base(db, table)}:__fk:*", count=1000))
+        return list(r.scan_iter(match=f"{KeyLayout(prefix).table_base(db, table)}:__fkx:*", count=1000))
     finally:
         r.close()
 

@@ -9,7 +9,7 @@ from decimal import Decimal
 from service.binlog.rowchange import EventSpan, Op, RowChange
 from service.catalog import _FK_CLAUSE, _FK_RULE, _logs_cascades
 from service.checkpoint import BinlogPosition, Checkpoint
-from service.sink.fks import ForeignKey, ForeignKeys, fk_value, set_prefix
+from service.sink.fks import ForeignKey, ForeignKeys, fk_value, set_name, set_prefix
 from service.sink.keys import KeyLayout
 from service.sink.plan import Arg, Planner
 from service.transactions import Transaction
@@ -51,12 +51,13 @@ def test_values_are_the_stored_text_of_each_column() -> None:
     assert fk_value({"a": "é"}, ("a",), True) == '4:"é"'.encode()  # the raw JSON text
     assert fk_value({"a": 1, "b": None}, ("a", "b"), False) is None  # references nothing
     assert fk_value({"a": 1}, ("a", "b"), False) is None  # not in a partial image
-    assert set_prefix(LAY, CHILD) == "m:db:child:__fk:c_pid:"
+    assert set_prefix(LAY, CHILD) == "m:db:child:__fkx:c_pid:"
+    assert set_name("p:", b"1:\xa3") == "p:313aa3"  # binary: the name stays text
 
 
 def test_a_child_row_joins_and_leaves_its_sets() -> None:
     p = _planner(ForeignKeys((CHILD,)))
-    s5, s6 = b"m:db:child:__fk:c_pid:1:5", b"m:db:child:__fk:c_pid:1:6"
+    s5, s6 = "m:db:child:__fkx:c_pid:" + b"1:5".hex(), "m:db:child:__fkx:c_pid:" + b"1:6".hex()
     ins = _ops(p, _change("child", Op.INSERT, None, {"id": 1, "pid": 5}))
     assert ins[-3:] == ["FA", s5, "1"]
     upd = _ops(p, _change("child", Op.UPDATE, {"id": 1, "pid": 5}, {"id": 1, "pid": 6}))

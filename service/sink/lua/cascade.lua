@@ -6,7 +6,7 @@
 --     set_prefix on_delete on_update k child_field x k, parent_field x k  (once per call)
 --   FD id old             the parent row that held referenced value `old` was deleted
 --   FU id old mask v x k  its referenced columns became v ... (mask: '0' for a NULL)
--- A child row is found in the set `set_prefix .. value` (service/sink/fks.py) and checked against
+-- A child row is found in the set `set_prefix .. hex(value)` (service/sink/fks.py) and checked against
 -- its stored columns first (a stale member is dropped). Values are the layout's own text (hash
 -- field, or raw JSON), `len:text` per column, so a stored row's columns compare as they are.
 -- Cascades go on through the child rows they change (grandchildren...), up to InnoDB's depth of
@@ -61,11 +61,15 @@ local function fk_enc(vals)              -- `len:text` per value; nil when one i
   return table.concat(parts)
 end
 
+local function fk_hex(s)                 -- a set's name holds its value as hex (fks.set_name)
+  return (string.gsub(s, '.', function(ch) return string.format('%02x', string.byte(ch)) end))
+end
+
 local function fk_sets(tid, key)         -- the sets the row belongs in, by constraint (as child)
   local out = {}
   for _, c in ipairs(fk.by_child[tid] or {}) do
     local e = fk_enc(fk_read(key, c.cf))
-    if e then out[c.id] = c.setp .. e end
+    if e then out[c.id] = c.setp .. fk_hex(e) end
   end
   return out
 end
@@ -117,7 +121,7 @@ fk_cascade = function(c, old, new, depth)
   local rule = new and c.on_update or c.on_delete
   if rule ~= 'CASCADE' and rule ~= 'SET NULL' then return end
   if new and fk_enc(new) == old then return end
-  local set = c.setp .. old
+  local set = c.setp .. fk_hex(old)
   for _, m in ipairs(redis.call('SMEMBERS', set)) do
     local key = c.base .. m
     if fk_enc(fk_read(key, c.cf)) ~= old then
@@ -173,6 +177,6 @@ local function fk_unlink(key, m)         -- a CU/MU unit is about to remove or m
   fk.json = fk_clear.json
   for _, c in ipairs(fk_clear.list) do
     local e = fk_enc(fk_read(key, c.cf))
-    if e then redis.call('SREM', c.setp .. e, m) end
+    if e then redis.call('SREM', c.setp .. fk_hex(e), m) end
   end
 end
