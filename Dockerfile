@@ -26,7 +26,9 @@ RUN if [ "$COMPILE" = 1 ]; then \
       apt-get update && apt-get install -y --no-install-recommends $pkgs && rm -rf /var/lib/apt/lists/*; \
     fi
 WORKDIR /src
-COPY pyproject.toml README.md ./
+# The exact versions the suite passed on (constraints.txt), for every pip run of the build.
+ENV PIP_CONSTRAINT=/src/constraints.txt
+COPY pyproject.toml README.md constraints.txt ./
 # Two venvs: /opt/binlog-mirror is what ships; /opt/tools (pyproject's build requirements: mypy,
 # setuptools, ...) builds it. The dependencies come first, in their own layer. pip's cache stays in
 # this stage, never in the image.
@@ -62,7 +64,7 @@ CMD ["run"]
 # The batch jobs (`snapshot`, `replay`): a JRE and pyspark (the spark extra) on the runtime.
 FROM runtime-base AS spark
 USER 0
-COPY pyproject.toml /tmp/pyproject.toml
+COPY pyproject.toml constraints.txt /tmp/
 # The JRE follows the base's Debian release (see the build stage); man1 must exist for its postinst.
 # hadolint ignore=DL3008
 RUN mkdir -p /usr/share/man/man1 \
@@ -70,7 +72,8 @@ RUN mkdir -p /usr/share/man/man1 \
  && rm -rf /var/lib/apt/lists/* \
  && python3 -c 'import tomllib; p = tomllib.load(open("/tmp/pyproject.toml", "rb"))["project"]; \
       print("\n".join(p["optional-dependencies"]["spark"]), file=open("/tmp/spark.txt", "w"))' \
- && /opt/binlog-mirror/bin/pip install --no-cache-dir -r /tmp/spark.txt && rm /tmp/spark.txt /tmp/pyproject.toml
+ && PIP_CONSTRAINT=/tmp/constraints.txt /opt/binlog-mirror/bin/pip install --no-cache-dir -r /tmp/spark.txt \
+ && rm /tmp/spark.txt /tmp/pyproject.toml /tmp/constraints.txt
 USER 10001:0
 
 # The default target: the replicator + API, as a numeric non-root user (runAsNonRoot can check it).

@@ -1,21 +1,27 @@
 # Two commands do all set-up on a fresh Debian/Ubuntu machine with Python 3.11+:
 #   make demo   - venv + install (compiled), start the local MariaDB + Redis, run the mirror with demo writes
 #   make test   - venv + install (compiled), then ruff, mypy and the whole pytest suite (real servers)
+# bash: test-latest diffs with <(...)
+SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+# Installs are what was tested: every pip run here (and in the build environments pip makes for
+# the project's build requirements) takes the exact versions of constraints.txt.
+LOCK := $(CURDIR)/constraints.txt
+LATEST := .venv-latest
 APT_PACKAGES := mariadb-server mariadb-client redis-server python3-venv default-jre-headless
 # Only the tests need these: the dashboard's browser test (chromium), the image test (buildah,
 # mmdebstrap) and the alert-rule tests (promtool, in prometheus).
 TEST_APT_PACKAGES := chromium buildah mmdebstrap prometheus
 
-.PHONY: demo test lint typecheck pytest bench bench-stream bench-e2e bench-fanout bench-memory bench-table-ops bench-redis-floor fast pure wheel system-packages test-packages clean
+.PHONY: demo test test-latest lock lint typecheck pytest bench bench-stream bench-e2e bench-fanout bench-memory bench-table-ops bench-redis-floor fast pure wheel system-packages test-packages clean
 
-$(BIN)/binlog-mirror: pyproject.toml
+$(BIN)/binlog-mirror: pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import venv, ensurepip' 2>/dev/null || $(MAKE) system-packages
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev,spark]'
+	PIP_CONSTRAINT=$(LOCK) $(BIN)/pip install --quiet --upgrade pip setuptools wheel
+	PIP_CONSTRAINT=$(LOCK) $(BIN)/pip install --quiet -e '.[dev,spark]'
 	@touch $@
 
 # The compiled build (mypyc), in place: the venv's install is editable (pure), so the *.so files
@@ -59,10 +65,29 @@ pytest: test-packages $(COMPILED)
 
 test: lint typecheck pytest
 
+# The newest versions pyproject.toml's ranges allow, in a venv of their own, through the same
+# checks and the whole suite: an upstream release reaches the project's tests before its users.
+# When it passes, `make lock` makes those versions the tested set (constraints.txt).
+test-latest: test-packages
+	rm -rf $(LATEST)
+	$(PYTHON) -m venv $(LATEST)
+	$(LATEST)/bin/pip install --quiet --upgrade pip setuptools wheel
+	$(LATEST)/bin/pip install --quiet --upgrade -e '.[dev,spark]'
+	@$(LATEST)/bin/pip freeze --all --exclude-editable | sort -f | diff <(sed '/^#/d' constraints.txt) - \
+	  && echo "the newest allowed versions are the locked ones" || true
+	$(LATEST)/bin/ruff check .
+	$(LATEST)/bin/mypy
+	BINLOG_MIRROR_UNLOCKED=1 $(LATEST)/bin/pytest
+
+lock:
+	@test -x $(LATEST)/bin/pip || { echo "run make test-latest first: the lock is what its suite passed on"; exit 1; }
+	{ sed -n '/^#/p' constraints.txt; $(LATEST)/bin/pip freeze --all --exclude-editable | sort -f; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt
+
 clean:
 	-$(BIN)/binlog-mirror stack down 2>/dev/null
 	-$(PYTHON) service/devtools/build_decoder.py --clean
-	rm -rf $(VENV) .stack .mypy_cache .ruff_cache .pytest_cache build dist
+	rm -rf $(VENV) $(LATEST) .stack .mypy_cache .ruff_cache .pytest_cache build dist
 
 bench: system-packages $(COMPILED)
 	$(BIN)/python -m benchmarks.decode

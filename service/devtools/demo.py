@@ -10,6 +10,7 @@ from decimal import Decimal
 import aiomysql
 
 from service.settings import MySQLUrl
+from service.sqltext import bind
 
 __all__ = ["DEMO_SCHEMA", "create_demo_schema", "demo_writes"]
 
@@ -45,7 +46,7 @@ async def create_demo_schema(url: MySQLUrl) -> None:
 
 
 def _cents(lo: int, hi: int) -> Decimal:
-    # A Decimal, not a float: pymysql sends floats as DOUBLE literals ("0.57e0"), which a
+    # A Decimal, not a float: a float is a DOUBLE literal, which a
     # DECIMAL(12,2) column stores with a "Data truncated" warning.
     return Decimal(random.randint(lo, hi)).scaleb(-2)
 
@@ -58,23 +59,27 @@ async def demo_writes(url: MySQLUrl, per_second: float = 3.0) -> None:
             async with conn.cursor() as cur:
                 roll = random.random()
                 if roll < 0.45:
+                    name = random.choice(_NAMES)
                     await cur.execute(
-                        f"INSERT INTO {DEMO_SCHEMA}.customers (name, email, balance) VALUES (%s, %s, %s)",
-                        (
-                            name := random.choice(_NAMES),
-                            f"{name}@example.com",
-                            _cents(0, 10000),
-                        ),
+                        bind(
+                            f"INSERT INTO {DEMO_SCHEMA}.customers (name, email, balance) VALUES (%s, %s, %s)",
+                            (name, f"{name}@example.com", _cents(0, 10000)),
+                        )
                     )
                     await cur.execute(
-                        f"INSERT INTO {DEMO_SCHEMA}.orders (customer_id, amount, status) "
-                        "VALUES (%s, %s, 'new')",
-                        (cur.lastrowid, _cents(100, 99999)),
+                        bind(
+                            f"INSERT INTO {DEMO_SCHEMA}.orders (customer_id, amount, status) "
+                            "VALUES (%s, %s, 'new')",
+                            (cur.lastrowid, _cents(100, 99999)),
+                        )
                     )
                 elif roll < 0.8:
                     await cur.execute(
-                        f"UPDATE {DEMO_SCHEMA}.customers SET balance = balance + %s ORDER BY RAND() LIMIT 1",
-                        (_cents(-500, 500),),
+                        bind(
+                            f"UPDATE {DEMO_SCHEMA}.customers SET balance = balance + %s "
+                            "ORDER BY RAND() LIMIT 1",
+                            (_cents(-500, 500),),
+                        )
                     )
                     await cur.execute(
                         f"UPDATE {DEMO_SCHEMA}.orders SET status = IF(status='new','paid','shipped') "
