@@ -41,7 +41,7 @@ def _copy(tmp_path: Path) -> Path:
     copy = tmp_path / "repo"
     for tree in ("service", "api", "docs", "tests/unit", "tests/fixtures"):  # docs: test_binlog_docs
         shutil.copytree(ROOT / tree, copy / tree, ignore=NO_BUILD)
-    for name in ("tests/conftest.py", "pyproject.toml", "setup.py", "README.md"):
+    for name in ("tests/conftest.py", "pyproject.toml", "constraints.txt", "setup.py", "README.md"):
         shutil.copy2(ROOT / name, copy / name)
     return copy
 
