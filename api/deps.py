@@ -24,6 +24,7 @@ from service.settings import Settings
 
 __all__ = [
     "AUTH_RESPONSES",
+    "STANDBY_REFUSAL",
     "STATUS_RESPONSES",
     "AuthDep",
     "HubDep",
@@ -63,6 +64,12 @@ def get_status(conn: HTTPConnection) -> ReplicatorStatus:
         raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, detail="replicator not started")
     return source.status()
 
+
+# Why a standby refuses what only the writer can do (control) or see (the applied changes).
+STANDBY_REFUSAL = (
+    "this instance is a standby: another instance holds the writer lease; "
+    "send this to the leader (GET /health/leader answers 200 there)"
+)
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 HubDep = Annotated[Broadcaster, Depends(get_hub)]

@@ -86,7 +86,7 @@ def create_app(
     app.state.hub = hub
     app.state.status_source = replicator
     app.state.owns_replicator = replicator is None
-    registry, apply_delay = build_registry(lambda: _status_or_none(app), hub)
+    registry, apply_delay = build_registry(lambda: _status_or_none(app), hub, settings)
     app.state.registry = registry
     app.state.hooks = (hub.on_applied, apply_delay.on_applied)
     if isinstance(replicator, HookHost):

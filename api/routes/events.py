@@ -25,7 +25,7 @@ from starlette.websockets import WebSocketDisconnect, WebSocketState
 
 from api.broadcast import Batch, Broadcaster, Closed, EventFilter, FilterError, Gap, Subscription
 from api.changelog import changelog_prelude
-from api.deps import StatusSource, token_ok
+from api.deps import STANDBY_REFUSAL, StatusSource, token_ok
 from service.pipeline.status import State
 from service.settings import Settings
 from service.transactions import TableFilter
@@ -33,6 +33,7 @@ from service.transactions import TableFilter
 __all__ = [
     "CLOSE_BAD_REQUEST",
     "CLOSE_INTERNAL",
+    "CLOSE_STANDBY",
     "CLOSE_SUBSCRIBE_TIMEOUT",
     "CLOSE_UNAUTHORIZED",
     "CLOSE_UNKNOWN_TABLE",
@@ -51,6 +52,7 @@ CLOSE_BAD_REQUEST = 4400  # malformed subscribe message or filter
 CLOSE_UNAUTHORIZED = 4401  # missing or wrong token
 CLOSE_UNKNOWN_TABLE = 4404  # an exact table name that is never mirrored
 CLOSE_SUBSCRIBE_TIMEOUT = 4408  # no subscribe message in time
+CLOSE_STANDBY = 4503  # a standby applies nothing: its subscribers would miss the leader's changes
 SUBSCRIBE_TIMEOUT = 10.0
 MAX_CLIENT_MESSAGE = 64 * 1024
 MAX_PATTERNS = 1000
@@ -85,6 +87,10 @@ async def events(ws: WebSocket) -> None:
     await ws.accept()
     if not token_ok(settings, _presented_token(ws)):
         await _close(ws, CLOSE_UNAUTHORIZED, "missing or invalid token")
+        return
+    source: StatusSource | None = ws.app.state.status_source
+    if source is not None and source.status().standby:
+        await _close(ws, CLOSE_STANDBY, STANDBY_REFUSAL)
         return
     try:
         request = await _subscribe_request(ws)

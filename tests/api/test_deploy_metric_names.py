@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from api.main import create_app
 from service.pipeline.replicator import Replicator
-from service.pipeline.status import ReplicatorStatus, ResyncStatus, State, TableStatus
+from service.pipeline.status import ErrorStatus, ReplicatorStatus, ResyncStatus, State, TableStatus
 from service.settings import Settings
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
@@ -21,7 +21,7 @@ SUFFIXES = ("_bucket", "_sum", "_count", "_total")
 
 class BusyReplicator(Replicator):
     """A real Replicator (its registry, its histogram), not started, reporting every conditional
-    series: lag, a table with rows and a resync in flight."""
+    series: lag, a table with rows and a resync in flight, an error (errors_total by kind)."""
 
     def status(self) -> ReplicatorStatus:
         table = TableStatus(
@@ -34,6 +34,7 @@ class BusyReplicator(Replicator):
             bytes_behind=10,
             last_event_ts=int(time.time()),
             tables=(table,),
+            errors=ErrorStatus(count=1, last="SinkError('x')", by_kind=(("SinkError", 1),)),
         )
 
 
