@@ -297,6 +297,9 @@ def test_grafana_dashboard_and_provisioning() -> None:
     assert len(ids) == len(set(ids))
     for panel in dashboard["panels"]:
         assert panel["targets"] and all(re.search(r"binlog_mirror_\w+", t["expr"]) for t in panel["targets"])
+    exprs = " ".join(t["expr"] for panel in dashboard["panels"] for t in panel["targets"])
+    for name in ("drift_rows_total", "lease_acquisitions_total", "leader"):  # drift and lease panels
+        assert f"binlog_mirror_{name}" in exprs
     provider = yaml.safe_load(
         (DEPLOY / "grafana" / "provisioning" / "dashboards" / "binlog-mirror.yaml").read_text()
     )
