@@ -22,6 +22,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse
 
 from api import dashboard, log_redaction
+from api.auth import Scope, Verdict, decide, refusal
 from api.broadcast import Broadcaster
 from api.deps import StatusSource
 from api.docs import add_offline_docs
@@ -107,6 +108,9 @@ def create_app(
         app.include_router(module.router)
     app.include_router(dashboard.router)
     log_redaction.install()  # the dashboard sends its token as /ws/events?token=
+    for scope in (Scope.READ, Scope.CONTROL):
+        if decide(settings, scope, None) is Verdict.CLOSED:
+            log.warning("API %s endpoints: %s", scope.value, refusal(settings, scope))
     return app
 
 

@@ -12,7 +12,7 @@ from fastapi import APIRouter, HTTPException, status
 from pydantic import BaseModel, Field
 from starlette.requests import Request
 
-from api.deps import STANDBY_REFUSAL, STATUS_RESPONSES, AuthDep, SettingsDep
+from api.deps import STANDBY_REFUSAL, STATUS_RESPONSES, ControlAuthDep, SettingsDep
 from api.schemas import DetailOut
 from service.pipeline.control import Control
 from service.pipeline.status import ReplicatorStatus
@@ -23,7 +23,7 @@ __all__ = ["ControlOut", "router"]
 router = APIRouter(
     prefix="/control",
     tags=["control"],
-    dependencies=[AuthDep],
+    dependencies=[ControlAuthDep],
     responses={
         **STATUS_RESPONSES,
         409: {"model": DetailOut, "description": "This instance is a standby: send it to the leader."},

@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -19,7 +20,7 @@ from websockets.exceptions import ConnectionClosed
 
 from api.deps import STANDBY_REFUSAL
 from api.main import create_app
-from api.routes.events import CLOSE_STANDBY
+from api.routes.events import CLOSE_FORBIDDEN, CLOSE_STANDBY
 from api.server import ApiServer
 from service.pipeline.replicator import Replicator
 from service.settings import load_settings
@@ -42,16 +43,16 @@ def metric(text: str, name: str) -> float:
 
 
 @contextlib.asynccontextmanager
-async def serving(redis_url: str) -> AsyncIterator[tuple[httpx.AsyncClient, int]]:
-    settings = load_settings(
-        None,
-        mysql="mysql://mirror:pw@127.0.0.1:9",  # nothing listens: only a leader would connect
-        redis=redis_url,
-        key_prefix=PREFIX,
-        lease_ttl_seconds=1.0,
-        api_port=0,
-        api_token=TOKEN,
-    )
+async def serving(redis_url: str, **overrides: Any) -> AsyncIterator[tuple[httpx.AsyncClient, int]]:
+    values: dict[str, Any] = {
+        "mysql": "mysql://mirror:pw@127.0.0.1:9",  # nothing listens: only a leader would connect
+        "redis": redis_url,
+        "key_prefix": PREFIX,
+        "lease_ttl_seconds": 1.0,
+        "api_port": 0,
+        "api_token": TOKEN,
+    }
+    settings = load_settings(None, **{**values, **overrides})
     replicator = Replicator(settings)
     server = ApiServer(create_app(settings, replicator), settings)
     tasks = [asyncio.create_task(server.serve()), asyncio.create_task(replicator.run())]
@@ -110,3 +111,20 @@ async def test_a_standby_is_ready_and_takes_over_as_leader(tmp_path: Path) -> No
             assert metric(metrics, "binlog_mirror_ready") == 0
             assert metric(metrics, "binlog_mirror_lease_acquisitions_total") == 1
         r.close()
+
+
+async def test_a_public_address_without_a_token_serves_health_and_metrics_only(tmp_path: Path) -> None:
+    """The image's default: bound to 0.0.0.0 with no token. A real uvicorn on every address."""
+    with redis_server(tmp_path / "redis") as redis_url:
+        async with serving(redis_url, api_host="0.0.0.0", api_token=None) as (http, port):
+            assert (await http.get("/health/live")).status_code == 200
+            assert (await http.get("/health/ready")).status_code in (200, 503)  # open either way
+            assert (await http.get("/metrics")).status_code == 200
+            for path in ("/position", "/lag", "/tables"):
+                r = await http.get(path)
+                assert r.status_code == 403 and "api_allow_unauthenticated" in r.json()["detail"], path
+            assert (await http.post("/control/pause")).status_code == 403
+            async with connect(f"ws://127.0.0.1:{port}/ws/events?tables=a.*") as ws:
+                with pytest.raises(ConnectionClosed) as closed:
+                    await ws.recv()
+            assert closed.value.rcvd is not None and closed.value.rcvd.code == CLOSE_FORBIDDEN
