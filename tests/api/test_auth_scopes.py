@@ -164,3 +164,20 @@ def test_token_file_mistakes_name_the_setting(tmp_path: Path, monkeypatch: pytes
     monkeypatch.setenv("BINLOG_MIRROR_API_ALLOW_UNAUTHENTICATED", "maybe")
     with pytest.raises(ConfigError, match="api_allow_unauthenticated.*env BINLOG_MIRROR_API_ALLOW_UNAUTH"):
         load_settings(None)
+
+
+def test_auth_settings_are_in_the_example_and_the_docs() -> None:
+    root = Path(__file__).resolve().parents[2]
+    example = (root / "deploy" / "binlog-mirror.example.toml").read_text()
+    docs = (root / "docs" / "api.md").read_text()
+    for name in ("api_token_file", "api_read_token_file", "api_allow_unauthenticated"):
+        assert f"# {name} = " in example, name
+    for name in (
+        "api_token",
+        "api_token_file",
+        "api_read_token",
+        "api_read_token_file",
+        "api_allow_unauthenticated",
+    ):
+        assert f"| `{name}` |" in docs, name
+    load_settings(root / "deploy" / "binlog-mirror.example.toml")  # the example loads as it is
