@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import os
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +32,7 @@ from service.sink.keys import KeyLayout
 from tests.integration.mirror_helpers import redis_server
 
 TOKEN = "roles-token"
+READ_TOKEN = "roles-read-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 PREFIX = "roles"
 
@@ -128,3 +133,32 @@ async def test_a_public_address_without_a_token_serves_health_and_metrics_only(t
                 with pytest.raises(ConnectionClosed) as closed:
                     await ws.recv()
             assert closed.value.rcvd is not None and closed.value.rcvd.code == CLOSE_FORBIDDEN
+
+
+def ctl(port: int, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """`binlog-mirror ctl` as an operator runs it: its own process, settings from the environment."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("BINLOG_MIRROR_")}
+    cmd = [sys.executable, "-m", "service", "ctl", *args, "--api", f"http://127.0.0.1:{port}"]
+    root = Path(__file__).resolve().parents[2]
+    return subprocess.run(cmd, cwd=root, env={**clean, **env}, capture_output=True, text=True, timeout=60)
+
+
+async def test_ctl_against_a_standby_with_scoped_tokens(tmp_path: Path) -> None:
+    """ctl pause on a standby fails with the reason; ctl status works with the read token alone
+    (from a file) and shows the role; the read token cannot pause."""
+    (tmp_path / "read").write_text(READ_TOKEN + "\n")
+    with redis_server(tmp_path / "redis") as redis_url:
+        r = redis_sync.Redis.from_url(redis_url)
+        r.set(KeyLayout(PREFIX).lease_key, "another-instance", px=60_000)
+        async with serving(redis_url, api_read_token=READ_TOKEN) as (http, port):
+            await until(http, "/health/ready", 200)
+            control = {"BINLOG_MIRROR_API_TOKEN": TOKEN}
+            paused = await asyncio.to_thread(ctl, port, control, "pause")
+            assert paused.returncode == 1 and "409 this instance is a standby" in paused.stderr
+            reader = {"BINLOG_MIRROR_API_READ_TOKEN_FILE": str(tmp_path / "read")}
+            status = await asyncio.to_thread(ctl, port, reader, "status")
+            assert status.returncode == 0, status.stderr
+            assert json.loads(status.stdout)["ready"]["role"] == "standby"
+            refused = await asyncio.to_thread(ctl, port, {"BINLOG_MIRROR_API_TOKEN": READ_TOKEN}, "pause")
+            assert refused.returncode == 1 and "403" in refused.stderr and "may only read" in refused.stderr
+        r.close()
