@@ -248,6 +248,7 @@ async def test_standby_resync_and_error_panels(browser: Browser) -> None:
     snapshot = streaming_status(
         state=State.RESYNCING,
         leader=False,
+        standby=True,  # another instance holds the lease: a healthy standby is ready
         tables=(nokey, orders),
         errors=ErrorStatus(count=2, last="SinkError('redis down')", last_ts=time.time(), retriable=True),
     )
@@ -273,7 +274,8 @@ async def test_standby_resync_and_error_panels(browser: Browser) -> None:
         await expect(page.locator("#err-count")).to_have_text("2")
         await expect(page.locator("#err-last")).to_have_text("SinkError('redis down')")
         await expect(page.locator("#err-retriable")).to_have_text("yes (retried with backoff)")
-        await expect(page.locator("#reasons")).to_contain_text("not the writer")
+        await expect(page.locator("#reasons")).to_have_text("nothing: ready")
+        await expect(page.locator("#ready")).to_have_text("ready")
         assert await page.evaluate(A11Y_PROBLEMS) == []
         overflow = await page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
         assert overflow <= 0
