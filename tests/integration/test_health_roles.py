@@ -115,6 +115,25 @@ async def test_a_standby_is_ready_and_takes_over_as_leader(tmp_path: Path) -> No
             assert metric(metrics, "binlog_mirror_leader") == 1
             assert metric(metrics, "binlog_mirror_ready") == 0
             assert metric(metrics, "binlog_mirror_lease_acquisitions_total") == 1
+
+            # its sessions fail (no source) and restart under the same lease: no new taking
+            async with asyncio.timeout(15):
+                while (
+                    metric((await http.get("/metrics", headers=AUTH)).text, "binlog_mirror_reconnects_total")
+                    < 2
+                ):
+                    await asyncio.sleep(0.1)
+            metrics = (await http.get("/metrics", headers=AUTH)).text
+            assert metric(metrics, "binlog_mirror_lease_acquisitions_total") == 1
+
+            # another instance takes the lease: this one is a standby again, then takes it back
+            r.set(lease, "another-instance", px=60_000)
+            assert (await until(http, "/health/leader", 503)).json()["role"] == "standby"
+            assert (await until(http, "/health/ready", 200)).json()["role"] == "standby"
+            r.delete(lease)
+            await until(http, "/health/leader", 200)
+            metrics = (await http.get("/metrics", headers=AUTH)).text
+            assert metric(metrics, "binlog_mirror_lease_acquisitions_total") == 2
         r.close()
 
 
