@@ -57,7 +57,11 @@ EXPOSE 8080
 HEALTHCHECK --interval=15s --timeout=3s --start-period=20s --retries=3 \
   CMD ["python3", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/health/live' % os.environ.get('BINLOG_MIRROR_API_PORT', '8080'), timeout=2)"]
 # Settings come from the environment: BINLOG_MIRROR_MYSQL, BINLOG_MIRROR_REDIS, BINLOG_MIRROR_TABLES,
-# BINLOG_MIRROR_API_TOKEN, ... (docs/operations.md). Without MYSQL/REDIS `run` exits 1 naming them.
+# ... (docs/operations.md). Without MYSQL/REDIS `run` exits 1 naming them. The API listens on every
+# address: give it a token as a mounted secret (BINLOG_MIRROR_API_TOKEN_FILE, and
+# BINLOG_MIRROR_API_READ_TOKEN_FILE for read-only clients). Without one, only the probes and
+# /metrics answer; the data and control endpoints are refused unless
+# BINLOG_MIRROR_API_ALLOW_UNAUTHENTICATED=true (docs/api.md, Authentication).
 ENTRYPOINT ["binlog-mirror"]
 CMD ["run"]
 

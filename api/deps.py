@@ -9,7 +9,7 @@
 
 from __future__ import annotations
 
-import hmac
+from collections.abc import Callable
 from typing import Annotated, Any, Protocol
 
 from fastapi import Depends, HTTPException, status
@@ -17,6 +17,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CollectorRegistry
 from starlette.requests import HTTPConnection
 
+from api.auth import READ_ONLY_REFUSAL, Scope, Verdict, decide, refusal
 from api.broadcast import Broadcaster
 from api.schemas import DetailOut
 from service.pipeline.status import ReplicatorStatus
@@ -24,15 +25,17 @@ from service.settings import Settings
 
 __all__ = [
     "AUTH_RESPONSES",
+    "STANDBY_REFUSAL",
     "STATUS_RESPONSES",
     "AuthDep",
+    "ControlAuthDep",
     "HubDep",
+    "MetricsAuthDep",
     "RegistryDep",
     "SettingsDep",
     "StatusDep",
     "StatusSource",
     "get_status",
-    "token_ok",
 ]
 
 
@@ -64,48 +67,55 @@ def get_status(conn: HTTPConnection) -> ReplicatorStatus:
     return source.status()
 
 
+# Why a standby refuses what only the writer can do (control) or see (the applied changes).
+STANDBY_REFUSAL = (
+    "this instance is a standby: another instance holds the writer lease; "
+    "send this to the leader (GET /health/leader answers 200 there)"
+)
+
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 HubDep = Annotated[Broadcaster, Depends(get_hub)]
 RegistryDep = Annotated[CollectorRegistry, Depends(get_registry)]
 StatusDep = Annotated[ReplicatorStatus, Depends(get_status)]
 
-_bearer = HTTPBearer(auto_error=False, description="settings.api_token, when set")
+_bearer = HTTPBearer(auto_error=False, description="settings.api_token or api_read_token, when set")
+BearerDep = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 
 
-def token_ok(settings: Settings, presented: str | None) -> bool:
-    """True when no token is configured, or `presented` equals it (constant-time)."""
-    if settings.api_token is None:
-        return True
-    if not presented:
-        return False
-    return hmac.compare_digest(presented.encode(), settings.api_token.get_secret_value().encode())
+def _require(scope: Scope) -> Callable[[Settings, HTTPAuthorizationCredentials | None], None]:
+    """A dependency that lets a request through for `scope` (api/auth.py), else 401 or 403."""
 
-
-def require_token(
-    settings: SettingsDep,
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-) -> None:
-    if settings.api_token is None:
-        return
-    if credentials is None:
+    def check(settings: SettingsDep, credentials: BearerDep) -> None:
+        bearer = credentials is not None and credentials.scheme.lower() == "bearer"
+        verdict = decide(settings, scope, credentials.credentials if credentials and bearer else None)
+        if verdict is Verdict.ALLOWED:
+            return
+        if verdict is Verdict.CLOSED:
+            raise HTTPException(status.HTTP_403_FORBIDDEN, detail=refusal(settings, scope))
+        if verdict is Verdict.READ_ONLY:
+            raise HTTPException(status.HTTP_403_FORBIDDEN, detail=READ_ONLY_REFUSAL)
+        detail = "invalid bearer token"
+        if credentials is None:
+            detail = "missing bearer token (Authorization: Bearer <token>)"
         raise HTTPException(
-            status.HTTP_401_UNAUTHORIZED,
-            detail="missing bearer token (Authorization: Bearer <token>)",
-            headers={"WWW-Authenticate": "Bearer"},
-        )
-    if credentials.scheme.lower() != "bearer" or not token_ok(settings, credentials.credentials):
-        raise HTTPException(
-            status.HTTP_401_UNAUTHORIZED,
-            detail="invalid bearer token",
-            headers={"WWW-Authenticate": "Bearer"},
+            status.HTTP_401_UNAUTHORIZED, detail=detail, headers={"WWW-Authenticate": "Bearer"}
         )
 
+    return check
 
-AuthDep = Depends(require_token)
+
+AuthDep = Depends(_require(Scope.READ))  # status and data reads: the read token or the control token
+ControlAuthDep = Depends(_require(Scope.CONTROL))  # what changes the mirror: the control token only
+MetricsAuthDep = Depends(_require(Scope.METRICS))  # like AuthDep, but open while no token is set
 
 # OpenAPI `responses` for routers behind the token / reading the status snapshot.
 AUTH_RESPONSES: dict[int | str, dict[str, Any]] = {
-    401: {"model": DetailOut, "description": "Missing or invalid bearer token (when api_token is set)."}
+    401: {"model": DetailOut, "description": "Missing or invalid bearer token (when a token is set)."},
+    403: {
+        "model": DetailOut,
+        "description": "No token is set and the API listens on a non-loopback address, or the "
+        "read token was sent to a control endpoint (api/auth.py).",
+    },
 }
 STATUS_RESPONSES: dict[int | str, dict[str, Any]] = {
     **AUTH_RESPONSES,

@@ -22,6 +22,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse
 
 from api import dashboard, log_redaction
+from api.auth import Scope, Verdict, decide, refusal
 from api.broadcast import Broadcaster
 from api.deps import StatusSource
 from api.docs import add_offline_docs
@@ -86,7 +87,7 @@ def create_app(
     app.state.hub = hub
     app.state.status_source = replicator
     app.state.owns_replicator = replicator is None
-    registry, apply_delay = build_registry(lambda: _status_or_none(app), hub)
+    registry, apply_delay = build_registry(lambda: _status_or_none(app), hub, settings)
     app.state.registry = registry
     app.state.hooks = (hub.on_applied, apply_delay.on_applied)
     if isinstance(replicator, HookHost):
@@ -107,6 +108,9 @@ def create_app(
         app.include_router(module.router)
     app.include_router(dashboard.router)
     log_redaction.install()  # the dashboard sends its token as /ws/events?token=
+    for scope in (Scope.READ, Scope.CONTROL):
+        if decide(settings, scope, None) is Verdict.CLOSED:
+            log.warning("API %s endpoints: %s", scope.value, refusal(settings, scope))
     return app
 
 

@@ -17,7 +17,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from api.broadcast import Broadcaster
+from api.readiness import readiness
 from service.pipeline.status import ReplicatorStatus, State
+from service.settings import Settings
 from service.transactions import Transaction
 from service.version import compiled, version
 
@@ -35,8 +37,12 @@ P = "binlog_mirror_"
 class StatusCollector(Collector):
     """Replication metrics from `Replicator.status()`, taken once per scrape."""
 
-    def __init__(self, status: Callable[[], ReplicatorStatus | None]) -> None:
+    def __init__(
+        self, status: Callable[[], ReplicatorStatus | None], settings: Settings | None = None
+    ) -> None:
         self._status = status
+        self._heartbeat = settings.heartbeat_seconds if settings is not None else None
+        self._max_lag = settings.max_lag_seconds if settings is not None else None
 
     def collect(self) -> Iterator[Metric]:
         s = self._status()
@@ -52,7 +58,11 @@ class StatusCollector(Collector):
             )
             failure.add_metric([s.errors.last.split("(", 1)[0]], 1.0)
             yield failure
-        yield GaugeMetricFamily(P + "ready", "1 when streaming as leader with Redis reachable", value=s.ready)
+        yield GaugeMetricFamily(
+            P + "ready",
+            "1 when /health/ready answers 200: the leader streams, or a standby waits with Redis reachable",
+            value=not readiness(s, self._heartbeat),
+        )
         yield GaugeMetricFamily(
             P + "source_connected", "1 when the binlog stream is up", value=s.source.connected
         )
@@ -60,6 +70,17 @@ class StatusCollector(Collector):
             P + "redis_reachable", "1 when Redis answered lately", value=s.redis_reachable
         )
         yield GaugeMetricFamily(P + "leader", "1 when this instance holds the writer lease", value=s.leader)
+        yield CounterMetricFamily(
+            P + "lease_acquisitions",
+            "Times this instance took the writer lease (a rise on several instances is flapping)",
+            value=s.lease_acquisitions,
+        )
+        if self._max_lag is not None:  # the alert's threshold: the setting, written once
+            yield GaugeMetricFamily(
+                P + "max_lag_seconds",
+                "The max_lag_seconds setting (the lag alert's limit)",
+                value=self._max_lag,
+            )
         if s.lag_seconds is not None:
             yield GaugeMetricFamily(
                 P + "lag_seconds", "Now minus the last applied commit", value=s.lag_seconds
@@ -112,9 +133,12 @@ class StatusCollector(Collector):
         yield copied
         yield total
         yield GaugeMetricFamily(P + "tables", "Tables seen since start", value=len(s.tables))
-        yield CounterMetricFamily(
-            P + "errors", "Errors since start, retried ones included", value=s.errors.count
+        errors = CounterMetricFamily(
+            P + "errors", "Errors since start, retried ones included, by error class", labels=["kind"]
         )
+        for kind, count in s.errors.by_kind:
+            errors.add_metric([kind], count)
+        yield errors
         yield CounterMetricFamily(
             P + "reconnects",
             "Source reconnects and session restarts after a retriable error",
@@ -214,10 +238,10 @@ class ApplyDelayObserver:
 
 
 def build_registry(
-    status: Callable[[], ReplicatorStatus | None], hub: Broadcaster
+    status: Callable[[], ReplicatorStatus | None], hub: Broadcaster, settings: Settings | None = None
 ) -> tuple[CollectorRegistry, ApplyDelayObserver]:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(StatusCollector(status))
+    registry.register(StatusCollector(status, settings))
     registry.register(HubCollector(hub))
     build = Gauge(
         P + "build_info",

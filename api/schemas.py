@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -27,6 +27,7 @@ __all__ = [
     "DetailOut",
     "ErrorOut",
     "LagOut",
+    "LeaderOut",
     "LiveOut",
     "PositionOut",
     "ReadyOut",
@@ -71,9 +72,19 @@ class LiveOut(BaseModel):
 class ReadyOut(BaseModel):
     ready: bool
     state: State
+    role: Literal["leader", "standby", "starting"] = Field(
+        description="leader: holds the writer lease; standby: another instance holds it; "
+        "starting: neither yet."
+    )
     reasons: list[str] = Field(description="Why the service is not ready; empty when ready.")
-    lag_seconds: float | None
+    lag_seconds: float | None = Field(description="For information: lag is never a reason (see /lag).")
     max_lag_seconds: float
+
+
+class LeaderOut(BaseModel):
+    leader: bool = Field(description="This instance holds the writer lease: it streams and applies.")
+    role: Literal["leader", "standby", "starting"]
+    state: State
 
 
 class SourceOut(BaseModel):

@@ -121,6 +121,18 @@ class RedisUrl(BaseModel):
         return self.redacted()
 
 
+def read_secret_file(setting: str, path: Path) -> SecretStr:
+    """A token from the first line of a file (a mounted secret); an empty one is an error."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ValueError(f"{setting}: {path}: {exc.strerror}") from None
+    first = text.splitlines()[0].strip() if text.strip() else ""
+    if not first:
+        raise ValueError(f"{setting}: {path}: the first line is empty")
+    return SecretStr(first)
+
+
 def cluster_nodes(url: str) -> list[tuple[str, int]]:
     """The startup nodes of a `redis+cluster://[user:password@]host:port[,host:port...]` URL."""
     netloc = urlsplit(url).netloc.rsplit("@", 1)[-1]
@@ -162,7 +174,15 @@ class Settings(BaseSettings):
     queue_rows: int = Field(default=20_000, ge=1)  # and at most this many of their rows (memory bound)
     api_host: str = "127.0.0.1"
     api_port: int = Field(default=8080, ge=0, le=65535)
+    # API access (docs/api.md, "Authentication"): the control token may do everything, the read
+    # token only read (status, metrics, /ws/events); each also from a file's first line (a secret
+    # mount). Bound to a non-loopback address with no token, the data and control endpoints are
+    # refused unless api_allow_unauthenticated says otherwise.
     api_token: SecretStr | None = None
+    api_token_file: Path | None = None
+    api_read_token: SecretStr | None = None
+    api_read_token_file: Path | None = None
+    api_allow_unauthenticated: bool = False
     max_lag_seconds: float = Field(default=30.0, gt=0)
     # mirror (service/sink, docs/mirror.md)
     value_mode: Literal["hash", "json"] = "hash"  # one hash per row, or one JSON string per row
@@ -194,11 +214,38 @@ class Settings(BaseSettings):
             try:
                 password = Path(path).read_text().rstrip("\r\n")
             except OSError as exc:
-                raise ValueError(f"{name}_password_file {path}: {exc.strerror}") from None
+                raise ValueError(f"{name}_password_file: {path}: {exc.strerror}") from None
             if isinstance(url, str):
                 url = MySQLUrl.parse(url) if name == "mysql" else RedisUrl.parse(url)
             data[name] = url.with_password(password)
         return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _token_files(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        for name in ("api_token", "api_read_token"):
+            path = data.get(f"{name}_file")
+            if not path:
+                continue
+            if data.get(name):
+                raise ValueError(f"{name}_file: {name} is set too; give one of them")
+            data[name] = read_secret_file(f"{name}_file", Path(path))
+        return data
+
+    @model_validator(mode="after")
+    def _distinct_tokens(self) -> Settings:
+        if (
+            self.api_token is not None
+            and self.api_read_token is not None
+            and self.api_token.get_secret_value() == self.api_read_token.get_secret_value()
+        ):
+            raise ValueError(
+                "api_read_token: equals api_token; the read token must differ from the control token"
+            )
+        return self
 
     @model_validator(mode="after")
     def _cluster_limits(self) -> Settings:
@@ -294,8 +341,12 @@ def _describe(exc: ValidationError, origins: dict[str, str] | None = None) -> st
     err = exc.errors(include_url=False, include_input=False)[0]
     field = ".".join(str(p) for p in err["loc"]) or "settings"
     message = err["msg"].removeprefix("Value error, ")
+    named, sep, rest = message.partition(": ")
+    if field == "settings" and sep and named in Settings.model_fields:
+        field, message = named, rest  # a model validator's error that names its setting
     if err["type"] == "extra_forbidden":
         message = "unknown setting"
     top = field.split(".")[0]
-    origin = (origins or {}).get(top, f"env BINLOG_MIRROR_{top.upper()}")
+    origins = origins or {}
+    origin = origins.get(top) or origins.get(f"{top}_file") or f"env BINLOG_MIRROR_{top.upper()}"
     return f"invalid setting '{field}' ({origin}): {message}"

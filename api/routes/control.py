@@ -12,7 +12,7 @@ from fastapi import APIRouter, HTTPException, status
 from pydantic import BaseModel, Field
 from starlette.requests import Request
 
-from api.deps import STATUS_RESPONSES, AuthDep, SettingsDep
+from api.deps import STANDBY_REFUSAL, STATUS_RESPONSES, ControlAuthDep, SettingsDep
 from api.schemas import DetailOut
 from service.pipeline.control import Control
 from service.pipeline.status import ReplicatorStatus
@@ -20,7 +20,15 @@ from service.transactions import TableFilter
 
 __all__ = ["ControlOut", "router"]
 
-router = APIRouter(prefix="/control", tags=["control"], dependencies=[AuthDep], responses=STATUS_RESPONSES)
+router = APIRouter(
+    prefix="/control",
+    tags=["control"],
+    dependencies=[ControlAuthDep],
+    responses={
+        **STATUS_RESPONSES,
+        409: {"model": DetailOut, "description": "This instance is a standby: send it to the leader."},
+    },
+)
 
 
 @runtime_checkable
@@ -37,6 +45,8 @@ class ControlOut(BaseModel):
 
 def _controlled(request: Request) -> Controlled:
     source = request.app.state.status_source
+    if source is not None and source.status().standby:  # pausing it would leave the writer running
+        raise HTTPException(status.HTTP_409_CONFLICT, detail=STANDBY_REFUSAL)
     if not isinstance(source, Controlled):
         raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, detail="replicator not started")
     return source

@@ -23,16 +23,19 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from redis.exceptions import RedisError
 from starlette.websockets import WebSocketDisconnect, WebSocketState
 
+from api.auth import Scope, Verdict, decide, refusal
 from api.broadcast import Batch, Broadcaster, Closed, EventFilter, FilterError, Gap, Subscription
 from api.changelog import changelog_prelude
-from api.deps import StatusSource, token_ok
+from api.deps import STANDBY_REFUSAL, StatusSource
 from service.pipeline.status import State
 from service.settings import Settings
 from service.transactions import TableFilter
 
 __all__ = [
     "CLOSE_BAD_REQUEST",
+    "CLOSE_FORBIDDEN",
     "CLOSE_INTERNAL",
+    "CLOSE_STANDBY",
     "CLOSE_SUBSCRIBE_TIMEOUT",
     "CLOSE_UNAUTHORIZED",
     "CLOSE_UNKNOWN_TABLE",
@@ -49,8 +52,10 @@ router = APIRouter(tags=["events"])
 CLOSE_INTERNAL = 1011
 CLOSE_BAD_REQUEST = 4400  # malformed subscribe message or filter
 CLOSE_UNAUTHORIZED = 4401  # missing or wrong token
+CLOSE_FORBIDDEN = 4403  # no token set and a non-loopback address: row changes are not served
 CLOSE_UNKNOWN_TABLE = 4404  # an exact table name that is never mirrored
 CLOSE_SUBSCRIBE_TIMEOUT = 4408  # no subscribe message in time
+CLOSE_STANDBY = 4503  # a standby applies nothing: its subscribers would miss the leader's changes
 SUBSCRIBE_TIMEOUT = 10.0
 MAX_CLIENT_MESSAGE = 64 * 1024
 MAX_PATTERNS = 1000
@@ -83,8 +88,16 @@ async def events(ws: WebSocket) -> None:
     settings: Settings = ws.app.state.settings
     hub: Broadcaster = ws.app.state.hub
     await ws.accept()
-    if not token_ok(settings, _presented_token(ws)):
+    verdict = decide(settings, Scope.READ, _presented_token(ws))
+    if verdict is Verdict.CLOSED:
+        await _close(ws, CLOSE_FORBIDDEN, refusal(settings, Scope.READ))
+        return
+    if verdict is not Verdict.ALLOWED:
         await _close(ws, CLOSE_UNAUTHORIZED, "missing or invalid token")
+        return
+    source: StatusSource | None = ws.app.state.status_source
+    if source is not None and source.status().standby:
+        await _close(ws, CLOSE_STANDBY, STANDBY_REFUSAL)
         return
     try:
         request = await _subscribe_request(ws)

@@ -5,11 +5,11 @@ from __future__ import annotations
 from fastapi import APIRouter, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from api.deps import AUTH_RESPONSES, AuthDep, RegistryDep
+from api.deps import AUTH_RESPONSES, MetricsAuthDep, RegistryDep
 
 __all__ = ["router"]
 
-router = APIRouter(tags=["metrics"], dependencies=[AuthDep], responses=AUTH_RESPONSES)
+router = APIRouter(tags=["metrics"], dependencies=[MetricsAuthDep], responses=AUTH_RESPONSES)
 
 
 @router.get(

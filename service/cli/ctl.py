@@ -5,7 +5,8 @@
                                                         writer holds the lease)
 
 The API's address and token come from --api/--api-token, else from the settings (api_host,
-api_port, api_token: env BINLOG_MIRROR_*, --config), as `run` reads them.
+api_port, api_token or api_token_file; for `status`, api_read_token will do: env BINLOG_MIRROR_*,
+--config), as `run` reads them.
 """
 
 from __future__ import annotations
@@ -53,7 +54,9 @@ def _call(method: str, path: str, api: str | None, token: str | None, config: Pa
 
     settings = _settings(config)
     base = (api or f"http://{settings.api_host}:{settings.api_port}").rstrip("/")
-    secret = token or (settings.api_token.get_secret_value() if settings.api_token else None)
+    # the control token does everything; with only the read token set, `ctl status` still reads
+    configured = settings.api_token or (settings.api_read_token if method == "GET" else None)
+    secret = token or (configured.get_secret_value() if configured else None)
     request = urllib.request.Request(base + path, method=method, data=b"" if method == "POST" else None)
     if secret:
         request.add_header("Authorization", f"Bearer {secret}")

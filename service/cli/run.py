@@ -100,6 +100,14 @@ def run(
         str | None,
         typer.Option("--api-token", help="Bearer token for the API (prefer BINLOG_MIRROR_API_TOKEN)."),
     ] = None,
+    api_token_file: Annotated[
+        Path | None,
+        typer.Option("--api-token-file", help="The control token: the first line of this file."),
+    ] = None,
+    api_read_token_file: Annotated[
+        Path | None,
+        typer.Option("--api-read-token-file", help="The read-only token: the first line of this file."),
+    ] = None,
     config: Annotated[Path | None, typer.Option("--config", help="TOML config file.")] = None,
 ) -> None:
     """Mirror the selected tables into Redis until SIGTERM/SIGINT."""
@@ -123,6 +131,8 @@ def run(
             api_host=api_host,
             api_port=api_port,
             api_token=api_token,
+            api_token_file=api_token_file,
+            api_read_token_file=api_read_token_file,
             start=start,
             mysql_password_file=mysql_password_file,
             redis_password_file=redis_password_file,

@@ -34,10 +34,16 @@ class LeaseKeeper:
         while not self._stop.is_set():
             progress.redis_ok = await self.mirror.ping()
             if progress.redis_ok and await self.mirror.acquire_lease():
-                progress.leader = True
+                if not progress.leader:  # taken, not kept across a session restart: counts
+                    progress.lease_acquisitions += 1
+                progress.leader, progress.standby = True, False
                 if True in waited:
                     log.info("took over the writer lease (instance %s)", self.mirror.token)
                 return
+            # a standby only while it sees the other holder: with Redis unreachable, nobody may hold it
+            progress.standby = progress.redis_ok
+            if progress.redis_ok:  # another instance holds it: this one is no longer the writer
+                progress.leader = False
             if progress.redis_ok not in waited:
                 if progress.redis_ok:
                     lease_key = self.mirror.layout.lease_key

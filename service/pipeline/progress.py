@@ -40,6 +40,8 @@ class Progress:
     state: State = State.STARTING
     since: float = field(default_factory=time.time)  # when `state` was entered
     leader: bool = False  # this instance holds the writer lease
+    standby: bool = False  # another instance holds it (seen in Redis); cleared when taken
+    lease_acquisitions: int = 0
     redis_ok: bool = False
     applied: Checkpoint | None = None  # the checkpoint stored with the last applied transaction
     applied_ts: int | None = None  # its source timestamp
@@ -62,7 +64,11 @@ class Progress:
 
     def error(self, exc: BaseException) -> None:
         retriable = isinstance(exc, ReplicatorError) and exc.retriable
-        self.errors = ErrorStatus(self.errors.count + 1, repr(exc), time.time(), retriable)
+        kinds = dict(self.errors.by_kind)
+        kinds[type(exc).__name__] = kinds.get(type(exc).__name__, 0) + 1
+        self.errors = ErrorStatus(
+            self.errors.count + 1, repr(exc), time.time(), retriable, tuple(sorted(kinds.items()))
+        )
         if isinstance(exc, SinkError):
             self.redis_ok = False
         if isinstance(exc, DecodeError):

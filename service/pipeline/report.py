@@ -137,6 +137,8 @@ def build_status(
         rows_applied=progress.rows_applied - sum(planner.skipped.rows.values()),
         redis_reachable=progress.redis_ok,
         leader=progress.leader,
+        standby=progress.standby,
+        lease_acquisitions=progress.lease_acquisitions,
         instance_id=mirror.token,
         errors=progress.errors,
         tables=tuple(tables),

@@ -88,6 +88,7 @@ class ErrorStatus:
     last: str | None = None  # repr of the last error
     last_ts: float | None = None  # wall clock of the last error
     retriable: bool | None = None
+    by_kind: tuple[tuple[str, int], ...] = ()  # (error class name, count) since start, sorted
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +110,9 @@ class ReplicatorStatus:
     rows_applied: int = 0
     redis_reachable: bool = False
     leader: bool = False  # this instance holds the writer lease
+    # waiting for the lease that another instance holds, Redis reachable: it takes over when it expires
+    standby: bool = False
+    lease_acquisitions: int = 0  # times this instance took the writer lease, since start
     instance_id: str = ""  # this instance's lease token
     errors: ErrorStatus = field(default_factory=ErrorStatus)
     tables: tuple[TableStatus, ...] = ()  # sorted by (schema, table)
@@ -124,8 +128,3 @@ class ReplicatorStatus:
     last_packet_at: float | None = None  # wall clock of the last event or heartbeat received
     unmatched_tables: tuple[str, ...] = ()  # --tables patterns that match no table of the source
     paused: bool = False  # applying paused by the operator (POST /control/pause, `ctl pause`)
-
-    @property
-    def ready(self) -> bool:
-        """What /readyz answers: streaming (or resyncing) as leader with Redis reachable."""
-        return self.state in (State.STREAMING, State.RESYNCING) and self.redis_reachable and self.leader

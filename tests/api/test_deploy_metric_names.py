@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from api.main import create_app
 from service.pipeline.replicator import Replicator
-from service.pipeline.status import ReplicatorStatus, ResyncStatus, State, TableStatus
+from service.pipeline.status import ErrorStatus, ReplicatorStatus, ResyncStatus, State, TableStatus
 from service.settings import Settings
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
@@ -21,7 +21,10 @@ SUFFIXES = ("_bucket", "_sum", "_count", "_total")
 
 class BusyReplicator(Replicator):
     """A real Replicator (its registry, its histogram), not started, reporting every conditional
-    series: lag, a table with rows and a resync in flight."""
+    series: lag, a table with rows and a resync in flight, an error (errors_total by kind), and
+    once `state` is FAILED, failure_info."""
+
+    state = State.RESYNCING
 
     def status(self) -> ReplicatorStatus:
         table = TableStatus(
@@ -29,18 +32,23 @@ class BusyReplicator(Replicator):
         )
         return replace(
             super().status(),
-            state=State.RESYNCING,
+            state=self.state,
             lag_seconds=1.0,
             bytes_behind=10,
             last_event_ts=int(time.time()),
             tables=(table,),
+            errors=ErrorStatus(count=1, last="SinkError('x')", by_kind=(("SinkError", 1),)),
         )
 
 
 def exported_names() -> set[str]:
     settings = Settings(mysql="mysql://u:p@db:3306", redis="redis://cache:6379/0")
-    with TestClient(create_app(settings, BusyReplicator(settings))) as client:
+    replicator = BusyReplicator(settings)
+    replicator.drift_rows.labels("shop.orders", "missing").inc()  # the verifier found a row missing
+    with TestClient(create_app(settings, replicator)) as client:
         text = client.get("/metrics").text
+        replicator.state = State.FAILED
+        text += client.get("/metrics").text
     names = set()
     for family in text_string_to_metric_families(text):
         names.add(family.name)

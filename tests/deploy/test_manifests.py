@@ -82,7 +82,15 @@ def test_compose_servers_are_set_up_for_the_mirror(compose: dict[str, Any]) -> N
     assert "--appendonly yes" in redis and "--maxmemory-policy noeviction" in redis
     mirror = services["mirror"]
     assert "/health/ready" in " ".join(mirror["healthcheck"]["test"])
-    assert "BINLOG_MIRROR_API_TOKEN" in mirror["environment"]
+    # the tokens as secret files: the control one for the mirror, the read-only one for Prometheus
+    env = mirror["environment"]
+    assert env["BINLOG_MIRROR_API_TOKEN_FILE"] == "/run/secrets/api_token"
+    assert env["BINLOG_MIRROR_API_READ_TOKEN_FILE"] == "/run/secrets/api_read_token"
+    assert not any("TOKEN" in k and not k.endswith("_FILE") for k in env)
+    assert set(mirror["secrets"]) == {"api_token", "api_read_token"} <= set(compose["secrets"])
+    assert services["prometheus"]["secrets"] == ["api_read_token"]
+    scrape = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())["scrape_configs"][0]
+    assert scrape["authorization"]["credentials_file"] == "/run/secrets/api_read_token"
     assert setting_names(mirror["environment"]) <= set(Settings.model_fields)
     assert mirror["read_only"] is True and mirror["user"] == "10001:0"
     for name in ("prometheus", "grafana"):
@@ -105,13 +113,21 @@ def k8s_resources() -> list[tuple[str, dict[str, Any]]]:
 
 def test_kustomization_lists_every_manifest() -> None:
     kustomization = yaml.safe_load((K8S / "kustomization.yaml").read_text())
-    optional = {"servicemonitor.yaml"}  # needs the Prometheus Operator's CRDs
+    optional = {"servicemonitor.yaml", "prometheusrule.yaml"}  # need the Prometheus Operator's CRDs
     on_disk = {p.name for p in K8S.glob("*.yaml")} - {"kustomization.yaml"} - optional
     assert set(kustomization["resources"]) == on_disk
 
 
 @pytest.mark.parametrize(
-    "name", ["configmap.yaml", "secret.example.yaml", "deployment.yaml", "service.yaml", "pdb.yaml"]
+    "name",
+    [
+        "configmap.yaml",
+        "secret.example.yaml",
+        "deployment.yaml",
+        "service.yaml",
+        "pdb.yaml",
+        "networkpolicy.yaml",
+    ],
 )
 def test_k8s_manifest_validates_strictly(name: str) -> None:
     for doc in load_yaml_docs(K8S / name):
@@ -129,15 +145,13 @@ def test_k8s_deployment_is_a_leader_and_a_standby_locked_down() -> None:
     docs = dict(k8s_resources())
     deployment = docs["deployment.yaml"]
     spec = deployment["spec"]
-    assert spec["replicas"] == 2 and spec["strategy"]["type"] == "Recreate"
+    assert spec["replicas"] == 2
     pod = spec["template"]["spec"]
     (container,) = pod["containers"]
     assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] == 10001
     sc = container["securityContext"]
     assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False
     assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"]
-    assert container["livenessProbe"]["httpGet"]["path"] == "/health/live"
-    assert container["readinessProbe"]["httpGet"]["path"] == "/health/ready"
     assert container["resources"]["requests"] and container["resources"]["limits"]["memory"]
     assert container["ports"][0]["containerPort"] == 8080
     assert spec["template"]["metadata"]["annotations"]["prometheus.io/scrape"] == "true"
@@ -152,6 +166,93 @@ def test_k8s_deployment_is_a_leader_and_a_standby_locked_down() -> None:
         docs["pdb.yaml"]["spec"]["selector"]["matchLabels"],
     ):
         assert selector.items() <= labels.items()
+
+
+def test_k8s_api_tokens_are_secret_files_and_prometheus_reads_only() -> None:
+    docs = dict(k8s_resources())
+    pod = docs["deployment.yaml"]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    env = {e["name"]: e for e in container["env"]}
+    assert "BINLOG_MIRROR_API_TOKEN" not in env and "BINLOG_MIRROR_API_READ_TOKEN" not in env
+    (volume,) = [v for v in pod["volumes"] if "secret" in v]
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == volume["name"]]
+    files = {f"{mount['mountPath']}/{item['path']}": item["key"] for item in volume["secret"]["items"]}
+    assert files[env["BINLOG_MIRROR_API_TOKEN_FILE"]["value"]] == "api-token"
+    assert files[env["BINLOG_MIRROR_API_READ_TOKEN_FILE"]["value"]] == "api-read-token"
+    assert set(files.values()) <= set(docs["secret.example.yaml"]["stringData"])
+    assert mount["readOnly"] is True and volume["secret"]["defaultMode"] == 0o440
+    (monitor,) = load_yaml_docs(K8S / "servicemonitor.yaml")
+    assert monitor["spec"]["endpoints"][0]["authorization"]["credentials"]["key"] == "api-read-token"
+
+
+def test_k8s_probes_let_a_leader_and_a_standby_roll_out() -> None:
+    """Both pods are Ready when healthy (/health/ready is 200 on a standby, lag is not part of
+    it), so a rolling update can wait for each new pod and `kubectl rollout status` completes."""
+    docs = dict(k8s_resources())
+    spec = docs["deployment.yaml"]["spec"]
+    (container,) = spec["template"]["spec"]["containers"]
+    assert container["startupProbe"]["httpGet"]["path"] == "/health/live"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/health/live"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/health/ready"
+    strategy = spec["strategy"]
+    assert strategy["type"] == "RollingUpdate"
+    # a new pod first (it joins as a standby), an old one goes only once it is Ready
+    assert strategy["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
+    assert docs["service.yaml"]["spec"]["ports"][0]["targetPort"] == container["ports"][0]["name"]
+
+
+def disruptions_allowed(pdb: dict[str, Any], replicas: int, healthy: int) -> int:
+    """What the disruption controller computes for an integer budget (policy/v1)."""
+    spec = pdb["spec"]
+    if "minAvailable" in spec:
+        desired = int(spec["minAvailable"])
+    else:
+        desired = replicas - int(spec["maxUnavailable"])
+    return max(0, healthy - desired)
+
+
+def test_k8s_pdb_lets_a_drain_evict_the_leader() -> None:
+    """Leader and standby both Ready: one of them (the leader too) may be evicted, and the
+    standby takes the lease within lease_ttl_seconds, well inside the termination grace period.
+    A pod that is not Ready never blocks a drain."""
+    docs = dict(k8s_resources())
+    pdb, deployment = docs["pdb.yaml"], docs["deployment.yaml"]
+    replicas = deployment["spec"]["replicas"]
+    assert disruptions_allowed(pdb, replicas, healthy=replicas) == 1  # either pod, one at a time
+    assert disruptions_allowed(pdb, replicas, healthy=replicas - 1) == 0  # never both
+    assert pdb["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+    ttl = float(docs["configmap.yaml"]["data"]["BINLOG_MIRROR_LEASE_TTL_SECONDS"])
+    assert ttl < deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+
+
+def test_k8s_new_install_copies_on_first_start() -> None:
+    """An empty mirror must not crash-loop: the ConfigMap's policy copies the tables itself."""
+    data = dict(k8s_resources())["configmap.yaml"]["data"]
+    settings = Settings(on_no_checkpoint=data["BINLOG_MIRROR_ON_NO_CHECKPOINT"])
+    assert settings.on_no_checkpoint == "now"
+
+
+def test_k8s_network_policy_opens_the_api_and_the_servers_only() -> None:
+    docs = dict(k8s_resources())
+    policy = docs["networkpolicy.yaml"]["spec"]
+    labels = docs["deployment.yaml"]["spec"]["template"]["metadata"]["labels"]
+    assert policy["podSelector"]["matchLabels"].items() <= labels.items()
+    assert set(policy["policyTypes"]) == {"Ingress", "Egress"}
+    (ingress,) = policy["ingress"]
+    assert ingress["ports"] == [{"protocol": "TCP", "port": 8080}]
+    egress = {(p["protocol"], p["port"]) for rule in policy["egress"] for p in rule["ports"]}
+    assert egress == {("UDP", 53), ("TCP", 53), ("TCP", 3306), ("TCP", 6379)}
+
+
+def test_k8s_prometheus_rule_is_the_alert_rules() -> None:
+    from tests.deploy.prometheusrule import render
+
+    text = (K8S / "prometheusrule.yaml").read_text()
+    assert text == render(), "stale: run `python -m tests.deploy.prometheusrule` from the repo root"
+    (rule,) = load_yaml_docs(K8S / "prometheusrule.yaml")
+    assert (rule["apiVersion"], rule["kind"]) == ("monitoring.coreos.com/v1", "PrometheusRule")
+    alerts = yaml.safe_load((DEPLOY / "prometheus" / "alerts.yml").read_text())
+    assert rule["spec"]["groups"] == alerts["groups"]
 
 
 # -- Prometheus and Grafana ----------------------------------------------------------------------
@@ -182,8 +283,36 @@ def test_alert_rules_pass_promtool_check_and_unit_tests() -> None:
 def test_alert_rules_cover_the_asked_conditions() -> None:
     rules = yaml.safe_load((DEPLOY / "prometheus" / "alerts.yml").read_text())["groups"][0]["rules"]
     names = {r["alert"] for r in rules}
-    for name in ("LagHigh", "NotReady", "NoLeader", "ErrorsRising", "ResyncStuck"):
+    for name in (
+        "LagHigh",
+        "NotReady",
+        "InstanceNotReady",
+        "NoLeader",
+        "LeaderFlapping",
+        "Drift",
+        "ErrorsRising",
+        "Failed",
+        "DecodeErrors",
+        "ResyncStuck",
+    ):
         assert f"BinlogMirror{name}" in names
+    exprs = {r["alert"]: r["expr"] for r in rules}
+    # the lag limit is the setting (exported), never a number written here
+    assert "binlog_mirror_max_lag_seconds" in exprs["BinlogMirrorLagHigh"]
+    assert not re.search(r"lag_seconds\s*>\s*\d", exprs["BinlogMirrorLagHigh"])
+    assert "by (job, instance, kind)" in exprs["BinlogMirrorErrorsRising"]
+
+
+def test_every_alert_has_a_promtool_test() -> None:
+    rules = yaml.safe_load((DEPLOY / "prometheus" / "alerts.yml").read_text())["groups"][0]["rules"]
+    tests = yaml.safe_load((DEPLOY / "prometheus" / "alerts_test.yml").read_text())["tests"]
+    tested = {
+        case["alertname"]
+        for test in tests
+        for case in test["alert_rule_test"]
+        if case.get("exp_alerts")  # a test that sees it fire, not only stay quiet
+    }
+    assert {r["alert"] for r in rules} == tested
 
 
 def test_grafana_dashboard_and_provisioning() -> None:
@@ -193,6 +322,9 @@ def test_grafana_dashboard_and_provisioning() -> None:
     assert len(ids) == len(set(ids))
     for panel in dashboard["panels"]:
         assert panel["targets"] and all(re.search(r"binlog_mirror_\w+", t["expr"]) for t in panel["targets"])
+    exprs = " ".join(t["expr"] for panel in dashboard["panels"] for t in panel["targets"])
+    for name in ("drift_rows_total", "lease_acquisitions_total", "leader"):  # drift and lease panels
+        assert f"binlog_mirror_{name}" in exprs
     provider = yaml.safe_load(
         (DEPLOY / "grafana" / "provisioning" / "dashboards" / "binlog-mirror.yaml").read_text()
     )

@@ -248,6 +248,7 @@ async def test_standby_resync_and_error_panels(browser: Browser) -> None:
     snapshot = streaming_status(
         state=State.RESYNCING,
         leader=False,
+        standby=True,  # another instance holds the lease: a healthy standby is ready
         tables=(nokey, orders),
         errors=ErrorStatus(count=2, last="SinkError('redis down')", last_ts=time.time(), retriable=True),
     )
@@ -273,10 +274,34 @@ async def test_standby_resync_and_error_panels(browser: Browser) -> None:
         await expect(page.locator("#err-count")).to_have_text("2")
         await expect(page.locator("#err-last")).to_have_text("SinkError('redis down')")
         await expect(page.locator("#err-retriable")).to_have_text("yes (retried with backoff)")
-        await expect(page.locator("#reasons")).to_contain_text("not the writer")
+        await expect(page.locator("#reasons")).to_have_text("nothing: ready")
+        await expect(page.locator("#ready")).to_have_text("ready")
         assert await page.evaluate(A11Y_PROBLEMS) == []
         overflow = await page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
         assert overflow <= 0
+        await page.close()
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def test_a_public_address_without_a_token_says_why_the_page_is_empty(browser: Browser) -> None:
+    """On 0.0.0.0 with no token the page loads (it holds no data) but its reads are refused: it
+    shows the server's reason instead of a bare error."""
+    settings = Settings(api_port=0, api_host="0.0.0.0")
+    server = ApiServer(create_app(settings, StatusDouble(streaming_status())), settings)
+    task = asyncio.create_task(server.serve())
+    try:
+        async with asyncio.timeout(15):
+            await server.started.wait()
+        page = await browser.new_page()
+        await page.goto(f"http://127.0.0.1:{server.port}/")
+        await expect(page.locator("#state")).to_have_text("refused", timeout=WAIT_MS)
+        await expect(page.locator("#updated")).to_contain_text(
+            "HTTP 403 (refused: the API listens on 0.0.0.0"
+        )
+        await expect(page.locator("#updated")).to_contain_text("api_allow_unauthenticated")
         await page.close()
     finally:
         task.cancel()

@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from api.main import create_app
 from api.metrics import StatusCollector
-from api.routes.health import readiness
+from api.readiness import readiness
 from service.backoff import Backoff
 from service.devtools.stack import LocalStack
 from service.pipeline.replicator import Replicator
@@ -160,7 +160,7 @@ async def test_a_permanent_error_while_running_is_retried_as_failed_and_logged_o
         s = replicator.status()
         assert s.errors.last is not None and "SourceAccessDenied" in s.errors.last
         assert "Access denied for user" in s.errors.last and "pw" not in s.errors.last
-        reasons = readiness(s, settings.max_lag_seconds)
+        reasons = readiness(s)
         assert "replicator is failed" in reasons
         assert any(r.startswith("failed: SourceAccessDenied") for r in reasons), reasons
         registry = CollectorRegistry()

@@ -131,3 +131,15 @@ def test_integrity_flags_and_their_env_vars(started: list[Settings], monkeypatch
     assert (
         bad.exit_code != 0 and "on_history_mismatch" in bad.output and "--on-history-mismatch" in bad.output
     )
+
+
+def test_run_token_file_flags(started: list[Settings], tmp_path: Path) -> None:
+    (tmp_path / "control").write_text("ctl\n")
+    (tmp_path / "read").write_text("rd\n")
+    args = ["run", *URLS, "--api-token-file", str(tmp_path / "control")]
+    args += ["--api-read-token-file", str(tmp_path / "read")]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    s = started[0]
+    assert s.api_token is not None and s.api_token.get_secret_value() == "ctl"
+    assert s.api_read_token is not None and s.api_read_token.get_secret_value() == "rd"

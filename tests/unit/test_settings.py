@@ -110,7 +110,7 @@ def test_passwords_from_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     assert s.mysql is not None and s.mysql.password.get_secret_value() == SECRET
     assert s.redis is not None and s.redis.url.get_secret_value() == "redis://:p%40ss%3Aw%2Frd@cache:6380/2"
     assert str(s.redis) == "redis://***@cache:6380/2" and SECRET not in repr(s)
-    with pytest.raises(ConfigError, match="mysql_password_file .*nope: No such file"):
+    with pytest.raises(ConfigError, match="invalid setting .mysql_password_file. .*nope: No such file"):
         load_settings(mysql="mysql://repl@db:3306", mysql_password_file=tmp_path / "nope")
 
 

@@ -64,12 +64,18 @@
 
   // ---------- HTTP ----------
   class Unauthorized extends Error {}
+  class Refused extends Error {} // 403: no token set on a public address (the detail says what to set)
   async function get(path) {
     const headers = token ? { Authorization: "Bearer " + token } : {};
     const r = await fetch(path, { headers, cache: "no-store" });
     if (r.status === 401) throw new Unauthorized(path);
     if (r.status === 503 && path !== "/health/ready") return null; // replicator not started
-    if (!r.ok && r.status !== 503) throw new Error(path + ": HTTP " + r.status);
+    if (!r.ok && r.status !== 503) {
+      let detail = "";
+      try { detail = (await r.json()).detail || ""; } catch (e) { /* not JSON */ }
+      const message = path + ": HTTP " + r.status + (detail ? " (" + detail + ")" : "");
+      throw r.status === 403 ? new Refused(message) : new Error(message);
+    }
     return r.json();
   }
 
@@ -109,7 +115,9 @@
     const failed = results.filter((r) => r.status === "rejected");
     try {
       render(position, lag, tables, info, ready);
-      if (results[0].status === "rejected") badge("state", "API unreachable", "bad");
+      if (results[0].status === "rejected") {
+        badge("state", results[0].reason instanceof Refused ? "refused" : "API unreachable", "bad");
+      }
       text("updated", failed.length ? "update failed: " + failed[0].reason.message : "updated " + new Date().toLocaleTimeString());
     } finally {
       if (!stopped && chain === pollChain) pollTimer = setTimeout(poll, POLL_MS, chain);
