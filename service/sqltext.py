@@ -16,6 +16,9 @@ involved and any byte sequence round-trips:
     set / frozenset                  its members comma-joined (a SET value), as a string
     None                             NULL
 
+The copies, `verify`, `--repair` and the Spark jobs read tables by key with the two statements
+built here: `keyset_page` (pagination by key, no OFFSET scans) and `rows_by_key`.
+
 Pure: no I/O. The connections use charset utf8mb4 (service/transport/connection.py).
 """
 
@@ -27,7 +30,7 @@ from collections.abc import Sequence
 from decimal import Decimal
 from typing import Any
 
-__all__ = ["bind", "literal"]
+__all__ = ["bind", "keyset_page", "literal", "quote_ident", "rows_by_key"]
 
 
 def _temporal(value: dt.date | dt.time | dt.timedelta) -> str:
@@ -78,3 +81,34 @@ def bind(sql: str, args: Sequence[Any] | None) -> str:
     if args is None:
         return sql
     return sql % tuple(literal(a) for a in args)
+
+
+def quote_ident(*names: str) -> str:
+    """A name for SQL text, each part backquoted with its backquotes doubled:
+    quote_ident("db", "t") is `db`.`t`."""
+    return ".".join("`" + name.replace("`", "``") + "`" for name in names)
+
+
+def _row(values: Sequence[Any]) -> str:
+    return "(" + ", ".join(literal(v) for v in values) + ")"
+
+
+def keyset_page(
+    schema: str, table: str, key: Sequence[str], after: Sequence[Any] | None, limit: int, where: str = ""
+) -> str:
+    """The next `limit` rows in key order after the key values `after` (None: from the start),
+    within the condition `where` if any."""
+    cols = ", ".join(quote_ident(c) for c in key)
+    conds = [where] if where else []
+    if after is not None:
+        conds.append(f"({cols}) > {_row(after)}")
+    sql = f"SELECT * FROM {quote_ident(schema, table)}"
+    if conds:
+        sql += " WHERE " + " AND ".join(conds)
+    return f"{sql} ORDER BY {cols} LIMIT {int(limit)}"
+
+
+def rows_by_key(schema: str, table: str, key: Sequence[str], values: Sequence[Sequence[Any]]) -> str:
+    """The rows whose key columns hold one of `values` (not empty)."""
+    cols = ", ".join(quote_ident(c) for c in key)
+    return f"SELECT * FROM {quote_ident(schema, table)} WHERE ({cols}) IN ({', '.join(map(_row, values))})"

@@ -43,7 +43,7 @@ from service.sink.checkpoints import decode_checkpoint
 from service.sink.client import redis_client
 from service.sink.keys import KeyLayout, glob_literal, row_suffix_of, split_key
 from service.sink.mirror import MirrorOptions, RedisMirror, map_redis_errors
-from service.sqltext import bind
+from service.sqltext import keyset_page, rows_by_key
 from service.table_info import TableInfo
 from service.transactions import TableFilter, Transaction
 from service.transport.connection import (
@@ -52,7 +52,6 @@ from service.transport.connection import (
     connect,
     current_checkpoint,
     map_errors,
-    quote_ident,
     server_info,
 )
 
@@ -275,10 +274,10 @@ class VerifyRun:
     async def _source_position(self) -> BinlogPosition:
         return (await current_checkpoint(self.conn, self.info)).position
 
-    async def _select(self, sql: str, args: Sequence[Any], what: str) -> list[dict[str, Any]]:
+    async def _select(self, sql: str, what: str) -> list[dict[str, Any]]:
         with map_errors(what):
             async with self.conn.cursor(aiomysql.DictCursor) as cur:
-                await cur.execute(bind(sql, args))
+                await cur.execute(sql)
                 return list(await cur.fetchall())
 
     async def _mirror_suffixes(self, schema: str, table: str) -> set[str]:
@@ -321,17 +320,11 @@ class VerifyRun:
         index = lay.index_key(t.schema, t.table)
         seen: set[str] = set()
         suspects: dict[str, _Suspect] = {}
-        cols = ", ".join(quote_ident(c) for c in key)
         last: tuple[Any, ...] | None = None
         target: BinlogPosition | None = None
-        table_sql = quote_ident(t.schema, t.table)
         while True:
-            where, args = "", ()
-            if last is not None:
-                where, args = f"WHERE ({cols}) > ({', '.join(['%s'] * len(key))})", last
             rows = await self._select(
-                f"SELECT * FROM {table_sql} {where} ORDER BY {cols} LIMIT {self.v.chunk_rows}",
-                args,
+                keyset_page(t.schema, t.table, key, last, self.v.chunk_rows),
                 f"verify of {t.schema}.{t.table}",
             )
             if not rows:
@@ -412,7 +405,6 @@ class VerifyRun:
         assert t.key is not None
         key = t.key
         index = self.layout.index_key(t.schema, t.table)
-        cols = ", ".join(quote_ident(c) for c in key)
         for _ in range(self.v.rounds):
             if not suspects or target is None:
                 break
@@ -420,11 +412,9 @@ class VerifyRun:
             lookup = [s for s in suspects.values() if s.key_values is not None]
             rows: list[dict[str, Any]] = []
             for start in range(0, len(lookup), self.v.chunk_rows):
-                part = lookup[start : start + self.v.chunk_rows]
-                tuples = ", ".join(["(" + ", ".join(["%s"] * len(key)) + ")"] * len(part))
+                part = [s.key_values for s in lookup[start : start + self.v.chunk_rows] if s.key_values]
                 rows += await self._select(
-                    f"SELECT * FROM {quote_ident(t.schema, t.table)} WHERE ({cols}) IN ({tuples})",
-                    [v for s in part for v in (s.key_values or ())],
+                    rows_by_key(t.schema, t.table, key, part),
                     f"verify of {t.schema}.{t.table} (rows read again)",
                 )
             position = await self._source_position()
@@ -534,7 +524,6 @@ class VerifyRun:
         key, utc = t.key, frozenset(c.name for c in t.columns if c.type == "TIMESTAMP")
         types = {c.name: c.type for c in t.columns}
         binary = [types.get(c, "") in _BINARY_TYPES for c in key]
-        cols = ", ".join(quote_ident(c) for c in key)
         done = 0
         size = max(1, self.v.settings.chunk_rows)
         for start in range(0, len(suffixes), size):
@@ -547,12 +536,8 @@ class VerifyRun:
             lookup = {sfx: kv for sfx in part if (kv := key_values(sfx, binary)) is not None}
             rows: dict[str, dict[str, Any]] = {}
             if lookup:
-                tuples = ", ".join(["(" + ", ".join(["%s"] * len(key)) + ")"] * len(lookup))
-                for r in await self._select(
-                    f"SELECT * FROM {quote_ident(t.schema, t.table)} WHERE ({cols}) IN ({tuples})",
-                    [v for kv in lookup.values() for v in kv],
-                    f"repair of {t.schema}.{t.table}",
-                ):
+                sql = rows_by_key(t.schema, t.table, key, list(lookup.values()))
+                for r in await self._select(sql, f"repair of {t.schema}.{t.table}"):
                     rows[self.layout.row_suffix([r[c] for c in key])] = utc_row(r, utc)
             span = EventSpan(cp.position.file, cp.position.pos, cp.position.pos)
             now = int(time.time())

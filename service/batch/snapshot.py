@@ -41,7 +41,7 @@ from service.sink.client import redis_client
 from service.sink.keys import KeyLayout
 from service.sink.mirror import MirrorOptions, RedisMirror
 from service.sink.plan import ActionKind, TableAction
-from service.sqltext import bind
+from service.sqltext import keyset_page
 from service.table_info import TableInfo
 from service.transactions import TableFilter, Transaction
 from service.transport.connection import (
@@ -110,23 +110,14 @@ def plan_ranges(
 # -- executor side ---------------------------------------------------------------------------------
 def _read(conn: pymysql.Connection[Any], task: KeyRange, chunk_rows: int) -> Iterator[list[dict[str, Any]]]:
     """The task's rows in key order, chunk by chunk (keyset pagination: no OFFSET scans)."""
-    cols = ", ".join(quote_ident(c) for c in task.key)
     bound = ""
     if task.lo is not None:
         k = quote_ident(task.key[0])
         bound = f"{k} >= {int(task.lo)} AND {k} < {int(task.hi or 0)}"
     last: tuple[Any, ...] | None = None
     while True:
-        where = [bound] if bound else []
-        args: tuple[Any, ...] = ()
-        if last is not None:
-            where.append(f"({cols}) > ({', '.join(['%s'] * len(task.key))})")
-            args = last
-        sql = f"SELECT * FROM {quote_ident(task.schema, task.table)}"
-        sql += f" WHERE {' AND '.join(where)}" if where else ""
-        sql += f" ORDER BY {cols} LIMIT {chunk_rows}"
         with conn.cursor(pymysql.cursors.DictCursor) as cur:
-            cur.execute(bind(sql, args))
+            cur.execute(keyset_page(task.schema, task.table, task.key, last, chunk_rows, bound))
             rows = list(cur.fetchall())
         if not rows:
             return

@@ -24,13 +24,12 @@ from typing import Any
 import aiomysql
 
 from service.checkpoint import BinlogPosition, Checkpoint
-from service.rowcompare import utc_row
+from service.rowcompare import key_values, utc_row
 from service.sink.fks import ForeignKeys, ready_key, set_prefix
-from service.sink.keys import split_key
 from service.sink.mirror import RedisMirror
 from service.sink.replies import map_redis_errors
-from service.sqltext import bind
-from service.transport.connection import fetch, map_errors, quote_ident
+from service.sqltext import keyset_page, rows_by_key
+from service.transport.connection import fetch, map_errors
 
 __all__ = ["resync_table"]
 
@@ -82,18 +81,12 @@ async def resync_table(
         log.warning("resync of %s.%s: the table no longer exists on the source", schema, table)
         key = None
     if key:
-        cols = ", ".join(quote_ident(c) for c in key)
         last: tuple[Any, ...] | None = None
         while True:
-            where = ""
-            args: tuple[Any, ...] = ()
-            if last is not None:
-                where = f"WHERE ({cols}) > ({', '.join(['%s'] * len(key))})"
-                args = last
-            sql = f"SELECT * FROM {quote_ident(schema, table)} {where} ORDER BY {cols} LIMIT {chunk_rows}"
+            sql = keyset_page(schema, table, key, last, chunk_rows)
             with map_errors(f"resync of {schema}.{table}"):
                 async with conn.cursor(aiomysql.DictCursor) as cur:
-                    await cur.execute(bind(sql, args))
+                    await cur.execute(sql)
                     rows = list(await cur.fetchall())
             if not rows:
                 break
@@ -119,20 +112,13 @@ async def resync_table(
         nonlocal reread_rows
         rows: list[dict[str, Any]] = []
         if key:
-            values = [
-                [
-                    bytes.fromhex(part[2:]) if c in binary_columns else part
-                    for c, part in zip(key, split_key(s), strict=True)
-                ]
-                for s, _ in entries
-            ]
-            cols = ", ".join(quote_ident(c) for c in key)
-            tuples = ", ".join(["(" + ", ".join(["%s"] * len(key)) + ")"] * len(values))
-            sql = f"SELECT * FROM {quote_ident(schema, table)} WHERE ({cols}) IN ({tuples})"
-            with map_errors(f"resync of {schema}.{table} (rows read again)"):
-                async with conn.cursor(aiomysql.DictCursor) as cur:
-                    await cur.execute(bind(sql, [v for vs in values for v in vs]))
-                    rows = list(await cur.fetchall())
+            binary = [c in binary_columns for c in key]
+            values = [kv for s, _ in entries if (kv := key_values(s, binary)) is not None]
+            if values:
+                with map_errors(f"resync of {schema}.{table} (rows read again)"):
+                    async with conn.cursor(aiomysql.DictCursor) as cur:
+                        await cur.execute(rows_by_key(schema, table, key, values))
+                        rows = list(await cur.fetchall())
             if utc_columns:
                 rows = [utc_row(row, utc_columns) for row in rows]
         await add_fk_members(mirror, schema, table, rows)

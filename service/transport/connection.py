@@ -21,7 +21,7 @@ import pymysql
 from service.checkpoint import BinlogPosition, Checkpoint
 from service.errors import PositionLost, SourceAccessDenied, SourceError
 from service.settings import MySQLUrl, Settings
-from service.sqltext import bind
+from service.sqltext import bind, quote_ident
 
 __all__ = [
     "ER_MASTER_FATAL_ERROR_READING_BINLOG",
@@ -48,12 +48,6 @@ CONNECT_TIMEOUT = 10.0
 # setup): a connection that goes silent without closing (a black-holed path, a NAT that forgot it)
 # fails with 2013 after this instead of holding its caller (and any lock it holds) forever.
 QUERY_TIMEOUT = 10.0
-
-
-def quote_ident(*names: str) -> str:
-    """A name for SQL text, each part backquoted with its backquotes doubled:
-    quote_ident("db", "t") is `db`.`t`."""
-    return ".".join("`" + name.replace("`", "``") + "`" for name in names)
 
 
 @contextlib.contextmanager

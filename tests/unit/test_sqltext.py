@@ -8,7 +8,7 @@ from decimal import Decimal
 
 import pytest
 
-from service.sqltext import bind, literal
+from service.sqltext import bind, keyset_page, literal, rows_by_key
 
 
 @pytest.mark.parametrize(
@@ -53,3 +53,16 @@ def test_bind_as_the_driver_formats() -> None:
     assert bind("SELECT %s, '%%', %s", (b"\x01", "x")) == "SELECT X'01', '%', _utf8mb4 X'78'"
     assert bind("SELECT '%'", None) == "SELECT '%'"  # no args: not formatted
     assert bind("SELECT '%%'", ()) == "SELECT '%'"  # args, even none: formatted
+
+
+def test_keyset_page_and_rows_by_key() -> None:
+    assert (
+        keyset_page("d", "t`x", ("a", "b"), None, 10) == "SELECT * FROM `d`.`t``x` ORDER BY `a`, `b` LIMIT 10"
+    )
+    assert keyset_page("d", "t", ("a", "b"), (b"\xa3", "s"), 5, "`a` >= 1") == (
+        "SELECT * FROM `d`.`t` WHERE `a` >= 1 AND (`a`, `b`) > (X'a3', _utf8mb4 X'73') "
+        "ORDER BY `a`, `b` LIMIT 5"
+    )
+    assert rows_by_key("d", "t", ("a",), [(b"\x00",), (b"\x01",)]) == (
+        "SELECT * FROM `d`.`t` WHERE (`a`) IN ((X'00'), (X'01'))"
+    )
