@@ -36,7 +36,7 @@ from service.transactions import TableFilter, Transaction, op_counts
 
 __all__ = ["BATCH_MAX", "BATCH_ROWS", "AppliedHook", "Applier"]
 
-log = logging.getLogger("service.pipeline.replicator")
+log = logging.getLogger(__name__)
 
 AppliedHook = Callable[[Transaction, int], None]
 # A batch takes up to BATCH_MAX transactions but stops adding once it holds BATCH_ROWS rows. Its

@@ -17,7 +17,7 @@ from service.sink.mirror import RedisMirror
 
 __all__ = ["LeaseKeeper", "sleep_unless", "watch"]
 
-log = logging.getLogger("service.pipeline.replicator")
+log = logging.getLogger(__name__)
 
 
 class LeaseKeeper:

@@ -18,7 +18,7 @@ from service.transactions import Transaction
 
 __all__ = ["Progress", "TableCounters"]
 
-log = logging.getLogger("service.pipeline.replicator")
+log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)

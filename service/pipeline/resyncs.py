@@ -20,7 +20,7 @@ from service.transport.connection import connect, map_errors
 
 __all__ = ["Resyncs"]
 
-log = logging.getLogger("service.pipeline.replicator")
+log = logging.getLogger(__name__)
 
 # key columns whose key text is 0x-hex (service.sink.values.key_text), for a resync's reread
 _BINARY_TYPES = frozenset({"BINARY", "VARBINARY", "TINYBLOB", "BLOB", "MEDIUMBLOB", "LONGBLOB"})

@@ -13,7 +13,7 @@ from fnmatch import fnmatchcase
 
 __all__ = ["UnmatchedPatterns"]
 
-log = logging.getLogger("service.pipeline.replicator")
+log = logging.getLogger(__name__)
 
 
 class UnmatchedPatterns:

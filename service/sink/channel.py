@@ -37,7 +37,7 @@ from service.sink.scripts import GUARD
 
 __all__ = ["PlainSetup", "ScriptChannel"]
 
-log = logging.getLogger("service.sink.mirror")
+log = logging.getLogger(__name__)
 
 # what redis-py's hiredis reader returns while a reply is incomplete (redis-py 5.1+; False before)
 _NOT_ENOUGH_DATA: Any = getattr(redis_hiredis, "NOT_ENOUGH_DATA", False)

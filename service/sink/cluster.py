@@ -54,7 +54,7 @@ from service.transactions import Transaction
 
 __all__ = ["ClusterChannel", "ClusterMirror", "cluster_layout"]
 
-log = logging.getLogger("service.sink.mirror")
+log = logging.getLogger(__name__)
 
 Unit = tuple[Transaction, Sequence[TableAction]]
 

@@ -19,7 +19,7 @@ from service.sink.plan import Planner
 
 __all__ = ["SentBatch", "map_redis_errors", "redis_access_denied"]
 
-log = logging.getLogger("service.sink.mirror")
+log = logging.getLogger(__name__)
 
 
 @contextlib.contextmanager

@@ -114,7 +114,7 @@ async def test_start_replays_from_the_oldest_binlog_then_a_purged_checkpoint_sto
             await asyncio.sleep(0.05)
         assert str(run_sql(own, None, "SHOW BINARY LOGS")[0][0]) == current != checkpoint.position.file
 
-        caplog.set_level(logging.ERROR, logger="service.pipeline.replicator")
+        caplog.set_level(logging.ERROR, logger="service.pipeline")
         again = Replicator(mirror_settings(own, db, prefix))
         with pytest.raises(PositionLost) as err:
             await asyncio.wait_for(again.run(), 30)

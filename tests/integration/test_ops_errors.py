@@ -236,7 +236,7 @@ async def test_a_tables_pattern_matching_nothing_is_warned_and_listed(
         key_prefix=f"ops{tag}",
         server_id=8000 + int(tag[:4], 16) % 1000,
     )
-    caplog.set_level(logging.WARNING, "service.pipeline.replicator")
+    caplog.set_level(logging.WARNING, "service.pipeline")
     replicator = Replicator(settings)
     task = asyncio.create_task(replicator.run())
     app = create_app(settings, replicator)
