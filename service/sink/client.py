@@ -17,18 +17,19 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable
 from typing import Any, cast
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 import hiredis
 from redis.asyncio import Redis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.connection import Connection, SSLConnection, UnixDomainSocketConnection
+from redis.asyncio.sentinel import Sentinel, SentinelManagedConnection, SentinelManagedSSLConnection
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from service.errors import ConfigError
-from service.settings import CLUSTER_SCHEMES, cluster_nodes
+from service.settings import CLUSTER_SCHEMES, SENTINEL_SCHEMES, TLS_QUERY, cluster_nodes, sentinel_target
 
-__all__ = ["is_cluster_url", "redis_client"]
+__all__ = ["is_cluster_url", "redis_client", "sentinel_client"]
 
 
 class _MirrorConnection:
@@ -71,10 +72,20 @@ class _Unix(_MirrorConnection, UnixDomainSocketConnection):
     pass
 
 
+class _SentinelTcp(_MirrorConnection, SentinelManagedConnection):
+    pass
+
+
+class _SentinelTls(_MirrorConnection, SentinelManagedSSLConnection):
+    pass
+
+
 _MIRROR_CONNECTIONS: dict[type[Any], type[Any]] = {
     Connection: _Tcp,
     SSLConnection: _Tls,
     UnixDomainSocketConnection: _Unix,
+    SentinelManagedConnection: _SentinelTcp,
+    SentinelManagedSSLConnection: _SentinelTls,
 }
 
 
@@ -96,6 +107,8 @@ def redis_client(url: str, *, cluster_ok: bool = False, **options: Any) -> Redis
                 "`binlog-mirror run` does (docs/mirror.md, Redis Cluster)"
             )
         return cast(Redis, cluster_client(url, **options))
+    if urlsplit(url).scheme in SENTINEL_SCHEMES:
+        return sentinel_client(url, **options)
     client = Redis.from_url(url, **options)
     pool = client.connection_pool
     pool.connection_class = _MIRROR_CONNECTIONS.get(pool.connection_class, pool.connection_class)
@@ -113,6 +126,7 @@ def cluster_client(url: str, **options: Any) -> RedisCluster:
         options.setdefault("password", unquote(parts.password))
     if parts.scheme.startswith("rediss"):
         options.setdefault("ssl", True)
+        options.update(_tls_options(url))
     # a master that is down leaves its slots unserved: the others keep answering (the mirror's
     # calls to that master fail and are retried, docs/mirror.md)
     client = RedisCluster(startup_nodes=nodes, require_full_coverage=False, **options)
@@ -123,4 +137,53 @@ def cluster_client(url: str, **options: Any) -> RedisCluster:
     kwargs["connection_class"] = mixed
     for node in client.startup_nodes:
         node.connection_class = mixed
+    return client
+
+
+def _tls_options(url: str) -> dict[str, Any]:
+    """The TLS files of the URL's query (settings redis_tls_*_file put them there)."""
+    query = dict(parse_qsl(urlsplit(url).query))
+    names = (*TLS_QUERY.values(), "ssl_cert_reqs")
+    return {name: query[name] for name in names if name in query}
+
+
+class _SentinelMaster(Redis):
+    """The master of a Sentinel service; closing it closes the sentinels' connections too."""
+
+    sentinels: Sentinel | None = None
+
+    async def aclose(self, close_connection_pool: bool | None = None) -> None:
+        await super().aclose(close_connection_pool)
+        if self.sentinels is not None:
+            await self.sentinels.aclose()
+
+
+def sentinel_client(url: str, **options: Any) -> Redis:
+    """The master of `redis+sentinel://[user:password@]host:port[,...]/SERVICE[/DB]`, asked of the
+    sentinels at each new connection. After a failover the old master answers writes with
+    READONLY, which redis-py turns into a ConnectionError: the session ends as for a Redis
+    restart and the next one connects to the new master (docs/mirror.md, "Redis Sentinel").
+
+    The user and password are the Redis servers'; the sentinels are asked without them
+    (`rediss+sentinel://`: over TLS, with the same files)."""
+    parts = urlsplit(url)
+    sentinels, service, db = sentinel_target(url)
+    tls = parts.scheme.startswith("rediss")
+    to_sentinels = {k: v for k, v in options.items() if k.startswith("socket_")}
+    if tls:
+        to_sentinels.update(ssl=True, **_tls_options(url))
+    sentinel = Sentinel(sentinels, sentinel_kwargs=to_sentinels)  # type: ignore[no-untyped-call]
+    if parts.username:
+        options.setdefault("username", unquote(parts.username))
+    if parts.password:
+        options.setdefault("password", unquote(parts.password))
+    kind = SentinelManagedConnection
+    if tls:
+        kind = SentinelManagedSSLConnection
+        options.update(_tls_options(url))
+    client = sentinel.master_for(
+        service, redis_class=_SentinelMaster, connection_class=_MIRROR_CONNECTIONS[kind], db=db, **options
+    )
+    assert isinstance(client, _SentinelMaster)
+    client.sentinels = sentinel
     return client

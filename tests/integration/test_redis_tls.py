@@ -1,0 +1,110 @@
+"""Redis over TLS with a client certificate (redis_tls_ca_file, redis_tls_cert_file,
+redis_tls_key_file), against a real redis-server that requires one (`tls-auth-clients yes`) and
+listens on TLS only; a CA that did not sign the server's certificate stops `run` with one line."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from service.devtools.stack import LocalStack
+from service.devtools.stack_tls import ensure_tls_files
+from service.verify import Verifier
+from tests.integration.mirror_helpers import (
+    Workload,
+    actual,
+    create_schema,
+    expected,
+    mirror_settings,
+    replicating,
+    settle,
+    unique_names,
+)
+from tests.integration.redis_servers import Server, servers, start_server
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+TlsFiles = tuple[Path, Path, Path]
+
+
+def tls_server_lines(ca: Path, cert: Path, key: Path) -> list[str]:
+    return [
+        f"tls-cert-file {cert}",
+        f"tls-key-file {key}",
+        f"tls-ca-cert-file {ca}",
+        "tls-auth-clients yes",  # a client without a certificate signed by the CA is refused
+        "appendonly yes",
+    ]
+
+
+@pytest.fixture
+def tls_redis(tmp_path: Path) -> Iterator[tuple[Server, TlsFiles]]:
+    """A TLS-only redis-server; the stack's throwaway CA signs its certificate, and the same
+    certificate serves as the mirror's client certificate (the CA is what the server checks)."""
+    ca, cert, key = ensure_tls_files(tmp_path / "tls")
+    client = {"ssl_ca_certs": str(ca), "ssl_certfile": str(cert), "ssl_keyfile": str(key)}
+    with servers() as started:
+        started.append(start_server(tmp_path / "redis", tls_server_lines(ca, cert, key), tls=client))
+        yield started[0], (ca, cert, key)
+
+
+async def test_the_mirror_runs_over_tls_with_a_client_certificate(
+    stack: LocalStack, tls_redis: tuple[Server, TlsFiles]
+) -> None:
+    server, (ca, cert, key) = tls_redis
+    db, prefix = unique_names()
+    create_schema(stack, db)
+    wl = Workload(stack, db, seed=7)
+    for _ in range(10):  # copied by the bootstrap
+        wl.step(allow_ddl=False)
+    settings = mirror_settings(
+        stack, db, prefix,
+        redis=f"rediss://127.0.0.1:{server.port}/0",
+        redis_tls_ca_file=ca, redis_tls_cert_file=cert, redis_tls_key_file=key,
+    )  # fmt: skip
+    url = settings.redis.url.get_secret_value() if settings.redis else ""
+    async with replicating(settings) as rep:
+        for _ in range(40):
+            wl.step()
+        await settle(rep, stack)
+        assert actual(url, prefix, db) == expected(stack, db)
+        report = await Verifier(settings).run()
+        assert report.equal, report.differences
+    wl.close()
+    assert "ssl_certfile" in url and str(settings.redis) == f"rediss://127.0.0.1:{server.port}/0"
+
+
+def _run(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("BINLOG_MIRROR_")}
+    return subprocess.run(
+        [sys.executable, "-m", "service", *args],
+        cwd=ROOT, env={**clean, **env}, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+
+
+def test_a_ca_that_did_not_sign_the_server_certificate_stops_run_with_one_line(
+    stack: LocalStack, tls_redis: tuple[Server, TlsFiles], tmp_path: Path
+) -> None:
+    info = stack.load()
+    assert info is not None
+    server, (_, cert, key) = tls_redis
+    other_ca, _, _ = ensure_tls_files(tmp_path / "other")  # another throwaway CA
+    env = {
+        "BINLOG_MIRROR_MYSQL": info.mysql_url,
+        "BINLOG_MIRROR_REDIS": f"rediss://127.0.0.1:{server.port}/0",
+        "BINLOG_MIRROR_REDIS_TLS_CA_FILE": str(other_ca),
+        "BINLOG_MIRROR_REDIS_TLS_CERT_FILE": str(cert),
+        "BINLOG_MIRROR_REDIS_TLS_KEY_FILE": str(key),
+    }
+    done = _run("run", "--no-api", "--tables", "nothing.*", env=env)
+    assert done.returncode == 1, done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, done.stderr
+    assert "certificate was refused" in errors[0] and "BINLOG_MIRROR_REDIS_TLS_CA_FILE" in errors[0]
+    assert "--redis-tls-ca-file" in errors[0] and f"rediss://127.0.0.1:{server.port}/0" in errors[0]
