@@ -72,11 +72,27 @@ class _Unix(_MirrorConnection, UnixDomainSocketConnection):
     pass
 
 
-class _SentinelTcp(_MirrorConnection, SentinelManagedConnection):
+class _SentinelReconnect:
+    """redis-py (8.1) reconnects a dropped connection in `send_packed_command` straight to the
+    address it had, not through the sentinels: after a failover, to the old master, which may
+    still accept writes for a while (and lose them when it becomes a replica). Reconnect
+    through the sentinels (SentinelManagedConnection.connect) instead."""
+
+    is_connected: bool
+
+    async def send_packed_command(
+        self, command: bytes | str | Iterable[bytes], check_health: bool = True
+    ) -> None:
+        if not self.is_connected:
+            await self.connect()  # type: ignore[attr-defined]
+        await super().send_packed_command(command, check_health)  # type: ignore[misc]
+
+
+class _SentinelTcp(_SentinelReconnect, _MirrorConnection, SentinelManagedConnection):
     pass
 
 
-class _SentinelTls(_MirrorConnection, SentinelManagedSSLConnection):
+class _SentinelTls(_SentinelReconnect, _MirrorConnection, SentinelManagedSSLConnection):
     pass
 
 
