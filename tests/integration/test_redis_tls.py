@@ -4,6 +4,7 @@ listens on TLS only; a CA that did not sign the server's certificate stops `run`
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -24,6 +25,7 @@ from tests.integration.mirror_helpers import (
     replicating,
     settle,
     unique_names,
+    wait_applied,
 )
 from tests.integration.redis_servers import Server, servers, start_server
 
@@ -70,8 +72,8 @@ async def test_the_mirror_runs_over_tls_with_a_client_certificate(
     )  # fmt: skip
     url = settings.redis.url.get_secret_value() if settings.redis else ""
     async with replicating(settings) as rep:
-        for _ in range(40):
-            wl.step()
+        await asyncio.to_thread(wait_applied, url, prefix, None)  # streaming from now on
+        await asyncio.to_thread(lambda: [wl.step() for _ in range(40)])
         await settle(rep, stack)
         assert actual(url, prefix, db) == expected(stack, db)
         report = await Verifier(settings).run()
