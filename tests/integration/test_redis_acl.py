@@ -64,7 +64,7 @@ async def test_the_mirror_runs_under_the_documented_minimal_acl(stack: LocalStac
             await asyncio.to_thread(lambda: [wl.step() for _ in range(120)])  # DDL: resyncs, TRUNCATE, RENAME
             await settle(rep, stack, timeout=60)
             assert actual(as_admin, prefix, db) == expected(stack, db)
-            assert rep.progress.restarts == 0, rep.status().error
+            assert rep.progress.restarts == 0, rep.status().errors.last
             assert await read_changelog(settings, 0)  # the API's change-log reader
         # verify --repair: a row changed behind the mirror's back is found and rewritten
         row = next(iter(actual(as_admin, prefix, db)["items"]))
