@@ -12,11 +12,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from redis.cluster import RedisCluster
 
 from service.devtools.stack import LocalStack
 from service.devtools.stack_tls import ensure_tls_files
+from service.sink.keys import group_layout
 from service.verify import Verifier
 from tests.integration.mirror_helpers import (
+    KEYS,
     Workload,
     actual,
     create_schema,
@@ -25,9 +28,10 @@ from tests.integration.mirror_helpers import (
     replicating,
     settle,
     unique_names,
+    until,
     wait_applied,
 )
-from tests.integration.redis_servers import Server, servers, start_server
+from tests.integration.redis_servers import Server, free_port, servers, start_server
 
 pytestmark = pytest.mark.integration
 
@@ -110,3 +114,46 @@ def test_a_ca_that_did_not_sign_the_server_certificate_stops_run_with_one_line(
     assert len(errors) == 1, done.stderr
     assert "certificate was refused" in errors[0] and "BINLOG_MIRROR_REDIS_TLS_CA_FILE" in errors[0]
     assert "--redis-tls-ca-file" in errors[0] and f"rediss://127.0.0.1:{server.port}/0" in errors[0]
+
+
+async def test_a_tls_cluster_with_client_certificates(stack: LocalStack, tmp_path: Path) -> None:
+    """`rediss+cluster://`: the TLS files reach every node, those found through the slot map too
+    (the cluster's query parameters used to be ignored)."""
+    ca, cert, key = ensure_tls_files(tmp_path / "tls")
+    client = {"ssl_ca_certs": str(ca), "ssl_certfile": str(cert), "ssl_keyfile": str(key)}
+    lines = [*tls_server_lines(ca, cert, key), "tls-cluster yes", "cluster-enabled yes"]
+    with servers() as started:
+        for i in range(3):
+            # the bus port chosen too: port + 10000 falls in the ephemeral range, maybe taken
+            node_lines = [
+                *lines,
+                f"cluster-config-file {tmp_path / f'nodes-{i}.conf'}",
+                f"cluster-port {free_port()}",
+            ]
+            started.append(start_server(tmp_path / f"node{i}", node_lines, tls=client))
+        nodes = [f"127.0.0.1:{s.port}" for s in started]
+        tls_args = ["--tls", "--cacert", str(ca), "--cert", str(cert), "--key", str(key)]
+        create = ["redis-cli", *tls_args, "--cluster", "create", *nodes, "--cluster-replicas", "0"]
+        subprocess.run([*create, "--cluster-yes"], check=True, capture_output=True, timeout=60)
+        for server in started:
+            with server.client() as r:
+                await until("the cluster", lambda r=r: r.cluster("info")["cluster_state"] == "ok")  # type: ignore[misc]
+        db, prefix = unique_names()
+        create_schema(stack, db)
+        wl = Workload(stack, db, seed=21)
+        settings = mirror_settings(
+            stack, db, prefix,
+            redis=f"rediss+cluster://{nodes[0]}",  # one node: the others come from the slot map
+            redis_tls_ca_file=ca, redis_tls_cert_file=cert, redis_tls_key_file=key,
+        )  # fmt: skip
+        async with replicating(settings) as rep:
+            await until("streaming", lambda: rep.status().applied is not None)
+            await asyncio.to_thread(lambda: [wl.step(allow_ddl=False) for _ in range(40)])
+            await settle(rep, stack)
+        wl.close()
+        with RedisCluster(host="127.0.0.1", port=started[0].port, ssl=True, **client) as rc:
+            for table in KEYS:
+                g = group_layout(prefix, db, table)
+                members = {m.decode() for m in rc.smembers(g.index_key(db, table))}
+                rows = {m: rc.hgetall(f"{g.prefix}:{m}") for m in members}
+                assert rows == expected(stack, db)[table], table
