@@ -19,6 +19,7 @@ import pytest
 
 from service.checkpoint import BinlogPosition
 from service.devtools.stack import LocalStack
+from service.devtools.stack_tls import ensure_tls_files
 from service.verify import Verifier
 from tests.integration.mirror_helpers import (
     Workload,
@@ -35,6 +36,7 @@ from tests.integration.mirror_helpers import (
     wait_applied,
 )
 from tests.integration.redis_servers import Server, free_port, servers, start_server
+from tests.integration.test_redis_tls import tls_server_lines
 
 pytestmark = pytest.mark.integration
 
@@ -46,10 +48,19 @@ class SentinelSetup:
     master: Server
     replica: Server
     sentinel: Server
+    tls: dict[str, Path] | None = None  # the redis_tls_* settings when everything speaks TLS
 
     @property
     def url(self) -> str:
-        return f"redis+sentinel://127.0.0.1:{self.sentinel.port}/{SERVICE}/0"
+        scheme = "rediss+sentinel" if self.tls else "redis+sentinel"
+        return f"{scheme}://127.0.0.1:{self.sentinel.port}/{SERVICE}/0"
+
+    def server_url(self, server: Server) -> str:
+        """A plain client's URL of one server (the test's own reads)."""
+        if not self.tls:
+            return f"redis://127.0.0.1:{server.port}/0"
+        files = "&".join(f"{k}={v}" for k, v in server.client_options.items() if k != "ssl")
+        return f"rediss://127.0.0.1:{server.port}/0?{files}"
 
     def master_port(self) -> int:
         with self.sentinel.client() as s:
@@ -67,25 +78,38 @@ def _replica_known(setup: SentinelSetup) -> bool:
 
 
 @pytest.fixture
-def sentinel_setup(tmp_path: Path) -> Iterator[SentinelSetup]:
+def sentinel_setup(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[SentinelSetup]:
+    """`request.param` True: TLS everywhere, client certificates required (servers, replication,
+    sentinel), the stack's throwaway CA."""
     aof = ["appendonly yes", "appendfsync everysec", 'save ""']
+    tls_lines: list[str] = []
+    client: dict[str, str] | None = None
+    files: dict[str, Path] | None = None
+    if getattr(request, "param", False):
+        ca, cert, key = ensure_tls_files(tmp_path / "tls")
+        tls_lines = [*tls_server_lines(ca, cert, key)[:4], "tls-replication yes"]
+        client = {"ssl_ca_certs": str(ca), "ssl_certfile": str(cert), "ssl_keyfile": str(key)}
+        files = {"redis_tls_ca_file": ca, "redis_tls_cert_file": cert, "redis_tls_key_file": key}
     with servers() as started:
-        master = start_server(tmp_path / "master", aof)
+        master = start_server(tmp_path / "master", [*aof, *tls_lines], tls=client)
         started.append(master)
-        replica = start_server(tmp_path / "replica", [*aof, f"replicaof 127.0.0.1 {master.port}"])
+        replica_lines = [*aof, *tls_lines, f"replicaof 127.0.0.1 {master.port}"]
+        replica = start_server(tmp_path / "replica", replica_lines, tls=client)
         started.append(replica)
         sentinel = start_server(
             tmp_path / "sentinel",
             [
+                *tls_lines,
                 f"sentinel monitor {SERVICE} 127.0.0.1 {master.port} 1",
                 f"sentinel down-after-milliseconds {SERVICE} 1000",
                 f"sentinel failover-timeout {SERVICE} 10000",
             ],
             port=free_port(),
             sentinel=True,
+            tls=client,
         )
         started.append(sentinel)
-        setup = SentinelSetup(master, replica, sentinel)
+        setup = SentinelSetup(master, replica, sentinel, files)
         deadline = time.monotonic() + 30
         while not _replica_known(setup):  # a failover needs the sentinel to know a good replica
             assert time.monotonic() < deadline, "the sentinel did not find the replica"
@@ -107,6 +131,7 @@ async def _load(wl: Workload, steps: int, at: int, action: Callable[[], None]) -
     await asyncio.to_thread(go)
 
 
+@pytest.mark.parametrize("sentinel_setup", [False, True], ids=["plain", "tls"], indirect=True)
 async def test_a_sentinel_failover_mid_load_is_handled_like_a_redis_restart(
     stack: LocalStack, sentinel_setup: SentinelSetup
 ) -> None:
@@ -116,7 +141,7 @@ async def test_a_sentinel_failover_mid_load_is_handled_like_a_redis_restart(
     wl = Workload(stack, db, seed=5)
     for _ in range(10):
         wl.step(allow_ddl=False)
-    settings = mirror_settings(stack, db, prefix, redis=setup.url)
+    settings = mirror_settings(stack, db, prefix, redis=setup.url, **(setup.tls or {}))
     assert str(settings.redis) == setup.url
 
     def failover() -> None:
@@ -124,12 +149,12 @@ async def test_a_sentinel_failover_mid_load_is_handled_like_a_redis_restart(
             assert s.execute_command("SENTINEL", "FAILOVER", SERVICE)
 
     async with replicating(settings) as rep:
-        await asyncio.to_thread(wait_applied, f"redis://127.0.0.1:{setup.master.port}/0", prefix, None)
+        await asyncio.to_thread(wait_applied, setup.server_url(setup.master), prefix, None)
         await _load(wl, 150, 50, failover)
         await until("the replica to be the master", lambda: setup.master_port() == setup.replica.port)
         # the failover ends the session (the mirror checks the master every 2 s: an idle one too)
         await until("a session restart", lambda: rep.progress.restarts >= 1)
-        new_master = f"redis://127.0.0.1:{setup.replica.port}/0"
+        new_master = setup.server_url(setup.replica)
         # on the new master: its checkpoint, not the replicator's memory, says what is applied
         await asyncio.to_thread(wait_applied, new_master, prefix, master_position(stack), 60)
         await settle(rep, stack, timeout=60)
