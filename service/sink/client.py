@@ -23,7 +23,14 @@ import hiredis
 from redis.asyncio import Redis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.connection import Connection, SSLConnection, UnixDomainSocketConnection
-from redis.asyncio.sentinel import Sentinel, SentinelManagedConnection, SentinelManagedSSLConnection
+from redis.asyncio.retry import Retry
+from redis.asyncio.sentinel import (
+    MasterNotFoundError,
+    Sentinel,
+    SentinelManagedConnection,
+    SentinelManagedSSLConnection,
+)
+from redis.backoff import NoBackoff
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from service.errors import ConfigError
@@ -163,6 +170,23 @@ def _tls_options(url: str) -> dict[str, Any]:
     return {name: query[name] for name in names if name in query}
 
 
+class _Sentinels(Sentinel):
+    """redis-py's Sentinel, with a short error when no sentinel names a master (its own carries
+    the repr of every sentinel client, a few hundred characters each)."""
+
+    async def discover_master(self, service_name: str) -> Any:
+        try:
+            return await super().discover_master(service_name)
+        except MasterNotFoundError:
+            where = ",".join(
+                f"{s.connection_pool.connection_kwargs.get('host')}:{s.connection_pool.connection_kwargs.get('port')}"
+                for s in self.sentinels
+            )
+            raise MasterNotFoundError(
+                f"no sentinel at {where} answered with a master of {service_name!r} that is up"
+            ) from None
+
+
 class _SentinelMaster(Redis):
     """The master of a Sentinel service; closing it closes the sentinels' connections too."""
 
@@ -185,10 +209,13 @@ def sentinel_client(url: str, **options: Any) -> Redis:
     parts = urlsplit(url)
     sentinels, service, db = sentinel_target(url)
     tls = parts.scheme.startswith("rediss")
-    to_sentinels = {k: v for k, v in options.items() if k.startswith("socket_")}
+    to_sentinels: dict[str, Any] = {k: v for k, v in options.items() if k.startswith("socket_")}
+    # each sentinel asked once per lookup: redis-py's default retries a dead one with backoff for
+    # seconds before it asks the next (often the sentinel beside a dead master is dead too)
+    to_sentinels["retry"] = Retry(NoBackoff(), 0)
     if tls:
         to_sentinels.update(ssl=True, **_tls_options(url))
-    sentinel = Sentinel(sentinels, sentinel_kwargs=to_sentinels)  # type: ignore[no-untyped-call]
+    sentinel = _Sentinels(sentinels, sentinel_kwargs=to_sentinels)  # type: ignore[no-untyped-call]
     if parts.username:
         options.setdefault("username", unquote(parts.username))
     if parts.password:

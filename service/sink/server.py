@@ -9,6 +9,7 @@ so that the next start copies the selected tables again.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -23,6 +24,8 @@ from service.sink.replies import map_redis_errors
 __all__ = ["check_info", "check_master", "check_server", "mark_recopy"]
 
 log = logging.getLogger(__name__)
+
+SENTINEL_TIMEOUT = 2.0  # seconds the master check waits for the sentinels' answer
 
 
 async def check_server(redis: Redis, checkpoint_key: str, *, warned_aof: bool = False) -> bool:
@@ -51,8 +54,21 @@ async def check_master(redis: Redis) -> None:
     pool = redis.connection_pool
     if not isinstance(pool, SentinelConnectionPool):
         return
-    with map_redis_errors(f"asking the sentinels for the master of {pool.service_name!r}"):
-        master = await pool.sentinel_manager.discover_master(pool.service_name)
+    try:
+        with map_redis_errors(f"asking the sentinels for the master of {pool.service_name!r}"):
+            # bounded: redis-py retries an unreachable sentinel with backoff for seconds
+            async with asyncio.timeout(SENTINEL_TIMEOUT):
+                master = await pool.sentinel_manager.discover_master(pool.service_name)
+    except SinkError as exc:
+        if exc.permanent:  # a sentinel that wants a password (they are asked without one)
+            raise
+        # no sentinel answers (or none sees a master up): the writes say whether the master is
+        # still there; a sentinel outage alone must not stop the mirror. Logged once per outage.
+        if not getattr(pool, "_mirror_sentinels_silent", False):
+            log.warning("%s; the mirror goes on with the master it has", exc)
+            pool._mirror_sentinels_silent = True  # type: ignore[attr-defined]
+        return
+    pool._mirror_sentinels_silent = False  # type: ignore[attr-defined]
     # redis-py asks the sentinels only when a connection connects: one opened before the
     # failover (the apply channel's, held for a whole session) keeps writing to the old master
     conns = [*pool._get_free_connections(), *pool._get_in_use_connections()]

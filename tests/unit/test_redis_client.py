@@ -50,3 +50,21 @@ async def test_tls_files_reach_every_kind_of_client() -> None:
     assert plain.connection_pool.connection_kwargs["password"] == "pw"
     for client in (single, cluster, sentinel, plain):
         await client.aclose()
+
+
+async def test_the_master_check_goes_on_when_no_sentinel_answers(caplog: pytest.LogCaptureFixture) -> None:
+    """A sentinel outage alone does not end the session: the master the mirror writes to is still
+    there (a failover needs the sentinels). Said once, shortly (port 1: nothing listens)."""
+    from service.sink.client import sentinel_client
+    from service.sink.server import check_master
+
+    client = sentinel_client("redis+sentinel://127.0.0.1:1/svc", socket_connect_timeout=1)
+    for _ in range(3):
+        await check_master(client)
+    said = [r.getMessage() for r in caplog.records if "asking the sentinels" in r.getMessage()]
+    assert len(said) == 1, said
+    assert said[0] == (
+        "asking the sentinels for the master of 'svc': MasterNotFoundError: no sentinel at 127.0.0.1:1 "
+        "answered with a master of 'svc' that is up; the mirror goes on with the master it has"
+    )
+    await client.aclose()
