@@ -19,6 +19,7 @@
     ├── SinkError                      (retriable) Redis unavailable
     │   ├── LeaseLost                  (not retriable here) another instance holds the writer lease
     │   ├── SinkAccessDenied           (permanent) wrong Redis password/user, command not permitted
+    │   │   └── SinkTlsRefused         (permanent) the Redis server's certificate is not trusted
     │   ├── CatalogMiss                (retriable) a change of a table whose definition is not loaded
     │   └── RowsMissing                (retriable) an update sent without the whole row met no row
     └── StackError                     the local MariaDB/Redis stack could not start
@@ -48,6 +49,7 @@ __all__ = [
     "RowsMissing",
     "SinkAccessDenied",
     "SinkError",
+    "SinkTlsRefused",
     "SourceAccessDenied",
     "SourceError",
     "StackError",
@@ -141,6 +143,12 @@ class SinkAccessDenied(SinkError):
 
     permanent = True
     setting = "BINLOG_MIRROR_REDIS"
+
+
+class SinkTlsRefused(SinkAccessDenied):
+    """The Redis server's TLS certificate failed verification against redis_tls_ca_file."""
+
+    setting = "BINLOG_MIRROR_REDIS_TLS_CA_FILE"
 
 
 class CatalogMiss(SinkError):

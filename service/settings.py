@@ -10,7 +10,7 @@ import os
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import quote, unquote, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
 from pydantic import (
     BaseModel,
@@ -25,14 +25,20 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from service.errors import ConfigError
 
-__all__ = ["MySQLUrl", "RedisUrl", "Settings", "cluster_nodes", "load_settings"]
+__all__ = ["MySQLUrl", "RedisUrl", "Settings", "cluster_nodes", "load_settings", "sentinel_target"]
 
 MYSQL_FORM = "mysql://user:password@host:port"
 REDIS_FORM = (
     "redis://[:password@]host:port/db (or rediss:// for TLS; a Redis Cluster: "
-    "redis+cluster://[:password@]host:port[,host:port...])"
+    "redis+cluster://[:password@]host:port[,host:port...]; Sentinel: "
+    "redis+sentinel://[user:password@]host:port[,host:port...]/SERVICE[/DB])"
 )
 CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
+SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
+TLS_SCHEMES = ("rediss", "rediss+cluster", "rediss+sentinel")
+# redis-py's names for the TLS files, carried in the URL's query (Redis.from_url reads them; the
+# cluster and sentinel clients read them in service/sink/client.py)
+TLS_QUERY = {"ca": "ssl_ca_certs", "cert": "ssl_certfile", "key": "ssl_keyfile"}
 
 
 class MySQLUrl(BaseModel):
@@ -82,6 +88,9 @@ class RedisUrl(BaseModel):
         if parts.scheme in CLUSTER_SCHEMES:
             cluster_nodes(url)  # validates the node list
             return cls(url=SecretStr(url))
+        if parts.scheme in SENTINEL_SCHEMES:
+            sentinel_target(url)  # validates the sentinels, the service and the database
+            return cls(url=SecretStr(url))
         if parts.scheme not in ("redis", "rediss", "unix") or not (parts.hostname or parts.path):
             raise ValueError(f"expected {REDIS_FORM}")
         try:
@@ -98,6 +107,22 @@ class RedisUrl(BaseModel):
         """A Redis Cluster (`redis+cluster://`): the mirror applies per slot group (docs/mirror.md)."""
         return urlsplit(self.url.get_secret_value()).scheme in CLUSTER_SCHEMES
 
+    @property
+    def sentinel(self) -> bool:
+        """Redis Sentinel (`redis+sentinel://`): the master of a service, found through sentinels."""
+        return urlsplit(self.url.get_secret_value()).scheme in SENTINEL_SCHEMES
+
+    def with_tls_files(self, ca: str | None, cert: str | None, key: str | None) -> RedisUrl:
+        """The URL with the TLS files in its query, as redis-py names them (`TLS_QUERY`)."""
+        parts = urlsplit(self.url.get_secret_value())
+        query = dict(parse_qsl(parts.query))
+        for name, value in (("ca", ca), ("cert", cert), ("key", key)):
+            if value:
+                query[TLS_QUERY[name]] = value
+        if ca:
+            query["ssl_cert_reqs"] = "required"
+        return RedisUrl(url=SecretStr(urlunsplit(parts._replace(query=urlencode(query)))))
+
     def with_password(self, password: str) -> RedisUrl:
         parts = urlsplit(self.url.get_secret_value())
         netloc = parts.netloc.rsplit("@", 1)[-1]
@@ -107,9 +132,9 @@ class RedisUrl(BaseModel):
 
     def redacted(self) -> str:
         parts = urlsplit(self.url.get_secret_value())
-        if self.cluster:
+        if self.cluster or self.sentinel:
             nodes = ",".join(f"{h}:{p}" for h, p in cluster_nodes(self.url.get_secret_value()))
-            return f"{parts.scheme}://{'***@' if parts.password else ''}{nodes}"
+            return f"{parts.scheme}://{'***@' if parts.password else ''}{nodes}{parts.path}"
         netloc = parts.hostname or ""
         if parts.port:
             netloc += f":{parts.port}"
@@ -145,6 +170,18 @@ def cluster_nodes(url: str) -> list[tuple[str, int]]:
     return nodes
 
 
+def sentinel_target(url: str) -> tuple[list[tuple[str, int]], str, int]:
+    """(sentinels, service name, db) of `redis+sentinel://[user:password@]host:port[,...]/SERVICE[/DB]`."""
+    parts = urlsplit(url)
+    sentinels = cluster_nodes(url)
+    service, _, db = parts.path.strip("/").partition("/")
+    if not service:
+        raise ValueError(f"the master's service name is missing; expected {REDIS_FORM}")
+    if db and not db.isdigit():
+        raise ValueError(f"database must be a number; expected {REDIS_FORM}")
+    return sentinels, unquote(service), int(db or 0)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="BINLOG_MIRROR_", env_ignore_empty=True, extra="forbid", frozen=True
@@ -155,6 +192,11 @@ class Settings(BaseSettings):
     # The password in a file (a mounted secret), not in the URL: argv shows in `ps`.
     mysql_password_file: Path | None = None
     redis_password_file: Path | None = None
+    # TLS to Redis (rediss://, rediss+cluster://, rediss+sentinel://): the CA that signed the
+    # server's certificate, and a client certificate + key for servers with tls-auth-clients
+    redis_tls_ca_file: Path | None = None
+    redis_tls_cert_file: Path | None = None
+    redis_tls_key_file: Path | None = None
     mysql_ssl: bool = False  # TLS even without a CA file (verified against the system's CAs)
     mysql_ssl_ca: Path | None = None
     mysql_ssl_cert: Path | None = None
@@ -218,7 +260,7 @@ class Settings(BaseSettings):
             if isinstance(url, str):
                 url = MySQLUrl.parse(url) if name == "mysql" else RedisUrl.parse(url)
             data[name] = url.with_password(password)
-        return data
+        return _redis_tls_files(data)
 
     @model_validator(mode="before")
     @classmethod
@@ -255,6 +297,16 @@ class Settings(BaseSettings):
                 "and does not run against a Redis Cluster (redis+cluster://) yet; set it to 0"
             )
         return self
+
+    @field_validator("redis_tls_ca_file", "redis_tls_cert_file", "redis_tls_key_file")
+    @classmethod
+    def _readable(cls, value: Path | None) -> Path | None:
+        if value is not None:
+            try:
+                value.open("rb").close()
+            except OSError as exc:
+                raise ValueError(f"{value}: {exc.strerror}") from None
+        return value
 
     @field_validator("mysql", mode="before")
     @classmethod
@@ -293,6 +345,26 @@ class Settings(BaseSettings):
         # load_settings() merges file, env and flags itself, so env values stay plain text
         # ("db.a,db.b", "mysql://...") rather than pydantic-settings' JSON-for-lists convention.
         return (init_settings,)
+
+
+def _redis_tls_files(data: dict[str, Any]) -> dict[str, Any]:
+    """The redis_tls_* files, carried into the Redis URL's query (every client is built from it)."""
+    files = {n: data.get(f"redis_tls_{n}_file") for n in ("ca", "cert", "key")}
+    url = data.get("redis")
+    if not any(files.values()) or url is None:
+        return data
+    url = RedisUrl.parse(url) if isinstance(url, str) else url
+    scheme = urlsplit(url.url.get_secret_value()).scheme
+    given = next(f"redis_tls_{n}_file" for n, v in files.items() if v)
+    if scheme not in TLS_SCHEMES:
+        raise ValueError(
+            f"{given}: the Redis URL is {scheme}://, without TLS: give it as rediss:// "
+            "(rediss+cluster://, rediss+sentinel://) to use the TLS files"
+        )
+    if files["key"] and not files["cert"]:
+        raise ValueError("redis_tls_key_file: given without redis_tls_cert_file (the client certificate)")
+    ca, cert, key = (str(v) if v else None for v in files.values())
+    return {**data, "redis": url.with_tls_files(ca, cert, key)}
 
 
 _FLAGS = {"key_prefix": "--prefix", "start": "--from"}  # flags named unlike their setting
@@ -339,11 +411,12 @@ def load_settings(config_file: Path | str | None = None, **overrides: Any) -> Se
 
 def _describe(exc: ValidationError, origins: dict[str, str] | None = None) -> str:
     err = exc.errors(include_url=False, include_input=False)[0]
-    field = ".".join(str(p) for p in err["loc"]) or "settings"
     message = err["msg"].removeprefix("Value error, ")
-    named, sep, rest = message.partition(": ")
-    if field == "settings" and sep and named in Settings.model_fields:
-        field, message = named, rest  # a model validator's error that names its setting
+    field = ".".join(str(p) for p in err["loc"])
+    if not field:  # a check across settings: its message starts with the setting it names
+        named, _, rest = message.partition(" ")
+        field = named.rstrip(":") if named.rstrip(":") in Settings.model_fields else "settings"
+        message = rest if field != "settings" and rest else message
     if err["type"] == "extra_forbidden":
         message = "unknown setting"
     top = field.split(".")[0]

@@ -50,6 +50,17 @@ def _job(job: str, code: int = 1) -> Iterator[None]:
         raise _spark_failure(job, exc, code) from None
 
 
+def _refuse_sentinel(settings: Settings, job: str) -> None:
+    """The Spark jobs' workers connect with redis-py's sync client from the URL, which has no
+    Sentinel form: one line with the way round instead of their traceback."""
+    if settings.redis is not None and settings.redis.sentinel:
+        raise fail(
+            f"{job} does not support Redis Sentinel (redis+sentinel://) yet: give it the current "
+            "master's redis:// URL (redis-cli -h SENTINEL -p 26379 SENTINEL GET-MASTER-ADDR-BY-NAME "
+            "SERVICE)"
+        )
+
+
 def _summary(line: str) -> None:
     log.info("%s", line)
     console().print(line, highlight=False)
@@ -161,6 +172,7 @@ def load(
 
     with _job("load"):
         settings = load_settings(config, redis=redis, key_prefix=prefix, value_mode=value_mode)
+        _refuse_sentinel(settings, "load")
         spark = spark_session(master, "binlog-mirror load")
         try:
             result = load_mirror(spark, settings, state)
@@ -190,6 +202,7 @@ def spark_verify(
     from service.batch.session import spark_session
     from service.batch.verify import summary_of, verify_mirror
 
+    _refuse_sentinel(settings, "verify --master")
     out = report_dir or tempfile.mkdtemp(prefix="binlog-mirror-verify-") + "/report"
     started = time.monotonic()
     with _job("verify", code=2):
@@ -238,6 +251,7 @@ def snapshot(
         )
         if settings.redis is not None and settings.redis.cluster:
             raise fail("snapshot does not support a Redis Cluster (redis+cluster://) yet")
+        _refuse_sentinel(settings, "snapshot")
         spark = spark_session(master, "binlog-mirror snapshot")
     except ReplicatorError as exc:
         raise fail(str(exc)) from None

@@ -50,6 +50,15 @@ def run(
     redis_password_file: Annotated[
         Path | None, typer.Option("--redis-password-file", help="Read the Redis password from this file.")
     ] = None,
+    redis_tls_ca_file: Annotated[
+        Path | None, typer.Option("--redis-tls-ca-file", help="rediss://: the CA of Redis' certificate.")
+    ] = None,
+    redis_tls_cert_file: Annotated[
+        Path | None, typer.Option("--redis-tls-cert-file", help="rediss://: a client certificate (PEM).")
+    ] = None,
+    redis_tls_key_file: Annotated[
+        Path | None, typer.Option("--redis-tls-key-file", help="rediss://: the client certificate's key.")
+    ] = None,
     start: Annotated[
         str | None,
         typer.Option("--from", help="Without a checkpoint: now | start | FILE:POS | GTID set (default now)."),
@@ -136,6 +145,9 @@ def run(
             start=start,
             mysql_password_file=mysql_password_file,
             redis_password_file=redis_password_file,
+            redis_tls_ca_file=redis_tls_ca_file,
+            redis_tls_cert_file=redis_tls_cert_file,
+            redis_tls_key_file=redis_tls_key_file,
         )
         missing = [
             f"BINLOG_MIRROR_{name.upper()}" for name in ("mysql", "redis") if getattr(settings, name) is None

@@ -268,6 +268,7 @@ class Replicator:
     async def _session(self) -> None:
         self.progress.set_state(State.STARTING)
         checkpoint, start = await self._start_point()
+        _warn_if_behind(self.progress.applied, checkpoint)
         self.progress.applied = checkpoint
         source = self._source_factory(self.settings, start, self.filter)
         self._source = source
@@ -361,6 +362,17 @@ class Replicator:
                 with contextlib.suppress(ReplicatorError):
                     self.progress.bytes_behind = await source.lag_bytes(applied.position)
             await asyncio.sleep(2.0)
+
+
+def _warn_if_behind(applied: Checkpoint | None, stored: Checkpoint | None) -> None:
+    """Say so when Redis lost transactions this instance applied: they are applied again."""
+    if applied is not None and stored is not None and stored.position < applied.position:
+        log.warning(
+            "the checkpoint stored in Redis (%s) is behind the last one applied (%s): Redis lost "
+            "acknowledged writes (a restart that lost the end of its append-only file, or a "
+            "failover to a replica that lagged); the transactions since %s are applied again",
+            stored.position, applied.position, stored.position,
+        )  # fmt: skip
 
 
 class _Stopped(Exception):

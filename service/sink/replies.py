@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import ssl
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from redis import exceptions as rexc
 from redis.asyncio import Redis
 
-from service.errors import LeaseLost, RowsMissing, SinkAccessDenied, SinkError
+from service.errors import LeaseLost, RowsMissing, SinkAccessDenied, SinkError, SinkTlsRefused
 from service.sink.channel import ScriptChannel
 from service.sink.diagnose import rows_keyed_otherwise
 from service.sink.keys import split_key
@@ -39,8 +40,25 @@ def map_redis_errors(what: str) -> Iterator[None]:
             raise SinkError(f"{what}: Redis is full (maxmemory), nothing was written: OOM {exc}") from exc
         raise SinkError(f"{what}: {exc}") from exc
     except (rexc.RedisError, OSError, TimeoutError) as exc:
+        if (refused := _certificate_refused(exc)) is not None:
+            raise SinkTlsRefused(
+                f"redis: TLS: the server's certificate was refused ({refused.verify_message}), {what} "
+                "(check BINLOG_MIRROR_REDIS_TLS_CA_FILE or --redis-tls-ca-file: the CA that signed "
+                "the Redis server's certificate; and the server's name in the URL)"
+            ) from exc
         # str, not repr: redis-py's exceptions repr as just "network:ConnectionError"
         raise SinkError(f"{what}: {type(exc).__name__}: {exc}") from exc
+
+
+def _certificate_refused(exc: BaseException) -> ssl.SSLCertVerificationError | None:
+    """The certificate verification error behind a connection error (redis-py raises its own
+    ConnectionError from within the handler of the ssl one)."""
+    seen: BaseException | None = exc
+    for _ in range(4):
+        if seen is None or isinstance(seen, ssl.SSLCertVerificationError):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 def redis_access_denied(what: str, exc: Exception) -> SinkAccessDenied:

@@ -37,3 +37,14 @@ def test_the_cli_imports_no_server_client_until_a_command_needs_one() -> None:
     probe = f"import sys, service.cli; print(sorted(m for m in {heavy!r} if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True, text=True).stdout
     assert out.strip() == "[]"
+
+
+def test_the_spark_jobs_refuse_a_sentinel_url_with_one_line(tmp_path: object) -> None:
+    sentinel = "redis+sentinel://127.0.0.1:1/svc"
+    for args in (
+        ["load", str(tmp_path), "--redis", sentinel],
+        ["snapshot", "--mysql", "mysql://u@127.0.0.1:1", "--redis", sentinel, "--tables", "a.*"],
+    ):
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 1, result.output
+        assert "does not support Redis Sentinel" in result.output, result.output

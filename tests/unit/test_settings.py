@@ -110,7 +110,8 @@ def test_passwords_from_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     assert s.mysql is not None and s.mysql.password.get_secret_value() == SECRET
     assert s.redis is not None and s.redis.url.get_secret_value() == "redis://:p%40ss%3Aw%2Frd@cache:6380/2"
     assert str(s.redis) == "redis://***@cache:6380/2" and SECRET not in repr(s)
-    with pytest.raises(ConfigError, match="invalid setting .mysql_password_file. .*nope: No such file"):
+    named = r"'mysql_password_file' \(--mysql-password-file\): .*nope: No such file"
+    with pytest.raises(ConfigError, match=named):
         load_settings(mysql="mysql://repl@db:3306", mysql_password_file=tmp_path / "nope")
 
 
@@ -123,3 +124,68 @@ def test_background_verifier_is_refused_on_a_cluster() -> None:
             tables=["a.*"],
             verify_rows_per_second=5,
         )
+
+
+def test_redis_tls_files_go_into_the_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("ca", "cert", "key"):
+        (tmp_path / f"{name}.pem").write_text("x")
+    monkeypatch.setenv("BINLOG_MIRROR_REDIS_TLS_CA_FILE", str(tmp_path / "ca.pem"))
+    s = load_settings(
+        redis="rediss://:pw@cache:6380/2",
+        redis_tls_cert_file=tmp_path / "cert.pem",
+        redis_tls_key_file=tmp_path / "key.pem",
+    )
+    assert s.redis is not None and str(s.redis) == "rediss://***@cache:6380/2"
+    url = s.redis.url.get_secret_value()
+    assert url.startswith("rediss://:pw@cache:6380/2?ssl_ca_certs=")
+    for name in ("ssl_certfile", "ssl_keyfile", "ssl_cert_reqs=required"):
+        assert name in url
+
+
+@pytest.mark.parametrize(
+    ("redis", "files", "expected"),
+    [
+        (
+            "rediss://cache:6380/0",
+            {"redis_tls_ca_file": "nope.pem"},
+            "invalid setting 'redis_tls_ca_file' (--redis-tls-ca-file): {tmp}/nope.pem: "
+            "No such file or directory",
+        ),
+        (
+            "redis://cache:6380/0",
+            {"redis_tls_ca_file": "ca.pem"},
+            "invalid setting 'redis_tls_ca_file' (--redis-tls-ca-file): the Redis URL is redis://, without "
+            "TLS: give it as rediss:// (rediss+cluster://, rediss+sentinel://) to use the TLS files",
+        ),
+        (
+            "rediss+cluster://h1:7000,h2:7001",
+            {"redis_tls_key_file": "ca.pem"},
+            "invalid setting 'redis_tls_key_file' (--redis-tls-key-file): given without "
+            "redis_tls_cert_file (the client certificate)",
+        ),
+    ],
+)
+def test_bad_redis_tls_settings_are_one_line(
+    tmp_path: Path, redis: str, files: dict[str, str], expected: str
+) -> None:
+    (tmp_path / "ca.pem").write_text("x")
+    with pytest.raises(ConfigError) as err:
+        load_settings(redis=redis, **{k: tmp_path / v for k, v in files.items()})
+    assert str(err.value) == expected.format(tmp=tmp_path)
+
+
+def test_sentinel_urls() -> None:
+    from service.settings import sentinel_target
+
+    s = load_settings(redis="redis+sentinel://mirror:pw@s1:26379,s2:26380/mymaster/3")
+    assert s.redis is not None and s.redis.sentinel and not s.redis.cluster
+    assert str(s.redis) == "redis+sentinel://***@s1:26379,s2:26380/mymaster/3"
+    assert sentinel_target(s.redis.url.get_secret_value()) == ([("s1", 26379), ("s2", 26380)], "mymaster", 3)
+    assert sentinel_target("rediss+sentinel://s1:26379/m") == ([("s1", 26379)], "m", 0)
+    for bad, why in (
+        ("redis+sentinel://s1:26379", "service name is missing"),
+        ("redis+sentinel://s1:26379/m/x", "database must be a number"),
+        ("redis+sentinel://s1/m", "not host:port"),
+    ):
+        with pytest.raises(ConfigError, match=why):
+            load_settings(redis=bad)
