@@ -355,6 +355,7 @@ def test_dockerignore_keeps_secrets_and_venvs_out() -> None:
     assert lines[0] == "*"
     assert {line for line in lines if line.startswith("!")} == {
         "!pyproject.toml",
+        "!constraints.txt",
         "!setup.py",
         "!README.md",
         "!service/",
