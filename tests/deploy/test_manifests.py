@@ -82,12 +82,19 @@ def test_compose_servers_are_set_up_for_the_mirror(compose: dict[str, Any]) -> N
     assert "--appendonly yes" in redis and "--maxmemory-policy noeviction" in redis
     mirror = services["mirror"]
     assert "/health/ready" in " ".join(mirror["healthcheck"]["test"])
-    # the tokens as secret files: the control one for the mirror, the read-only one for Prometheus
+    # the password and tokens as secret files: the control token for the mirror, the read-only one
+    # for Prometheus; no URL carries a password
     env = mirror["environment"]
+    assert env["BINLOG_MIRROR_MYSQL"] == "mysql://mirror@mysql:3306"
+    assert env["BINLOG_MIRROR_MYSQL_PASSWORD_FILE"] == "/run/secrets/mirror_password"
     assert env["BINLOG_MIRROR_API_TOKEN_FILE"] == "/run/secrets/api_token"
     assert env["BINLOG_MIRROR_API_READ_TOKEN_FILE"] == "/run/secrets/api_read_token"
     assert not any("TOKEN" in k and not k.endswith("_FILE") for k in env)
-    assert set(mirror["secrets"]) == {"api_token", "api_read_token"} <= set(compose["secrets"])
+    assert (
+        set(mirror["secrets"])
+        == {"mirror_password", "api_token", "api_read_token"}
+        <= set(compose["secrets"])
+    )
     assert services["prometheus"]["secrets"] == ["api_read_token"]
     scrape = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())["scrape_configs"][0]
     assert scrape["authorization"]["credentials_file"] == "/run/secrets/api_read_token"
@@ -169,16 +176,23 @@ def test_k8s_deployment_is_a_leader_and_a_standby_locked_down() -> None:
 
 
 def test_k8s_api_tokens_are_secret_files_and_prometheus_reads_only() -> None:
+    """Passwords and tokens are files from the Secret; no URL in a manifest carries a password."""
     docs = dict(k8s_resources())
     pod = docs["deployment.yaml"]["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     env = {e["name"]: e for e in container["env"]}
     assert "BINLOG_MIRROR_API_TOKEN" not in env and "BINLOG_MIRROR_API_READ_TOKEN" not in env
+    config = docs["configmap.yaml"]["data"]
+    for name in ("BINLOG_MIRROR_MYSQL", "BINLOG_MIRROR_REDIS"):
+        userinfo = config[name].split("//", 1)[1].split("/", 1)[0].rpartition("@")[0]
+        assert name not in env and ":" not in userinfo, config[name]  # user only, no password
     (volume,) = [v for v in pod["volumes"] if "secret" in v]
     (mount,) = [m for m in container["volumeMounts"] if m["name"] == volume["name"]]
     files = {f"{mount['mountPath']}/{item['path']}": item["key"] for item in volume["secret"]["items"]}
     assert files[env["BINLOG_MIRROR_API_TOKEN_FILE"]["value"]] == "api-token"
     assert files[env["BINLOG_MIRROR_API_READ_TOKEN_FILE"]["value"]] == "api-read-token"
+    assert files[env["BINLOG_MIRROR_MYSQL_PASSWORD_FILE"]["value"]] == "mysql-password"
+    assert files[env["BINLOG_MIRROR_REDIS_PASSWORD_FILE"]["value"]] == "redis-password"
     assert set(files.values()) <= set(docs["secret.example.yaml"]["stringData"])
     assert mount["readOnly"] is True and volume["secret"]["defaultMode"] == 0o440
     (monitor,) = load_yaml_docs(K8S / "servicemonitor.yaml")
