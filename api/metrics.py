@@ -91,6 +91,12 @@ class StatusCollector(Collector):
                 "Binlog bytes from the applied checkpoint to the source's end",
                 value=s.bytes_behind,
             )
+        if s.retention_seconds_left is not None:
+            yield GaugeMetricFamily(
+                P + "binlog_retention_seconds_left",
+                "Seconds until the source may purge the binlog file the mirror reads next (0: purged)",
+                value=s.retention_seconds_left,
+            )
         yield GaugeMetricFamily(
             P + "transactions_waiting", "Read, not yet applied", value=s.transactions_waiting
         )

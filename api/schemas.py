@@ -180,6 +180,12 @@ class LagOut(BaseModel):
         "applied. Refreshed every 2 s. A lower bound when the checkpoint's file was purged; null "
         "when unknown (a start from a GTID set, until its first transaction is applied)."
     )
+    retention_seconds_left: float | None = Field(
+        None,
+        description="Seconds until the source may purge the binlog file the mirror reads next, by "
+        "its expiry (binlog_expire_logs_seconds / expire_logs_days) minus seconds_behind: a lower "
+        "bound; 0 when that file is gone (the next start cannot resume); null without an expiry.",
+    )
     transactions_waiting: int = Field(description="Read from the source, not yet applied to Redis.")
     rows_waiting: int
     max_lag_seconds: float
@@ -190,6 +196,7 @@ class LagOut(BaseModel):
         return cls(
             seconds_behind=s.lag_seconds,
             bytes_behind=s.bytes_behind,
+            retention_seconds_left=s.retention_seconds_left,
             transactions_waiting=s.transactions_waiting,
             rows_waiting=s.rows_waiting,
             max_lag_seconds=max_lag,

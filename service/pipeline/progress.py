@@ -15,6 +15,7 @@ from service.errors import DecodeError, ReplicatorError, SinkError
 from service.pipeline.failures import FailureLog
 from service.pipeline.status import ErrorStatus, ResyncStatus, State
 from service.transactions import Transaction
+from service.transport.connection import BinlogRoom
 
 __all__ = ["Progress", "TableCounters"]
 
@@ -53,7 +54,7 @@ class Progress:
     restarts: int = 0  # sessions restarted after a retriable error
     tables: dict[tuple[str, str], TableCounters] = field(default_factory=dict)
     mirrored: set[tuple[str, str]] = field(default_factory=set)  # tables registered in the mirror
-    bytes_behind: int | None = None
+    binlog_room: BinlogRoom | None = None  # from the applied checkpoint (the stats loop)
     received: Transaction | None = None  # the last one an earlier session's source read
 
     def set_state(self, state: State) -> None:

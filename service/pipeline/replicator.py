@@ -360,7 +360,7 @@ class Replicator:
             applied = self.progress.applied
             if applied is not None:
                 with contextlib.suppress(ReplicatorError):
-                    self.progress.bytes_behind = await source.lag_bytes(applied.position)
+                    self.progress.binlog_room = await source.binlog_room(applied.position)
             await asyncio.sleep(2.0)
 
 

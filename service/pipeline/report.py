@@ -73,6 +73,7 @@ def build_status(
             lag = max(0.0, now - progress.applied_ts)
         elif last_packet:
             lag = max(0.0, now - last_packet)
+    room = progress.binlog_room
     maps = {**past.maps, **(stats.table_maps if stats else {})}
     names_from = stats.column_names if stats else "binlog"
     planner = mirror.planner
@@ -130,7 +131,8 @@ def build_status(
         applied=applied,
         last_event_ts=last_event_ts,
         lag_seconds=lag,
-        bytes_behind=progress.bytes_behind,
+        bytes_behind=room.bytes_behind if room else None,
+        retention_seconds_left=room.retention_left(lag) if room else None,
         transactions_waiting=waiting,
         rows_waiting=rows_waiting,
         transactions_applied=progress.txns_applied,

@@ -20,7 +20,7 @@ from service.settings import Settings
 from service.sink.fks import ForeignKeys
 from service.table_info import TableInfo
 from service.transactions import TableFilter, Transaction
-from service.transport.connection import ServerInfo, connect, map_errors
+from service.transport.connection import BinlogRoom, ServerInfo, connect, map_errors
 from service.transport.source import SourceStats
 
 __all__ = [
@@ -54,7 +54,7 @@ class TransactionSource(Protocol):
         """(transactions, rows) in the queue."""
         ...
 
-    async def lag_bytes(self, since: BinlogPosition) -> int | None: ...
+    async def binlog_room(self, since: BinlogPosition) -> BinlogRoom: ...
     async def source_position(self) -> Checkpoint: ...
     def decoder_totals(self) -> tuple[dict[str, int], int, int]: ...
 

@@ -104,6 +104,9 @@ class ReplicatorStatus:
     lag_seconds: float | None = None  # now - timestamp of the last applied transaction; 0 when caught up
     # binlog bytes from the applied checkpoint to the source's end of binlog, summed over files
     bytes_behind: int | None = None
+    # seconds until the source may purge the binlog file the mirror reads next (a lower bound; 0:
+    # purged; None: no expiry or unknown): BinlogRoom.retention_left
+    retention_seconds_left: float | None = None
     transactions_waiting: int = 0  # read but not yet applied (queue + in flight)
     rows_waiting: int = 0
     transactions_applied: int = 0  # since this process started

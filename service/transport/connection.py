@@ -25,7 +25,9 @@ from service.sqltext import bind, quote_ident
 
 __all__ = [
     "ER_MASTER_FATAL_ERROR_READING_BINLOG",
+    "BinlogRoom",
     "ServerInfo",
+    "binlog_expiry",
     "binlog_files",
     "close_connection",
     "connect",
@@ -239,3 +241,37 @@ async def current_checkpoint(conn: aiomysql.Connection, info: ServerInfo) -> Che
 async def binlog_files(conn: aiomysql.Connection) -> list[tuple[str, int]]:
     """SHOW BINARY LOGS: (file name, size) oldest first."""
     return [(str(r[0]), int(r[1])) for r in await fetch(conn, "SHOW BINARY LOGS")]
+
+
+async def binlog_expiry(conn: aiomysql.Connection) -> float | None:
+    """How long the source keeps a binlog file: `binlog_expire_logs_seconds` (MySQL 8+, MariaDB
+    10.6+; it wins when not 0), else `expire_logs_days`; None when neither expires files (they
+    go when purged by hand, or by a size limit this does not see)."""
+    rows = await fetch(
+        conn,
+        "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('binlog_expire_logs_seconds', 'expire_logs_days')",
+    )
+    found = {str(k).lower(): float(v or 0) for k, v in rows}
+    if found.get("binlog_expire_logs_seconds", 0) > 0:
+        return found["binlog_expire_logs_seconds"]
+    days = found.get("expire_logs_days", 0)
+    return days * 86400 if days > 0 else None
+
+
+@dataclass(frozen=True, slots=True)
+class BinlogRoom:
+    """The source's binlogs as seen from a position `since` (the applied checkpoint)."""
+
+    bytes_behind: int | None  # binlog bytes from `since` to the end of binlog; None: unknown
+    listed: bool  # `since`'s file is still on the source (or `since` names no file)
+    expiry_seconds: float | None  # the source's binlog expiry (binlog_expiry)
+
+    def retention_left(self, lag_seconds: float | None) -> float | None:
+        """Seconds until the source may purge the file the mirror reads next: 0 once it is gone;
+        None without an expiry. A lower bound: that file was closed after the last applied
+        commit, which is `lag_seconds` old, and expires `expiry_seconds` after it was closed."""
+        if not self.listed:
+            return 0.0
+        if self.expiry_seconds is None:
+            return None
+        return max(self.expiry_seconds - (lag_seconds or 0.0), 0.0)

@@ -51,7 +51,9 @@ from service.transport.columns import ColumnNames
 from service.transport.connection import (
     CONNECT_TIMEOUT,
     QUERY_TIMEOUT,
+    BinlogRoom,
     ServerInfo,
+    binlog_expiry,
     binlog_files,
     close_connection,
     connect,
@@ -278,27 +280,27 @@ class BinlogSource:
             assert self.info is not None
             return await current_checkpoint(ctl, self.info)
 
-    async def lag_bytes(self, since: BinlogPosition) -> int | None:
-        """Binlog bytes from `since` (the replicator passes its applied checkpoint) to the source's
-        end of binlog, summed over `since`'s file and every later one (SHOW BINARY LOGS).
+    async def binlog_room(self, since: BinlogPosition) -> BinlogRoom:
+        """The binlog bytes from `since` (the replicator passes its applied checkpoint) to the
+        source's end of binlog, summed over `since`'s file and every later one (SHOW BINARY
+        LOGS); whether `since`'s file is still there; the source's binlog expiry.
 
-        None when unknown: `since` has no file name (a start from a GTID set, until its first
-        transaction is applied: the dump skips to the GTID without telling where it is), or the
-        source lists no binary logs. When `since`'s file was purged, the files still listed are
+        Bytes are None when unknown: `since` has no file name (a start from a GTID set, until its
+        first transaction is applied: the dump skips to the GTID without telling where it is), or
+        the source lists no binary logs. When `since`'s file was purged, the files still listed are
         counted: a lower bound."""
-        if not since.file:
-            return None
         async with self._side("listing the binary logs") as ctl:
             files = await binlog_files(ctl)
-        if not files:
-            return None
+            expiry = await binlog_expiry(ctl)
+        if not since.file or not files:
+            return BinlogRoom(None, True, expiry)
         total = 0
         for name, size in files:
             if name == since.file:
                 total += max(size - since.pos, 0)
             elif BinlogPosition(name, 0) > since:
                 total += size
-        return total
+        return BinlogRoom(total, any(name == since.file for name, _ in files), expiry)
 
     def caught_up(self, target: BinlogPosition) -> bool:
         """Every transaction up to `target` has been read and handed out."""

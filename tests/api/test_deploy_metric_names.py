@@ -35,6 +35,7 @@ class BusyReplicator(Replicator):
             state=self.state,
             lag_seconds=1.0,
             bytes_behind=10,
+            retention_seconds_left=86_000.0,
             last_event_ts=int(time.time()),
             tables=(table,),
             errors=ErrorStatus(count=1, last="SinkError('x')", by_kind=(("SinkError", 1),)),

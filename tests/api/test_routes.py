@@ -106,11 +106,16 @@ def test_position_before_anything_is_known(client: TestClient, double: StatusDou
 
 def test_lag(client: TestClient, double: StatusDouble) -> None:
     double.snapshot = streaming_status(
-        lag_seconds=42.5, bytes_behind=9000, transactions_waiting=3, rows_waiting=17
+        lag_seconds=42.5,
+        bytes_behind=9000,
+        retention_seconds_left=3600.0,
+        transactions_waiting=3,
+        rows_waiting=17,
     )
     assert client.get("/lag").json() == {
         "seconds_behind": 42.5,
         "bytes_behind": 9000,
+        "retention_seconds_left": 3600.0,
         "transactions_waiting": 3,
         "rows_waiting": 17,
         "max_lag_seconds": 30.0,

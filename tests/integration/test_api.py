@@ -379,6 +379,19 @@ def _set_row_metadata(stack: LocalStack, value: str) -> None:
         conn.close()
 
 
+def _set_expiry(stack: LocalStack, seconds: int) -> int:
+    """Set binlog_expire_logs_seconds; returns the value it had."""
+    conn = stack.root_connection()
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT @@GLOBAL.binlog_expire_logs_seconds")
+            (before,) = cur.fetchone() or (0,)
+            cur.execute(f"SET GLOBAL binlog_expire_logs_seconds = {int(seconds)}")
+            return int(before)
+    finally:
+        conn.close()
+
+
 def _binary_logs(stack: LocalStack) -> list[tuple[str, int]]:
     conn = stack.root_connection()
     try:
@@ -413,8 +426,18 @@ async def test_gtid_start_minimal_row_metadata_and_a_purged_file(stack: LocalSta
             purged = BinlogPosition(f"{base}.{int(suffix) - 1:0{len(suffix)}d}", 4)
             source = BinlogSource(run.settings)
             try:
-                assert await source.lag_bytes(purged) == sum(size for _, size in files)
-                assert await source.lag_bytes(BinlogPosition(files[-1][0], files[-1][1])) == 0
+                room = await source.binlog_room(purged)
+                assert room.bytes_behind == sum(size for _, size in files)
+                assert not room.listed and room.retention_left(0.0) == 0.0  # gone: no room at all
+                room = await source.binlog_room(BinlogPosition(files[-1][0], files[-1][1]))
+                assert room.bytes_behind == 0 and room.listed
+                # the expiry: binlog_expire_logs_seconds (a week here), the room is it minus the lag
+                before = await asyncio.to_thread(_set_expiry, stack, 604800)
+                try:
+                    room = await source.binlog_room(BinlogPosition(files[-1][0], files[-1][1]))
+                finally:
+                    await asyncio.to_thread(_set_expiry, stack, before)
+                assert room.expiry_seconds == 604800 and room.retention_left(60.0) == 604740
             finally:
                 await source.close()
     finally:

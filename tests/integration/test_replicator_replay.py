@@ -29,7 +29,7 @@ from service.sink.fks import ForeignKeys
 from service.sink.keys import KeyLayout
 from service.table_info import TableInfo
 from service.transactions import TableFilter, Transaction, TransactionAssembler
-from service.transport.connection import ServerInfo
+from service.transport.connection import BinlogRoom, ServerInfo
 from service.transport.source import SourceStats
 from tests.integration.mirror_helpers import redis_server, until
 
@@ -105,8 +105,8 @@ class ReplaySource:
     def waiting(self) -> tuple[int, int]:
         return len(self._queue), sum(len(t.changes) for t in self._queue)
 
-    async def lag_bytes(self, since: BinlogPosition) -> int | None:
-        return None
+    async def binlog_room(self, since: BinlogPosition) -> BinlogRoom:
+        return BinlogRoom(None, True, None)
 
     async def source_position(self) -> Checkpoint:
         return self.all[-1].end
