@@ -147,13 +147,14 @@ class RedisUrl(BaseModel):
 
 
 def read_secret_file(setting: str, path: Path) -> SecretStr:
-    """A token from the first line of a file (a mounted secret); an empty one is an error."""
+    """A password or token: the first line of a file (a mounted secret), without its line ending
+    (spaces are kept: they may be part of a password); an empty one is an error."""
     try:
         text = path.read_text()
     except OSError as exc:
         raise ValueError(f"{setting}: {path}: {exc.strerror}") from None
-    first = text.splitlines()[0].strip() if text.strip() else ""
-    if not first:
+    first = text.splitlines()[0] if text else ""
+    if not first.strip():
         raise ValueError(f"{setting}: {path}: the first line is empty")
     return SecretStr(first)
 
@@ -253,10 +254,7 @@ class Settings(BaseSettings):
             url = data.get(name)
             if not path or url is None:
                 continue
-            try:
-                password = Path(path).read_text().rstrip("\r\n")
-            except OSError as exc:
-                raise ValueError(f"{name}_password_file: {path}: {exc.strerror}") from None
+            password = read_secret_file(f"{name}_password_file", Path(path)).get_secret_value()
             if isinstance(url, str):
                 url = MySQLUrl.parse(url) if name == "mysql" else RedisUrl.parse(url)
             data[name] = url.with_password(password)
