@@ -25,6 +25,8 @@ import pytest
 
 from service.devtools import build_decoder
 
+pytestmark = pytest.mark.build  # minutes: out of `make check`
+
 ROOT = Path(__file__).resolve().parents[2]
 THIS = Path(__file__).relative_to(ROOT).as_posix()
 NO_BUILD = shutil.ignore_patterns("*.so", "build", "dist", "__pycache__", ".mypy_cache", "*.egg-info")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import re
+import sysconfig
 import tomllib
 from pathlib import Path
 
@@ -36,9 +37,12 @@ def _locked() -> dict[str, str]:
 )
 def test_the_installed_versions_are_the_locked_ones() -> None:
     locked = _locked()
+    # the venv's site-packages only: sys.path may hold more once a test imported setuptools (its
+    # vendored packages) or pyspark
+    site = sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
     installed = {
         _name(d.metadata["Name"]): d.version
-        for d in importlib.metadata.distributions()
+        for d in importlib.metadata.distributions(path=site)
         if _name(d.metadata["Name"]) != "binlog-mirror"
     }
     drift = {n: (locked.get(n, "not locked"), v) for n, v in sorted(installed.items()) if locked.get(n) != v}
