@@ -69,6 +69,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 # key columns whose key text is 0x-hex (service.sink.values.key_text)
+REPAIR_LEASE_TTL = 10.0  # at least: the lease --repair takes (renewed while it reads)
 _BINARY_TYPES = frozenset({"BINARY", "VARBINARY", "TINYBLOB", "BLOB", "MEDIUMBLOB", "LONGBLOB"})
 
 
@@ -199,7 +200,7 @@ class Verifier:
             json_mode=self.json_mode,
             chunk_size=self.settings.chunk_rows,
             changelog_maxlen=self.settings.changelog_maxlen or None,
-            lease_ttl=max(self.settings.lease_ttl_seconds, 10.0),
+            lease_ttl=max(self.settings.lease_ttl_seconds, REPAIR_LEASE_TTL),
         )
         mirror = RedisMirror(redis, self.layout, self.catalog.key_columns, options)
         try:
@@ -268,6 +269,7 @@ class VerifyRun:
         self.v, self.conn, self.info, self.redis, self.mirror = v, conn, info, redis, mirror
         self.layout = v.layout
         self._leased = False
+        self._renewed = 0.0  # time.monotonic() of the last taking or renewal of the lease
         self._pace = pace  # awaited after each chunk read, with its row count (a rows/s budget)
 
     # -- reading ------------------------------------------------------------------------------
@@ -323,6 +325,7 @@ class VerifyRun:
         last: tuple[Any, ...] | None = None
         target: BinlogPosition | None = None
         while True:
+            await self._keep_lease()
             rows = await self._select(
                 keyset_page(t.schema, t.table, key, last, self.v.chunk_rows),
                 f"verify of {t.schema}.{t.table}",
@@ -440,6 +443,7 @@ class VerifyRun:
         first = last = await self._checkpoint()
         still_since = time.monotonic()
         while time.monotonic() < deadline:
+            await self._keep_lease()
             if last is None or not last.position.file or not last.position < target:
                 break
             await asyncio.sleep(0.1)
@@ -462,6 +466,13 @@ class VerifyRun:
         return report, extras
 
     # -- repairing ----------------------------------------------------------------------------
+    async def _keep_lease(self) -> None:
+        """Once --repair took the lease, renew it during the long reads between repairs (the
+        next table's check, a settle wait): a third of its TTL at the latest."""
+        if self._leased and time.monotonic() - self._renewed > self.mirror.options.lease_ttl / 3:
+            await self.mirror.renew_lease()
+            self._renewed = time.monotonic()
+
     async def _lease(self) -> Checkpoint:
         if not self._leased:
             if not await self.mirror.acquire_lease():
@@ -472,6 +483,7 @@ class VerifyRun:
             self._leased = True
         else:
             await self.mirror.renew_lease()
+        self._renewed = time.monotonic()
         with map_redis_errors("reading the mirror's progress"):
             if await self.redis.exists(self.layout.progress_key):
                 raise SinkError(

@@ -13,6 +13,7 @@ import pytest
 import redis as redis_sync
 from typer.testing import CliRunner, Result
 
+from service import verify as verify_module
 from service.cli import app
 from service.devtools.stack import LocalStack
 from service.pipeline.replicator import Replicator
@@ -164,5 +165,50 @@ async def test_verify_finds_and_repairs_differences(stack: LocalStack, mode: str
         finally:
             await stop_replicator(rep, task)
         assert _independent(stack, info.redis_url, db, prefix, mode)
+    finally:
+        r.close()
+
+
+async def test_repair_keeps_the_lease_while_it_reads_the_next_tables(
+    stack: LocalStack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--repair takes the lease at the first table it repairs and reads on: a slow read of the
+    next tables (here 0.2 s a chunk, 2 s in all, against a lease of 1 s) must not let it expire."""
+    info = stack.load()
+    assert info is not None
+    db, prefix = unique_names()
+    run_sql(stack, "mysql", f"CREATE DATABASE {db}")
+    run_sql(
+        stack,
+        db,
+        "CREATE TABLE a1 (id INT PRIMARY KEY, v INT)",
+        "CREATE TABLE b2 (id INT PRIMARY KEY, v INT)",
+        "INSERT INTO a1 SELECT seq, seq FROM seq_1_to_3",
+        "INSERT INTO b2 SELECT seq, seq FROM seq_1_to_10",
+    )
+    settings = mirror_settings(stack, db, prefix)
+    rep = Replicator(settings)
+    task = asyncio.create_task(rep.run())
+    try:
+        await settle(rep, stack)
+    finally:
+        await stop_replicator(rep, task)
+    lay = KeyLayout(prefix)
+    r = redis_sync.Redis.from_url(info.redis_url)
+    try:
+        r.hset(lay.row_key(db, "a1", [1]), "v", "99")
+        r.hset(lay.row_key(db, "b2", [10]), "v", "99")
+        monkeypatch.setattr(verify_module, "REPAIR_LEASE_TTL", 1.0)
+        slow = verify_module.VerifyRun._select
+
+        async def select(run: verify_module.VerifyRun, sql: str, what: str) -> list[dict[str, object]]:
+            if "b2" in sql:
+                await asyncio.sleep(0.2)  # a slow source
+            return await slow(run, sql, what)
+
+        monkeypatch.setattr(verify_module.VerifyRun, "_select", select)
+        report = await verify_module.Verifier(settings, chunk_rows=1).run(repair=True)
+        assert report.repaired == 2 and len(report.differences) == 2
+        assert (await verify_module.Verifier(settings).run()).equal
     finally:
         r.close()
