@@ -30,6 +30,7 @@ import aiomysql
 from service.backoff import Backoff
 from service.binlog import BinlogDecoder, DecodeOptions
 from service.binlog.constants import EventType
+from service.binlog.events import FormatDescriptionEvent
 from service.binlog.schema import TableSchema
 from service.binlog.stats import DecoderStats
 from service.checkpoint import (
@@ -44,6 +45,7 @@ from service.checkpoint import (
     parse_start,
 )
 from service.errors import DecodeError, HistoryMismatch, ReplicatorError, SourceError
+from service.history import GtidResume, plan_mariadb, plan_mysql
 from service.queues import RowQueue
 from service.settings import Settings
 from service.transactions import TableFilter, Transaction, TransactionAssembler
@@ -99,6 +101,10 @@ class SourceStats:
     # where the decoder takes column names from: "binlog" (binlog_row_metadata=FULL, as read at
     # start) or "information_schema" (any other value: looked up by `ColumnNames`)
     column_names: str = "binlog"
+    # resumes that followed another server by GTID (docs/operations.md, "Source failover")
+    failovers: int = 0
+    last_failover_at: float = 0.0  # time.time() of the last one
+    last_failover: str = ""  # "server_id=1 domain=0 -> server_id=2 domain=0 at 0-1-125"
 
 
 @dataclass(slots=True)
@@ -109,6 +115,7 @@ class _Resume:
     gtid_mode: bool  # dump by GTID set (else by file/pos)
     skip_until: BinlogPosition | None = None  # drop transactions ending at or before this
     expect: EventMark | None = None  # the history check of the dump being opened (_open)
+    by_gtid: GtidResume | None = None  # the dump being opened resumes by GTID (service/history.py)
 
 
 @dataclass(slots=True)
@@ -118,6 +125,8 @@ class _Session:
     assembler: TransactionAssembler
     delivered_any: bool = False
     extra: dict[str, object] = field(default_factory=dict)
+    head: list[bytes] = field(default_factory=list)  # events read by _start, for the pump first
+    resumed_from: str = ""  # the identity stored with the checkpoint this dump resumes
 
 
 _EOF = object()
@@ -210,6 +219,13 @@ class BinlogSource:
         self._resume = await self._resolve(ctl, info, self.start_point)
         self.start_checkpoint = self._resume.checkpoint
         session = await self._open()
+        start = self._resume.checkpoint
+        if start.mark is None and start.position.file and not self._resume.gtid_mode:
+            # A start point (bootstrap) carries its history's identity too: its file's
+            # FORMAT_DESCRIPTION, the first event the dump sends (docs/mirror.md)
+            mark = await self._file_mark(session)
+            start = Checkpoint(start.position, start.gtid_set, start.ts, mark, "", info.identity)
+            self._resume.checkpoint = self.start_checkpoint = start
         self._task = asyncio.create_task(self._read_loop(session), name="binlog-reader")
 
     async def close(self) -> None:
@@ -393,21 +409,72 @@ class BinlogSource:
             )
         return DecodeOptions(skip_rows=skip_rows, stored_text=self.stored_text)
 
+    async def _file_mark(self, session: _Session) -> EventMark | None:
+        """The FORMAT_DESCRIPTION's mark of the file the dump starts in (the events read for it
+        are kept for the pump). None when the dump does not start with one."""
+        decoder = BinlogDecoder(DecodeOptions(), file=session.decoder.file)
+        while True:
+            raws = await session.stream.read_batch()
+            if raws is None:
+                return None
+            session.head += raws
+            for raw in raws:
+                if len(raw) > 4 and raw[4] in _HEARTBEATS:
+                    continue
+                event = decoder.feed(raw)
+                if isinstance(event, FormatDescriptionEvent):
+                    return EventMark.of_file(event)
+                if event is not None and event.header.type_code != EventType.ROTATE:
+                    return None
+
+    async def _gtid_resume(self, cp: Checkpoint) -> GtidResume | None:
+        """How to resume `cp` by GTID on this source (service/history.py), after checking the
+        source holds what the mirror applied; None: by file and position."""
+        info = self.info
+        assert info is not None
+        if cp.mark is None or not cp.gtid_set or not info.gtids:
+            return None  # a start point, a checkpoint from before marks, or no GTIDs
+        async with self._side("reading the source's GTIDs") as ctl:
+            if info.mariadb:
+                rows = await fetch(ctl, "SELECT @@gtid_binlog_pos")
+                return plan_mariadb(cp, MariadbGtidPos.parse(str(rows[0][0] or "")))
+            rows = await fetch(ctl, "SELECT @@gtid_executed, @@gtid_purged")
+        executed, purged = (MysqlGtidSet.parse(str(v or "")) for v in rows[0])
+        return plan_mysql(cp, executed, purged)
+
     async def _open(self) -> _Session:
         """A new dump connection + decoder + tracker from the resume point."""
         assert self._resume is not None and self.info is not None
         resume = self._resume
+        if self._task is not None:
+            # a reconnect: the server behind the address may be another one now (a failover)
+            async with self._side("reading the source's settings") as ctl:
+                info = await server_info(ctl)
+            if info.identity != self.info.identity:
+                self._stale_dumps.clear()  # thread ids of the old server
+            self.info = info
         if self._stale_dumps:
             with contextlib.suppress(SourceError):
                 await self._kill_stale_dumps()
+        cp = resume.checkpoint
+        resume.by_gtid = by_gtid = None if resume.gtid_mode else await self._gtid_resume(cp)
         conn = await connect(self.settings)
         stream = BinlogStream(conn, self.info, read_timeout=self.heartbeat * READ_TIMEOUT_FACTOR)
         try:
             await stream.prepare(heartbeat=self.heartbeat, server_id=self.server_id)
-            cp = resume.checkpoint
             gtids = parse_gtid_set(cp.gtid_set) if cp.gtid_set else None
-            resume.expect = mark = _history_mark(cp) if not resume.gtid_mode else None
-            if mark is not None:
+            mark = _history_mark(cp) if not resume.gtid_mode and by_gtid is None else None
+            resume.expect = mark
+            if by_gtid is not None:
+                # From just before the last applied transaction: the source sends it again and
+                # the pump compares it (service/history.py); positions of another binlog are
+                # meaningless here, the tracker learns this one's from the dump
+                resume.skip_until = None
+                gtids = by_gtid.dump_from
+                await stream.dump_gtid(
+                    gtids, server_id=self.server_id, non_block=self.non_blocking, strict=by_gtid.strict
+                )
+            elif mark is not None:
                 # The history check: dump from the start of the event ending at the checkpoint
                 # (the pump compares it); its transaction, applied already, is skipped.
                 if resume.skip_until is None or resume.skip_until < cp.position:
@@ -427,17 +494,27 @@ class BinlogSource:
         except BaseException:
             stream.close()
             raise
-        tracker = CheckpointTracker(cp.position, gtids)
+        tracker = CheckpointTracker(cp.position, gtids, self.info.identity)
         decoder = BinlogDecoder(self._decode_options(), file=cp.position.file)
         session = _Session(stream, decoder, TransactionAssembler(tracker, self.table_filter))
+        session.resumed_from = cp.source
         self._session = session
         self.stats.connected = True
-        log.info(
-            "streaming from %s%s (dump thread %d)",
-            "GTID " + cp.gtid_set if resume.gtid_mode else cp.position,
-            "" if resume.gtid_mode or not cp.gtid_set else f" [GTID {cp.gtid_set}]",
-            stream.thread_id,
-        )
+        if by_gtid is not None:
+            log.info(
+                "streaming from GTID %s (after %s, checked against the source) on %s (dump thread %d)",
+                cp.gtid_set,
+                cp.gtid,
+                self.info.identity,
+                stream.thread_id,
+            )
+        else:
+            log.info(
+                "streaming from %s%s (dump thread %d)",
+                "GTID " + cp.gtid_set if resume.gtid_mode else cp.position,
+                "" if resume.gtid_mode or not cp.gtid_set else f" [GTID {cp.gtid_set}]",
+                stream.thread_id,
+            )
         return session
 
     async def _read_loop(self, session: _Session | None) -> None:
@@ -512,16 +589,26 @@ class BinlogSource:
             skip_until=resume.skip_until,
             hold_ddl=self._names_from_schema,  # refresh the column names before the next rows
             expect=resume.expect,
+            expect_txn=resume.by_gtid.expect if resume.by_gtid is not None else None,
         )
         clock = time.perf_counter
         slice_end = clock() + SLICE_SECONDS
         while True:
-            raws = await session.stream.read_batch()
+            raws: list[bytes] | None = session.head
+            if raws:
+                session.head = []
+            else:
+                raws = await session.stream.read_batch()
             if raws is None:
                 if pump.expect is not None:
                     raise HistoryMismatch(
                         f"the source's binlog ends before the event at {resume.checkpoint.position.file}:"
                         f"{pump.expect.offset} that the mirror applied last"
+                    )
+                if pump.expect_txn is not None:
+                    raise HistoryMismatch(
+                        f"the source's binlog ends before {pump.expect_txn.gtid}, the transaction the "
+                        "mirror applied last"
                     )
                 return True
             stats.last_event_at = time.time()
@@ -541,6 +628,9 @@ class BinlogSource:
                     ) from exc
                 if pump.expect is None:
                     resume.expect = None
+                if pump.found is not None:
+                    self._followed(session, pump.found)
+                    pump.found = None
                 stats.events += pump.seen
                 stats.last_event_ts = pump.last_ts or stats.last_event_ts
                 stats.read_position = tracker.position
@@ -569,6 +659,32 @@ class BinlogSource:
         await self._queue.put(txn, len(txn.changes))
         self._delivered(session, 1, txn)
 
+    def _followed(self, session: _Session, found: Checkpoint) -> None:
+        """The last applied transaction was found again by GTID on this source: a failover when
+        the checkpoint was read from another server (or, stored without its server's identity,
+        from another binlog position)."""
+        resume = self._resume
+        assert resume is not None and resume.by_gtid is not None
+        expected, before = resume.by_gtid.expect, session.resumed_from
+        resume.by_gtid = None  # a later reconnect plans again from the delivered checkpoint
+        now = found.source
+        moved = before != now if before else found.position != expected.position
+        if not moved:
+            return
+        stats = self.stats
+        stats.failovers += 1
+        stats.last_failover_at = time.time()
+        stats.last_failover = f"{before or 'unknown'} -> {now} at {found.gtid}"
+        log.warning(
+            "source failover: following %s by GTID, its binlog has the transaction the mirror "
+            "applied last (%s) at %s (was %s on %s); no table copy",
+            now,
+            found.gtid,
+            found.position,
+            expected.position,
+            before or "another server",
+        )
+
     def _delivered(self, session: _Session, count: int, last: Transaction) -> None:
         # Only now is it safe to resume after `last`: the transaction is in the consumer's hands.
         assert self._resume is not None
@@ -577,6 +693,9 @@ class BinlogSource:
         self.received = last
         self.stats.transactions += count
         self.stats.delivered = last.end
+
+
+_HEARTBEATS = (int(EventType.HEARTBEAT), int(EventType.HEARTBEAT_V2))
 
 
 def _history_mark(cp: Checkpoint) -> EventMark | None:
