@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from service.binlog.constants import EventType
 from service.checkpoint import BinlogPosition, Checkpoint, EventMark
-from service.errors import HistoryMismatch, PositionLost
+from service.errors import HistoryMismatch, PositionLost, SourceBehind
 from service.gtids import GtidSet, MariadbGtid, MariadbGtidPos, MysqlGtid, MysqlGtidSet, parse_gtid
 
 __all__ = ["ExpectedTransaction", "GtidResume", "describe_mark", "gtid_stream", "plan_mariadb", "plan_mysql"]
@@ -99,7 +99,7 @@ def plan_mariadb(cp: Checkpoint, binlog_pos: MariadbGtidPos) -> GtidResume | Non
     lacking = [g for g in stored.gtids if g not in binlog_pos]
     if lacking:
         has = ", ".join(str(binlog_pos.get(g.domain) or f"nothing in domain {g.domain}") for g in lacking)
-        raise HistoryMismatch(
+        raise SourceBehind(
             f"the source lacks transactions the mirror applied: the mirror applied up to "
             f"{', '.join(map(str, lacking))}, the source's binlog ends at {has} (@@gtid_binlog_pos "
             f"{binlog_pos or 'empty'}; a replica that lagged at the failover, or another server?)"
@@ -125,7 +125,7 @@ def plan_mysql(cp: Checkpoint, executed: MysqlGtidSet, purged: MysqlGtidSet) -> 
     stored = MysqlGtidSet.parse(cp.gtid_set)
     missing = stored.difference(executed)
     if missing:
-        raise HistoryMismatch(
+        raise SourceBehind(
             f"the source lacks transactions the mirror applied: {missing} are not in its "
             f"@@gtid_executed (a replica that lagged at the failover, or another server?)"
         )
