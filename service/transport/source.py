@@ -220,7 +220,8 @@ class BinlogSource:
         self.start_checkpoint = self._resume.checkpoint
         session = await self._open()
         start = self._resume.checkpoint
-        if start.mark is None and start.position.file and not self._resume.gtid_mode:
+        resolved = not isinstance(self.start_point, Checkpoint)  # now, start, FILE:POS
+        if resolved and start.position.file and not self._resume.gtid_mode:
             # A start point (bootstrap) carries its history's identity too: its file's
             # FORMAT_DESCRIPTION, the first event the dump sends (docs/mirror.md)
             mark = await self._file_mark(session)
@@ -427,6 +428,18 @@ class BinlogSource:
                 if event is not None and event.header.type_code != EventType.ROTATE:
                     return None
 
+    async def _server_info(self) -> ServerInfo:
+        """The server's settings, on the side connection; once more on a new connection when the
+        old one was lost with the dump's (a failed read closes it, the next use reopens it)."""
+        for attempt in (1, 2):
+            try:
+                async with self._side("reading the source's settings") as ctl:
+                    return await server_info(ctl)
+            except SourceError:
+                if attempt == 2 or self._ctl is None or not self._ctl.closed:
+                    raise
+        raise AssertionError("unreachable")
+
     async def _gtid_resume(self, cp: Checkpoint) -> GtidResume | None:
         """How to resume `cp` by GTID on this source (service/history.py), after checking the
         source holds what the mirror applied; None: by file and position."""
@@ -448,8 +461,7 @@ class BinlogSource:
         resume = self._resume
         if self._task is not None:
             # a reconnect: the server behind the address may be another one now (a failover)
-            async with self._side("reading the source's settings") as ctl:
-                info = await server_info(ctl)
+            info = await self._server_info()
             if info.identity != self.info.identity:
                 self._stale_dumps.clear()  # thread ids of the old server
             self.info = info
