@@ -515,13 +515,18 @@ class LocalStack:
         target = str(row[0]) if row else ""
         conn = self.root_connection()
         try:
-            with conn.cursor() as cur:
-                cur.execute("SELECT MASTER_GTID_WAIT(%s, %s)", (target, timeout))
+            with conn.cursor(pymysql.cursors.DictCursor) as cur:
+                cur.execute("SELECT MASTER_GTID_WAIT(%s, %s) AS done", (target, timeout))
                 done = cur.fetchone()
+                if not done or done["done"] != 0:
+                    cur.execute("SHOW SLAVE STATUS")
+                    st = cur.fetchone() or {}
+                    why = {k: st.get(k) for k in ("Slave_IO_Running", "Last_IO_Error", "Last_SQL_Error")}
+                    raise StackError(
+                        f"the replica in {self.dir} did not reach GTID {target} within {timeout:.0f}s: {why}"
+                    )
         finally:
             conn.close()
-        if not done or done[0] != 0:
-            raise StackError(f"the replica in {self.dir} did not reach GTID {target} within {timeout:.0f}s")
 
     def promote(self) -> None:
         """Make this replica a primary, as a failover tool does: STOP SLAVE; RESET SLAVE ALL;
