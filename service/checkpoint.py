@@ -223,8 +223,12 @@ class Checkpoint:
     # None: not known. Not part of equality, nor are the others below: two checkpoints at one
     # position are the same resume point
     mark: EventMark | None = field(default=None, compare=False)
-    gtid: str = field(default="", compare=False)  # GTID of the transaction `mark` ends ("": none)
+    # GTID of the last transaction applied up to here ("": none), the one `mark` ends
+    gtid: str = field(default="", compare=False)
     source: str = field(default="", compare=False)  # `ServerInfo.identity` of the server read from
+    # at a file's start: the commit event of `gtid` (in an earlier file), so that a failover right
+    # after a ROTATE can still be followed by GTID
+    txn_mark: EventMark | None = field(default=None, compare=False)
 
     def __init__(
         self,
@@ -234,19 +238,29 @@ class Checkpoint:
         mark: EventMark | None = None,
         gtid: str = "",
         source: str = "",
+        txn_mark: EventMark | None = None,
     ) -> None:
         self.position, self.gtid_set, self.ts, self.mark = position, gtid_set, ts, mark
-        self.gtid, self.source = gtid, source
+        self.gtid, self.source, self.txn_mark = gtid, source, txn_mark
 
     def __reduce__(
         self,
-    ) -> tuple[type[Checkpoint], tuple[BinlogPosition, str, int, EventMark | None, str, str]]:
-        return Checkpoint, (self.position, self.gtid_set, self.ts, self.mark, self.gtid, self.source)
+    ) -> tuple[
+        type[Checkpoint], tuple[BinlogPosition, str, int, EventMark | None, str, str, EventMark | None]
+    ]:
+        return Checkpoint, (
+            self.position, self.gtid_set, self.ts, self.mark, self.gtid, self.source, self.txn_mark,
+        )  # fmt: skip
 
     @property
     def ends_transaction(self) -> bool:
         """Its mark is a transaction's commit event (not a file's FORMAT_DESCRIPTION)."""
         return self.mark is not None and self.mark.type_code != FORMAT_DESCRIPTION_EVENT
+
+    @property
+    def last_commit(self) -> EventMark | None:
+        """The commit event of the last transaction applied up to here (that of `gtid`), when known."""
+        return self.mark if self.ends_transaction else self.txn_mark
 
 
 StartPoint = Literal["now", "start"] | BinlogPosition | MysqlGtidSet | MariadbGtidPos | Checkpoint
@@ -343,14 +357,24 @@ class CheckpointTracker:
 
     __slots__ = (
         "_file", "_pos", "_gtids", "_gtid_text", "in_transaction", "_pending_gtid", "_pending_text",
-        "_payload_at", "source", "_rotated",
+        "_payload_at", "source", "_rotated", "_last_gtid", "_last_commit",
     )  # fmt: skip
 
-    def __init__(self, position: BinlogPosition, gtids: GtidSet | None = None, source: str = "") -> None:
+    def __init__(
+        self,
+        position: BinlogPosition,
+        gtids: GtidSet | None = None,
+        source: str = "",
+        last: Checkpoint | None = None,
+    ) -> None:
+        """`last`: the checkpoint resumed from, whose last transaction a file start carries on."""
         self._file, self._pos = position.file, position.pos
         self.gtids = gtids  # executed set so far; None when unknown (no GTID tracking)
         self.source = source  # the server's identity, stamped on every checkpoint
         self._rotated = False  # a real ROTATE was seen: the next file's FORMAT_DESCRIPTION ends it
+        # the GTID and commit event of the last transaction, for a file start's checkpoint
+        self._last_gtid = last.gtid if last is not None else ""
+        self._last_commit = last.last_commit if last is not None else None
         self.in_transaction = False
         self._pending_gtid: MysqlGtid | MariadbGtid | None = None
         self._pending_text = ""  # the GTID event's own text of _pending_gtid
@@ -408,7 +432,10 @@ class CheckpointTracker:
             # The next file's start is a boundary too: an idle source that rotates (FLUSH, a
             # restart) then purges the old file must not strand the checkpoint in it.
             self._rotated = True
-            return Checkpoint(self.position, self._gtid_text, event.header.timestamp, None, "", self.source)
+            return Checkpoint(
+                self.position, self._gtid_text, event.header.timestamp, None, self._last_gtid, self.source,
+                self._last_commit,
+            )  # fmt: skip
         if kind == _FDE and self._rotated and event.header.log_pos:
             # ... and again just after the new file's FORMAT_DESCRIPTION, which is its mark: the
             # file's identity (creation time, server version), checked at a resume as a commit
@@ -416,7 +443,10 @@ class CheckpointTracker:
             assert isinstance(event, FormatDescriptionEvent)
             self._rotated = False
             mark = EventMark.of_file(event)
-            return Checkpoint(self.position, self._gtid_text, event.header.timestamp, mark, "", self.source)
+            return Checkpoint(
+                self.position, self._gtid_text, event.header.timestamp, mark, self._last_gtid, self.source,
+                self._last_commit,
+            )  # fmt: skip
         if kind == _PREVIOUS:
             assert isinstance(event, PreviousGtidsEvent)
             if event.gtid_set:
@@ -444,10 +474,13 @@ class CheckpointTracker:
                 mysql_base = self.gtids if isinstance(self.gtids, MysqlGtidSet) else MysqlGtidSet()
                 self.gtids = mysql_base.add(gtid)
         position = BinlogPosition(self._file, self._pos)
-        own = self._pending_text if gtid is not None else ""
-        return Checkpoint(
-            position, self._gtid_text, event.header.timestamp, EventMark.of(event), own, self.source
-        )
+        mark = EventMark.of(event)
+        if gtid is not None:
+            self._last_gtid, self._last_commit = self._pending_text, mark
+            return Checkpoint(
+                position, self._gtid_text, event.header.timestamp, mark, self._last_gtid, self.source
+            )
+        return Checkpoint(position, self._gtid_text, event.header.timestamp, mark, "", self.source)
 
     def _advance(self, event: Event, kind: int) -> None:
         h = event.header

@@ -84,15 +84,17 @@ class GtidResume:
 
 
 def _expected(cp: Checkpoint, before: str) -> ExpectedTransaction:
-    assert cp.mark is not None
-    return ExpectedTransaction(cp.gtid, cp.mark, cp.position, before)
+    commit = cp.last_commit
+    assert commit is not None
+    return ExpectedTransaction(cp.gtid, commit, cp.position, before)
 
 
 def plan_mariadb(cp: Checkpoint, binlog_pos: MariadbGtidPos) -> GtidResume | None:
     """Resume `cp` by GTID on a MariaDB source whose @@gtid_binlog_pos is `binlog_pos`. None when
-    `cp` names no transaction to check (a bootstrap or file-start checkpoint: resumed by file and
-    position against its file's mark). Raises HistoryMismatch when the source lacks any domain's
-    stored position: a replica that lagged at the failover, or another server."""
+    `cp` names no transaction to check (a bootstrap, which saw none: resumed by file and position
+    against its file's mark); a file start's checkpoint carries its last transaction's. Raises
+    SourceBehind when the source lacks any domain's stored position: a replica that lagged at
+    the failover, or another server."""
     if not cp.gtid_set:
         return None
     stored = MariadbGtidPos.parse(cp.gtid_set)
@@ -104,7 +106,7 @@ def plan_mariadb(cp: Checkpoint, binlog_pos: MariadbGtidPos) -> GtidResume | Non
             f"{', '.join(map(str, lacking))}, the source's binlog ends at {has} (@@gtid_binlog_pos "
             f"{binlog_pos or 'empty'}; a replica that lagged at the failover, or another server?)"
         )
-    if not cp.ends_transaction or not cp.gtid:
+    if cp.last_commit is None or not cp.gtid:
         return None
     last = parse_gtid(cp.gtid)
     if not isinstance(last, MariadbGtid) or stored.get(last.domain) != last:
@@ -135,7 +137,7 @@ def plan_mysql(cp: Checkpoint, executed: MysqlGtidSet, purged: MysqlGtidSet) -> 
             f"the source purged transactions the mirror has not applied: {unapplied_purged} "
             "(@@gtid_purged is not a subset of the mirror's GTID set)"
         )
-    if not cp.ends_transaction or not cp.gtid:
+    if cp.last_commit is None or not cp.gtid:
         return None
     last = parse_gtid(cp.gtid)
     if not isinstance(last, MysqlGtid) or last not in stored:

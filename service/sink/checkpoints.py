@@ -18,6 +18,8 @@ anything else that looks at a mirror (tests, benchmarks, tools).
               stop wrote it): the next start copies the selected tables again, which clears it
     source    the identity of the server the checkpoint was read from (`ServerInfo.identity`,
               e.g. "server_id=1 domain=0"): a resume from another one is a failover
+    txn_event at a file's start (after a ROTATE): the commit event of `gtid`, the last transaction
+              (in an earlier file), which a resume by GTID compares; "" otherwise
 
 Field order and text are part of the format: existing mirrors must keep loading (a hash written
 before `event` existed resumes unchecked; one with only `recopy` has no checkpoint).
@@ -52,6 +54,7 @@ def checkpoint_fields(
         "event": str(end.mark) if end.mark is not None else "",
         RECOPY_FIELD: "",
         "source": end.source,
+        "txn_event": str(end.txn_mark) if end.txn_mark is not None else "",
     }
 
 
@@ -72,9 +75,11 @@ def decode_checkpoint(raw: Mapping[Any, bytes | str]) -> StoredCheckpoint | None
     position = BinlogPosition(f["file"], int(f["pos"]))
     event = f.get("event")
     mark = EventMark.parse(event) if event else None
+    txn_event = f.get("txn_event")
     checkpoint = Checkpoint(
-        position, f.get("gtid_set", ""), int(f.get("ts", 0)), mark, f.get("gtid", ""), f.get("source", "")
-    )
+        position, f.get("gtid_set", ""), int(f.get("ts", 0)), mark, f.get("gtid", ""), f.get("source", ""),
+        EventMark.parse(txn_event) if txn_event else None,
+    )  # fmt: skip
     return StoredCheckpoint(checkpoint, f["id"], f.get("values"), f.get("gtid") or None, event is not None)
 
 

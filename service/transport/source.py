@@ -445,7 +445,7 @@ class BinlogSource:
         source holds what the mirror applied; None: by file and position."""
         info = self.info
         assert info is not None
-        if cp.mark is None or not cp.gtid_set or not info.gtids:
+        if (cp.mark is None and cp.txn_mark is None) or not cp.gtid_set or not info.gtids:
             return None  # a start point, a checkpoint from before marks, or no GTIDs
         async with self._side("reading the source's GTIDs") as ctl:
             if info.mariadb:
@@ -506,7 +506,7 @@ class BinlogSource:
         except BaseException:
             stream.close()
             raise
-        tracker = CheckpointTracker(cp.position, gtids, self.info.identity)
+        tracker = CheckpointTracker(cp.position, gtids, self.info.identity, cp)
         decoder = BinlogDecoder(self._decode_options(), file=cp.position.file)
         session = _Session(stream, decoder, TransactionAssembler(tracker, self.table_filter))
         session.resumed_from = cp.source

@@ -94,9 +94,12 @@ def _copies(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.getMessage().startswith("bootstrap at")]
 
 
+@pytest.mark.parametrize("rotated", [False, True], ids=["after-a-transaction", "after-a-rotate"])
 async def test_a_promoted_replica_is_followed_by_gtid_without_a_table_copy(
-    pair: tuple[LocalStack, LocalStack, StackInfo], caplog: pytest.LogCaptureFixture
+    pair: tuple[LocalStack, LocalStack, StackInfo], caplog: pytest.LogCaptureFixture, rotated: bool
 ) -> None:
+    """`rotated`: the primary's binlog rotated (FLUSH BINARY LOGS, as backups do) after the last
+    mirrored transaction: the checkpoint is the new file's start, carrying that transaction."""
     primary, replica, info = pair
     caplog.set_level(logging.INFO)
     async with SwitchingProxy(info.mysql_port) as proxy:
@@ -112,8 +115,13 @@ async def test_a_promoted_replica_is_followed_by_gtid_without_a_table_copy(
             )
             await _equal(rep, info.redis_url, primary)
             replica.replica_caught_up(primary)
+            if rotated:
+                run_sql(primary, None, "FLUSH BINARY LOGS")
+                new_file = run_sql(primary, None, "SHOW MASTER STATUS")[0][0]
+                await until("the file start stored", lambda: _stored(info.redis_url).id.startswith(new_file))
             before = _stored(info.redis_url).checkpoint
-            assert before.source == "server_id=1 domain=0" and before.gtid and before.ends_transaction
+            assert before.source == "server_id=1 domain=0" and before.gtid
+            assert before.ends_transaction != rotated and before.last_commit is not None
             copies = len(_copies(caplog))
 
             # the primary dies, the replica is promoted, the address moves to it
@@ -136,7 +144,6 @@ async def test_a_promoted_replica_is_followed_by_gtid_without_a_table_copy(
             # the new server's file and offset replace the old ones
             file, pos = run_sql(replica, None, "SHOW MASTER STATUS")[0][:2]
             assert after.source == "server_id=2 domain=0" and after.position.file == file
-            assert after.position.file != before.position.file
             assert after.gtid_set == _one(replica, "SELECT @@gtid_binlog_pos")
             assert any("source failover: following server_id=2" in r.getMessage() for r in caplog.records)
 

@@ -65,6 +65,13 @@ def test_mariadb_a_source_that_lacks_applied_transactions_is_refused_naming_them
     assert isinstance(err.value, HistoryMismatch)  # on_history_mismatch applies to it too
 
 
+def test_mariadb_a_file_start_is_resumed_by_its_last_transaction() -> None:
+    # after a ROTATE (a FLUSH BINARY LOGS on an idle primary, then a failover)
+    cp = Checkpoint(AT, "0-1-125", 1, FDE, "0-1-125", "server_id=1 domain=0", XID)
+    plan = plan_mariadb(cp, MariadbGtidPos.parse("0-2-126"))
+    assert plan is not None and str(plan.dump_from) == "0-1-124" and plan.expect.mark == XID
+
+
 def test_mariadb_a_checkpoint_naming_no_transaction_is_checked_then_resumed_by_position() -> None:
     # a bootstrap's (its file's FORMAT_DESCRIPTION as mark), one without its GTID, one without GTIDs
     server = MariadbGtidPos.parse("0-1-125")
@@ -187,6 +194,14 @@ def test_a_file_start_after_a_rotate_carries_the_new_files_format_description() 
     rotated = [t for t in txns if t.end.position.file != first.name and not t.end.ends_transaction]
     at_rotate, at_fde = rotated[0], rotated[1]
     assert at_rotate.end.position.pos == 4 and at_rotate.end.mark is None  # as before
+    # both carry the last transaction (of the first file): a failover then is followed by GTID
+    before = next(t for t in reversed(txns) if t.gtid and t.end.position.file == first.name)
+    for t in (at_rotate, at_fde):
+        assert (t.end.gtid, t.end.txn_mark, t.end.last_commit) == (
+            before.gtid,
+            before.end.mark,
+            before.end.mark,
+        )
     fde = at_fde.end.mark
     assert fde is not None and fde.offset == 4 and fde.type_code == 15 and at_fde.end.position.pos > 4
     assert at_fde.end.source == "server_id=1 domain=0" and not at_fde.changes
