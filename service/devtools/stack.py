@@ -37,9 +37,6 @@ REPLICATION_USER = "mirror"
 ADMIN_USER = "admin"
 START_TIMEOUT = 60.0
 CLUSTER_MASTERS = 3  # `stack up --redis-cluster`
-# my.cnf lines of a GTID replica (`start_replica_of`): its own server_id, what it applies written
-# to its own binlog (so that it can be promoted and followed), strict GTID mode
-REPLICA_OPTIONS = {"server_id": "2", "log_slave_updates": "ON", "gtid_strict_mode": "ON"}
 
 
 def default_stack_dir() -> Path:
@@ -470,74 +467,14 @@ class LocalStack:
         finally:
             conn.close()
 
-    # -- replication between two local stacks --------------------------------------------------------
-    def start_replica_of(self, primary: LocalStack) -> StackInfo:
-        """Start this stack's mariadbd (only) as a GTID replica of `primary`'s: another server_id,
-        `log_slave_updates` and strict mode (REPLICA_OPTIONS, merged into its my.cnf), replicating
-        by `MASTER_USE_GTID=slave_pos` from the primary's first transaction. Its users get the
-        primary's passwords, so one URL (through a proxy that switches) reaches either server.
-        For failover tests: `promote()` then makes it a writable primary."""
-        source = primary.load()
-        if source is None:
-            raise StackError(f"the primary stack in {primary.dir} is not up")
-        self.mariadb_options = {**REPLICA_OPTIONS, **self.mariadb_options}
+    def prepare(self, passwords_of: StackInfo | None = None) -> StackInfo:
+        """The stack's ports and passwords, chosen and saved on first use. `passwords_of`: take
+        another stack's passwords (a replica reached through the same URL as its primary)."""
         info = self._info()
-        info.repl_password, info.admin_password = source.repl_password, source.admin_password
-        self._save(info)
-        self.start_mysql(info)
-        repl = f"'{REPLICATION_USER}'@'127.0.0.1'"
-        conn = self.root_connection()
-        try:
-            with conn.cursor() as cur:
-                cur.execute("SET SESSION sql_log_bin = 0")
-                # users made by an earlier start with other passwords
-                cur.execute(f"ALTER USER {repl} IDENTIFIED BY '{info.repl_password}'")
-                cur.execute(f"ALTER USER '{ADMIN_USER}'@'127.0.0.1' IDENTIFIED BY '{info.admin_password}'")
-                cur.execute(
-                    f"CHANGE MASTER TO MASTER_HOST='127.0.0.1', MASTER_PORT={source.mysql_port}, "
-                    f"MASTER_USER='{REPLICATION_USER}', MASTER_PASSWORD='{source.repl_password}', "
-                    "MASTER_USE_GTID=slave_pos, MASTER_CONNECT_RETRY=1"
-                )
-                cur.execute("START SLAVE")
-        finally:
-            conn.close()
+        if passwords_of is not None:
+            info.repl_password, info.admin_password = passwords_of.repl_password, passwords_of.admin_password
+            self._save(info)
         return info
-
-    def replica_caught_up(self, primary: LocalStack, timeout: float = 30.0) -> None:
-        """Wait until this replica has applied the primary's @@gtid_binlog_pos."""
-        conn = primary.root_connection()
-        try:
-            with conn.cursor() as cur:
-                cur.execute("SELECT @@gtid_binlog_pos")
-                row = cur.fetchone()
-        finally:
-            conn.close()
-        target = str(row[0]) if row else ""
-        conn = self.root_connection()
-        try:
-            with conn.cursor(pymysql.cursors.DictCursor) as cur:
-                cur.execute("SELECT MASTER_GTID_WAIT(%s, %s) AS done", (target, timeout))
-                done = cur.fetchone()
-                if not done or done["done"] != 0:
-                    cur.execute("SHOW SLAVE STATUS")
-                    st = cur.fetchone() or {}
-                    why = {k: st.get(k) for k in ("Slave_IO_Running", "Last_IO_Error", "Last_SQL_Error")}
-                    raise StackError(
-                        f"the replica in {self.dir} did not reach GTID {target} within {timeout:.0f}s: {why}"
-                    )
-        finally:
-            conn.close()
-
-    def promote(self) -> None:
-        """Make this replica a primary, as a failover tool does: STOP SLAVE; RESET SLAVE ALL;
-        SET GLOBAL read_only = 0."""
-        conn = self.root_connection()
-        try:
-            with conn.cursor() as cur:
-                for sql in ("STOP SLAVE", "RESET SLAVE ALL", "SET GLOBAL read_only = 0"):
-                    cur.execute(sql)
-        finally:
-            conn.close()
 
     # -- status --------------------------------------------------------------------------------
     def status(self) -> dict[str, Any]:

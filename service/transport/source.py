@@ -29,15 +29,10 @@ import aiomysql
 
 from service.backoff import Backoff
 from service.binlog import BinlogDecoder, DecodeOptions
-from service.binlog.constants import EventType
-from service.binlog.events import FormatDescriptionEvent
-from service.binlog.schema import TableSchema
-from service.binlog.stats import DecoderStats
 from service.checkpoint import (
     BinlogPosition,
     Checkpoint,
     CheckpointTracker,
-    EventMark,
     MariadbGtidPos,
     MysqlGtidSet,
     StartPoint,
@@ -45,7 +40,6 @@ from service.checkpoint import (
     parse_start,
 )
 from service.errors import DecodeError, HistoryMismatch, ReplicatorError, SourceError
-from service.history import GtidResume, plan_mariadb, plan_mysql
 from service.queues import RowQueue
 from service.settings import Settings
 from service.transactions import TableFilter, Transaction, TransactionAssembler
@@ -63,6 +57,8 @@ from service.transport.connection import (
 )
 from service.transport.preflight import preflight
 from service.transport.pump import EventPump
+from service.transport.resume import Resume, failover_note, file_mark, gtid_resume, history_mark, resolve
+from service.transport.sourcestats import SourceStats, type_names
 from service.transport.stream import BinlogStream
 
 __all__ = ["BinlogSource", "SourceStats"]
@@ -75,47 +71,6 @@ SLICE_SECONDS = 0.001  # the longest the reader decodes before letting the other
 # is bounded by QUERY_TIMEOUT, and a holder runs at most a reconnect and a few queries.
 SIDE_WAIT = CONNECT_TIMEOUT + 2 * QUERY_TIMEOUT
 KILL_TIMEOUT = 2.0  # the longest close() spends asking the source to end an old dump thread
-
-
-@dataclass(slots=True)
-class SourceStats:
-    """Counters of the reader; a plain mutable record, read by the API (copy it to keep it)."""
-
-    events: int = 0  # events decoded (heartbeats excluded)
-    bytes: int = 0  # event bytes received (heartbeats included)
-    heartbeats: int = 0
-    transactions: int = 0  # transactions put in the queue
-    reconnects: int = 0
-    connected: bool = False
-    last_event_ts: int = 0  # source timestamp of the last non-heartbeat event (seconds)
-    last_event_at: float = 0.0  # time.time() when the last packet (event or heartbeat) arrived
-    last_error: str = ""
-    read_position: BinlogPosition | None = None  # after the last event read (maybe mid-transaction)
-    delivered: Checkpoint | None = None  # end of the last transaction put in the queue
-    # decoder counters, summed over every connection's decoder (see BinlogSource.decoder_totals)
-    events_by_type: Counter[str] = field(default_factory=Counter)  # EventType name -> events
-    skipped_ignorable: int = 0  # unknown events skipped thanks to LOG_EVENT_IGNORABLE_F
-    invalid_text_values: int = 0  # text values whose bytes were invalid in their charset
-    # the latest TABLE_MAP read per (schema, table): its table id, column metadata and names
-    table_maps: dict[tuple[str, str], TableSchema] = field(default_factory=dict)
-    # where the decoder takes column names from: "binlog" (binlog_row_metadata=FULL, as read at
-    # start) or "information_schema" (any other value: looked up by `ColumnNames`)
-    column_names: str = "binlog"
-    # resumes that followed another server by GTID (docs/operations.md, "Source failover")
-    failovers: int = 0
-    last_failover_at: float = 0.0  # time.time() of the last one
-    last_failover: str = ""  # "server_id=1 domain=0 -> server_id=2 domain=0 at 0-1-125"
-
-
-@dataclass(slots=True)
-class _Resume:
-    """Where the next connection starts."""
-
-    checkpoint: Checkpoint
-    gtid_mode: bool  # dump by GTID set (else by file/pos)
-    skip_until: BinlogPosition | None = None  # drop transactions ending at or before this
-    expect: EventMark | None = None  # the history check of the dump being opened (_open)
-    by_gtid: GtidResume | None = None  # the dump being opened resumes by GTID (service/history.py)
 
 
 @dataclass(slots=True)
@@ -175,7 +130,7 @@ class BinlogSource:
         self._names_from_schema = False
         self._ctl: aiomysql.Connection | None = None
         self._ctl_lock = asyncio.Lock()
-        self._resume: _Resume | None = None
+        self._resume: Resume | None = None
         self._session: _Session | None = None
         self._task: asyncio.Task[None] | None = None
         self._done = False
@@ -216,7 +171,7 @@ class BinlogSource:
         self.stats.column_names = "information_schema" if self._names_from_schema else "binlog"
         if self._names_from_schema:
             await self._columns.refresh(ctl)
-        self._resume = await self._resolve(ctl, info, self.start_point)
+        self._resume = await resolve(ctl, info, self.start_point)
         self.start_checkpoint = self._resume.checkpoint
         session = await self._open()
         start = self._resume.checkpoint
@@ -224,7 +179,7 @@ class BinlogSource:
         if resolved and start.position.file and not self._resume.gtid_mode:
             # A start point (bootstrap) carries its history's identity too: its file's
             # FORMAT_DESCRIPTION, the first event the dump sends (docs/mirror.md)
-            mark = await self._file_mark(session)
+            mark = await file_mark(session.stream, session.decoder.file, session.head)
             start = Checkpoint(start.position, start.gtid_set, start.ts, mark, "", info.identity)
             self._resume.checkpoint = self.start_checkpoint = start
         self._task = asyncio.create_task(self._read_loop(session), name="binlog-reader")
@@ -238,7 +193,7 @@ class BinlogSource:
         if self._session is not None:
             self._stale_dumps.append(self._session.stream.thread_id)
             await close_connection(self._session.stream.connection)
-            self._fold(self._session.decoder.stats)
+            self.stats.fold(self._session.decoder.stats)
             self._session = None
         if self._stale_dumps and self._ctl is not None and not self._ctl.closed:
             # only on a side connection still open: close() must not wait for a reconnect
@@ -364,39 +319,6 @@ class BinlogSource:
                     if await fetch(ctl, _OUR_DUMP_THREAD, (thread,)):
                         await fetch(ctl, f"KILL CONNECTION {int(thread)}")
 
-    async def _resolve(self, ctl: aiomysql.Connection, info: ServerInfo, start: StartPoint) -> _Resume:
-        if isinstance(start, Checkpoint):
-            if start.position.file:
-                return _Resume(start, gtid_mode=False)
-            return _Resume(start, gtid_mode=True)
-        if isinstance(start, MysqlGtidSet | MariadbGtidPos):
-            if isinstance(start, MariadbGtidPos) != info.mariadb:
-                raise SourceError(f"GTID set {start} is not in the {info.flavour} form")
-            return _Resume(Checkpoint(BinlogPosition("", 4), str(start)), gtid_mode=True)
-        if start == "now":
-            return _Resume(await current_checkpoint(ctl, info), gtid_mode=False)
-        if start == "start":
-            files = await binlog_files(ctl)
-            if not files:
-                raise SourceError("SHOW BINARY LOGS is empty: is binary logging on?")
-            begin = BinlogPosition(files[0][0], 4)
-            return _Resume(Checkpoint(begin, await self._gtid_at(ctl, info, begin)), gtid_mode=False)
-        assert isinstance(start, BinlogPosition)
-        # An explicit FILE:POS may point inside a transaction: read the file from its start and
-        # hand out transactions that end after POS, so the one holding POS comes out whole.
-        begin = BinlogPosition(start.file, 4)
-        skip = start if start.pos > 4 else None
-        return _Resume(
-            Checkpoint(begin, await self._gtid_at(ctl, info, begin)), gtid_mode=False, skip_until=skip
-        )
-
-    @staticmethod
-    async def _gtid_at(ctl: aiomysql.Connection, info: ServerInfo, position: BinlogPosition) -> str:
-        if not info.mariadb:
-            return ""  # MySQL: the set is learnt from the GTID events that follow
-        rows = await fetch(ctl, "SELECT BINLOG_GTID_POS(%s, %s)", (position.file, position.pos))
-        return str(rows[0][0] or "") if rows else ""
-
     def _decode_options(self) -> DecodeOptions:
         skip_rows = self.table_filter.skips
         if self._names_from_schema:
@@ -410,24 +332,6 @@ class BinlogSource:
             )
         return DecodeOptions(skip_rows=skip_rows, stored_text=self.stored_text)
 
-    async def _file_mark(self, session: _Session) -> EventMark | None:
-        """The FORMAT_DESCRIPTION's mark of the file the dump starts in (the events read for it
-        are kept for the pump). None when the dump does not start with one."""
-        decoder = BinlogDecoder(DecodeOptions(), file=session.decoder.file)
-        while True:
-            raws = await session.stream.read_batch()
-            if raws is None:
-                return None
-            session.head += raws
-            for raw in raws:
-                if len(raw) > 4 and raw[4] in _HEARTBEATS:
-                    continue
-                event = decoder.feed(raw)
-                if isinstance(event, FormatDescriptionEvent):
-                    return EventMark.of_file(event)
-                if event is not None and event.header.type_code != EventType.ROTATE:
-                    return None
-
     async def _server_info(self) -> ServerInfo:
         """The server's settings, on the side connection; once more on a new connection when the
         old one was lost with the dump's (a failed read closes it, the next use reopens it)."""
@@ -439,21 +343,6 @@ class BinlogSource:
                 if attempt == 2 or self._ctl is None or not self._ctl.closed:
                     raise
         raise AssertionError("unreachable")
-
-    async def _gtid_resume(self, cp: Checkpoint) -> GtidResume | None:
-        """How to resume `cp` by GTID on this source (service/history.py), after checking the
-        source holds what the mirror applied; None: by file and position."""
-        info = self.info
-        assert info is not None
-        if (cp.mark is None and cp.txn_mark is None) or not cp.gtid_set or not info.gtids:
-            return None  # a start point, a checkpoint from before marks, or no GTIDs
-        async with self._side("reading the source's GTIDs") as ctl:
-            if info.mariadb:
-                rows = await fetch(ctl, "SELECT @@gtid_binlog_pos")
-                return plan_mariadb(cp, MariadbGtidPos.parse(str(rows[0][0] or "")))
-            rows = await fetch(ctl, "SELECT @@gtid_executed, @@gtid_purged")
-        executed, purged = (MysqlGtidSet.parse(str(v or "")) for v in rows[0])
-        return plan_mysql(cp, executed, purged)
 
     async def _open(self) -> _Session:
         """A new dump connection + decoder + tracker from the resume point."""
@@ -469,13 +358,17 @@ class BinlogSource:
             with contextlib.suppress(SourceError):
                 await self._kill_stale_dumps()
         cp = resume.checkpoint
-        resume.by_gtid = by_gtid = None if resume.gtid_mode else await self._gtid_resume(cp)
+        by_gtid = None
+        if not resume.gtid_mode:
+            async with self._side("reading the source's GTIDs") as ctl:
+                by_gtid = await gtid_resume(ctl, self.info, cp)
+        resume.by_gtid = by_gtid
         conn = await connect(self.settings)
         stream = BinlogStream(conn, self.info, read_timeout=self.heartbeat * READ_TIMEOUT_FACTOR)
         try:
             await stream.prepare(heartbeat=self.heartbeat, server_id=self.server_id)
             gtids = parse_gtid_set(cp.gtid_set) if cp.gtid_set else None
-            mark = _history_mark(cp) if not resume.gtid_mode and by_gtid is None else None
+            mark = history_mark(cp) if not resume.gtid_mode and by_gtid is None else None
             resume.expect = mark
             if by_gtid is not None:
                 # From just before the last applied transaction: the source sends it again and
@@ -513,20 +406,11 @@ class BinlogSource:
         self._session = session
         self.stats.connected = True
         if by_gtid is not None:
-            log.info(
-                "streaming from GTID %s (after %s, checked against the source) on %s (dump thread %d)",
-                cp.gtid_set,
-                cp.gtid,
-                self.info.identity,
-                stream.thread_id,
-            )
+            where = f"GTID {cp.gtid_set} (after {cp.gtid}, checked against {self.info.identity})"
         else:
-            log.info(
-                "streaming from %s%s (dump thread %d)",
-                "GTID " + cp.gtid_set if resume.gtid_mode else cp.position,
-                "" if resume.gtid_mode or not cp.gtid_set else f" [GTID {cp.gtid_set}]",
-                stream.thread_id,
-            )
+            where = f"GTID {cp.gtid_set}" if resume.gtid_mode else str(cp.position)
+            where += "" if resume.gtid_mode or not cp.gtid_set else f" [GTID {cp.gtid_set}]"
+        log.info("streaming from %s (dump thread %d)", where, stream.thread_id)
         return session
 
     async def _read_loop(self, session: _Session | None) -> None:
@@ -563,15 +447,8 @@ class BinlogSource:
         if session is not None:
             self._stale_dumps.append(session.stream.thread_id)
             session.stream.close()
-            self._fold(session.decoder.stats)
+            self.stats.fold(session.decoder.stats)
         self._session = None
-
-    def _fold(self, dstats: DecoderStats) -> None:
-        """Add a finished connection's decoder counters to the totals."""
-        stats = self.stats
-        stats.events_by_type.update(_type_names(dstats))
-        stats.skipped_ignorable += dstats.skipped_ignorable
-        stats.invalid_text_values += dstats.invalid_text_values
 
     def decoder_totals(self) -> tuple[dict[str, int], int, int]:
         """(events by type name, ignorable events skipped, invalid text values) over every
@@ -581,7 +458,7 @@ class BinlogSource:
         skipped, invalid = stats.skipped_ignorable, stats.invalid_text_values
         session = self._session
         if session is not None:
-            by_type.update(_type_names(session.decoder.stats))
+            by_type.update(type_names(session.decoder.stats))
             skipped += session.decoder.stats.skipped_ignorable
             invalid += session.decoder.stats.invalid_text_values
         return dict(by_type), skipped, invalid
@@ -677,25 +554,17 @@ class BinlogSource:
         from another binlog position)."""
         resume = self._resume
         assert resume is not None and resume.by_gtid is not None
-        expected, before = resume.by_gtid.expect, session.resumed_from
+        was = resume.by_gtid.expect.position
         resume.by_gtid = None  # a later reconnect plans again from the delivered checkpoint
-        now = found.source
-        moved = before != now if before else found.position != expected.position
-        if not moved:
+        note = failover_note(session.resumed_from, found, was)
+        if note is None:
             return
-        stats = self.stats
-        stats.failovers += 1
-        stats.last_failover_at = time.time()
-        stats.last_failover = f"{before or 'unknown'} -> {now} at {found.gtid}"
+        self.stats.failed_over(note)
         log.warning(
-            "source failover: following %s by GTID, its binlog has the transaction the mirror "
-            "applied last (%s) at %s (was %s on %s); no table copy",
-            now,
-            found.gtid,
-            found.position,
-            expected.position,
-            before or "another server",
-        )
+            "source failover: following %s by GTID: it has the transaction the mirror applied last "
+            "at %s (was %s); no table copy (%s)",
+            found.source, found.position, was, note,
+        )  # fmt: skip
 
     def _delivered(self, session: _Session, count: int, last: Transaction) -> None:
         # Only now is it safe to resume after `last`: the transaction is in the consumer's hands.
@@ -705,25 +574,3 @@ class BinlogSource:
         self.received = last
         self.stats.transactions += count
         self.stats.delivered = last.end
-
-
-_HEARTBEATS = (int(EventType.HEARTBEAT), int(EventType.HEARTBEAT_V2))
-
-
-def _history_mark(cp: Checkpoint) -> EventMark | None:
-    """The event to check when resuming from `cp` by file and position: its mark, when it ends
-    exactly at `cp` in `cp`'s file (a file's start, or a start point, has none)."""
-    mark = cp.mark
-    if mark is None or not cp.position.file or not 4 <= mark.offset < cp.position.pos:
-        return None
-    return mark
-
-
-def _type_names(dstats: DecoderStats) -> Counter[str]:
-    out: Counter[str] = Counter()
-    for code, n in dstats.events_by_type.items():
-        try:
-            out[EventType(code).name] += n
-        except ValueError:
-            out[f"UNKNOWN_{code}"] += n
-    return out

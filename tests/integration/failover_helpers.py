@@ -1,6 +1,6 @@
-"""A source failover on real servers: a MariaDB primary and its GTID replica (LocalStack
-`start_replica_of`), and the address the mirror connects to, a TCP proxy switched from the old
-primary to the promoted replica (as a VIP, DNS or MaxScale would)."""
+"""A source failover on real servers: a MariaDB primary and its GTID replica
+(service/devtools/stack_replica.py), and the address the mirror connects to, a TCP proxy
+switched from the old primary to the promoted replica (as a VIP, DNS or MaxScale would)."""
 
 from __future__ import annotations
 

@@ -22,6 +22,7 @@ import pytest
 import redis as redis_sync
 
 from service.devtools.stack import LocalStack, StackInfo
+from service.devtools.stack_replica import promote, start_replica, wait_replica
 from service.errors import HistoryMismatch, SourceBehind
 from service.pipeline.replicator import Replicator
 from service.pipeline.status import State
@@ -51,10 +52,10 @@ def pair(tmp_path: Path) -> Iterator[tuple[LocalStack, LocalStack, StackInfo]]:
         info = primary.up()
         run_sql(primary, None, *SCHEMA)
         run_sql(primary, None, *(f"INSERT INTO {DB}.t VALUES ({i}, 'a{i}')" for i in range(1, 21)))
-        replica.start_replica_of(primary)
+        start_replica(replica, primary)
         # the replica's binlog is not the primary's: other file names and offsets
         run_sql(replica, None, "FLUSH BINARY LOGS")
-        replica.replica_caught_up(primary)
+        wait_replica(replica, primary)
         yield primary, replica, info
     finally:
         replica.down()
@@ -114,7 +115,7 @@ async def test_a_promoted_replica_is_followed_by_gtid_without_a_table_copy(
                 primary, None, f"UPDATE {DB}.t SET v = 'u' WHERE id < 5", f"DELETE FROM {DB}.t WHERE id = 7"
             )
             await _equal(rep, info.redis_url, primary)
-            replica.replica_caught_up(primary)
+            wait_replica(replica, primary)
             if rotated:
                 run_sql(primary, None, "FLUSH BINARY LOGS")
                 new_file = run_sql(primary, None, "SHOW MASTER STATUS")[0][0]
@@ -126,7 +127,7 @@ async def test_a_promoted_replica_is_followed_by_gtid_without_a_table_copy(
 
             # the primary dies, the replica is promoted, the address moves to it
             primary.stop_mysql()
-            replica.promote()
+            promote(replica)
             proxy.switch(_port(replica))
             run_sql(
                 replica, None, f"INSERT INTO {DB}.t VALUES (100, 'after')", f"DELETE FROM {DB}.t WHERE id = 2"
@@ -169,7 +170,7 @@ async def test_a_replica_that_missed_mirrored_transactions_is_not_followed(
         task = asyncio.create_task(rep.run())
         try:
             await _equal(rep, info.redis_url, primary)
-            replica.replica_caught_up(primary)
+            wait_replica(replica, primary)
             run_sql(replica, None, "STOP SLAVE")  # it lags: misses what follows
             for i in range(21, 24):
                 run_sql(primary, None, f"INSERT INTO {DB}.t VALUES ({i}, 'lost{i}')")
@@ -177,7 +178,7 @@ async def test_a_replica_that_missed_mirrored_transactions_is_not_followed(
             applied = _stored(info.redis_url).checkpoint.gtid_set
 
             primary.stop_mysql()
-            replica.promote()
+            promote(replica)
             run_sql(replica, None, f"INSERT INTO {DB}.t VALUES (200, 'other')")
             has = _one(replica, "SELECT @@gtid_binlog_pos")  # 0-2-N: N below the mirror's
             proxy.switch(_port(replica))
