@@ -84,11 +84,18 @@ def _one(stack: LocalStack, sql: str) -> Any:
 
 async def _equal(rep: Replicator, redis_url: str, stack: LocalStack, timeout: float = 60.0) -> None:
     want = expected(stack, DB, KEYS)
-    await until(
-        "the mirror equal to the source",
-        lambda: rep.status().state == State.STREAMING and actual(redis_url, PREFIX, DB, ("t",)) == want,
-        timeout,
-    )
+    try:
+        await until(
+            "the mirror equal to the source",
+            lambda: rep.status().state == State.STREAMING and actual(redis_url, PREFIX, DB, ("t",)) == want,
+            timeout,
+        )
+    except AssertionError:
+        s = rep.status()
+        raise AssertionError(
+            f"not equal to the source after {timeout:g} s: state {s.state}, last error {s.errors.last}, "
+            f"source {s.source}, applied {s.applied}"
+        ) from None
 
 
 def _copies(caplog: pytest.LogCaptureFixture) -> list[str]:
