@@ -106,6 +106,7 @@ class BinlogSource:
         queue_rows: int | None = None,
         non_blocking: bool = False,
         check_source: bool = True,
+        follow_failover: bool = True,
         stored_text: bool = False,
     ) -> None:
         self.settings = settings
@@ -119,6 +120,9 @@ class BinlogSource:
         self.server_id = settings.server_id
         self.non_blocking = non_blocking  # stop (end the iterator) at the end of the binlog
         self.check_source = check_source
+        # resume by GTID on another server than the checkpoint's (docs/mirror.md, "Source
+        # failover"); off: such a resume goes by file and position, whose check stops it
+        self.follow_failover = follow_failover
         self.stats = SourceStats()
         self.info: ServerInfo | None = None
         self.start_checkpoint: Checkpoint | None = None  # the resolved start
@@ -360,6 +364,12 @@ class BinlogSource:
         cp = resume.checkpoint
         by_gtid = None
         if not resume.gtid_mode:
+            if not self.follow_failover and cp.source and cp.source != self.info.identity:
+                raise HistoryMismatch(
+                    f"the source is another server ({self.info.identity}) than the one the checkpoint "
+                    f"was read from ({cp.source}), and this mirror does not follow a source failover "
+                    "(a Redis Cluster mirror orders transactions by binlog position)"
+                )
             async with self._side("reading the source's GTIDs") as ctl:
                 by_gtid = await gtid_resume(ctl, self.info, cp)
         resume.by_gtid = by_gtid

@@ -13,6 +13,7 @@ primary through a proxy. The primary dies, the replica is promoted, the proxy sw
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Iterator
 from pathlib import Path
@@ -44,10 +45,10 @@ KEYS = {"t": ("id",)}
 SCHEMA = (f"CREATE DATABASE {DB}", f"CREATE TABLE {DB}.t (id INT PRIMARY KEY, v VARCHAR(20))")
 
 
-@pytest.fixture
-def pair(tmp_path: Path) -> Iterator[tuple[LocalStack, LocalStack, StackInfo]]:
-    """A primary (with the Redis the mirror writes to) and its GTID replica; both stopped after."""
-    primary, replica = LocalStack(tmp_path / "primary"), LocalStack(tmp_path / "replica")
+@contextlib.contextmanager
+def _pair(tmp_path: Path, redis_cluster: bool = False) -> Iterator[tuple[LocalStack, LocalStack, StackInfo]]:
+    primary = LocalStack(tmp_path / "primary", redis_cluster=redis_cluster)
+    replica = LocalStack(tmp_path / "replica")
     try:
         info = primary.up()
         run_sql(primary, None, *SCHEMA)
@@ -60,6 +61,13 @@ def pair(tmp_path: Path) -> Iterator[tuple[LocalStack, LocalStack, StackInfo]]:
     finally:
         replica.down()
         primary.down()
+
+
+@pytest.fixture
+def pair(tmp_path: Path) -> Iterator[tuple[LocalStack, LocalStack, StackInfo]]:
+    """A primary (with the Redis the mirror writes to) and its GTID replica; both stopped after."""
+    with _pair(tmp_path) as servers:
+        yield servers
 
 
 def _port(stack: LocalStack) -> int:
@@ -258,3 +266,29 @@ async def test_a_bootstrap_only_checkpoint_is_not_followed_on_another_server(tmp
     finally:
         b.down()
         a.down()
+
+
+async def test_a_redis_cluster_mirror_stops_at_a_failover_instead_of_following_it(tmp_path: Path) -> None:
+    """Its slot groups order transactions by binlog position (service/sink/cluster.py), which the
+    new server's binlog does not continue: following it could skip transactions silently."""
+    with _pair(tmp_path, redis_cluster=True) as (primary, replica, info):
+        async with SwitchingProxy(info.mysql_port) as proxy:
+            url = proxy.url("mirror", info.repl_password)
+            rep = Replicator(mirror_settings(primary, DB, PREFIX, mysql=url))
+            task = asyncio.create_task(rep.run())
+            try:
+                await until("streaming", lambda: rep.status().state == State.STREAMING, 60)
+                run_sql(primary, None, f"INSERT INTO {DB}.t VALUES (50, 'c')")
+                await until("a transaction applied", lambda: rep.status().transactions_applied > 0, 60)
+                wait_replica(replica, primary)
+                primary.stop_mysql()
+                promote(replica)
+                proxy.switch(_port(replica))
+                run_sql(replica, None, f"INSERT INTO {DB}.t VALUES (51, 'd')")
+                with pytest.raises(HistoryMismatch) as err:
+                    await asyncio.wait_for(task, 60)
+                message = str(err.value)
+                assert "the source is another server (server_id=2 domain=0)" in message
+                assert "does not follow a source failover" in message and rep.status().failovers == 0
+            finally:
+                await stop_replicator(rep, task)
