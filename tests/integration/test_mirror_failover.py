@@ -141,7 +141,7 @@ async def test_a_promoted_replica_is_followed_by_gtid_without_a_table_copy(
             copies = len(_copies(caplog))
 
             # the primary dies, the replica is promoted, the address moves to it
-            primary.stop_mysql()
+            primary.stop_mysql(kill=True)  # it dies
             promote(replica)
             proxy.switch(_port(replica))
             run_sql(
@@ -149,7 +149,8 @@ async def test_a_promoted_replica_is_followed_by_gtid_without_a_table_copy(
             )
             run_sql(replica, None, f"UPDATE {DB}.t SET v = 'moved' WHERE id = 21")
 
-            await _equal(rep, info.redis_url, replica)
+            # the reader reconnects with backoff (up to 30 s between tries while the primary is down)
+            await _equal(rep, info.redis_url, replica, timeout=120)
             status = rep.status()
             assert status.ready and status.source.server_id == 2
             assert status.failovers == 1 and status.last_failover_at is not None
@@ -192,7 +193,7 @@ async def test_a_replica_that_missed_mirrored_transactions_is_not_followed(
             await _equal(rep, info.redis_url, primary)
             applied = _stored(info.redis_url).checkpoint.gtid_set
 
-            primary.stop_mysql()
+            primary.stop_mysql(kill=True)  # it dies
             promote(replica)
             run_sql(replica, None, f"INSERT INTO {DB}.t VALUES (200, 'other')")
             has = _one(replica, "SELECT @@gtid_binlog_pos")  # 0-2-N: N below the mirror's
@@ -281,7 +282,7 @@ async def test_a_redis_cluster_mirror_stops_at_a_failover_instead_of_following_i
                 run_sql(primary, None, f"INSERT INTO {DB}.t VALUES (50, 'c')")
                 await until("a transaction applied", lambda: rep.status().transactions_applied > 0, 60)
                 wait_replica(replica, primary)
-                primary.stop_mysql()
+                primary.stop_mysql(kill=True)  # it dies
                 promote(replica)
                 proxy.switch(_port(replica))
                 run_sql(replica, None, f"INSERT INTO {DB}.t VALUES (51, 'd')")
