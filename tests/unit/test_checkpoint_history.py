@@ -208,3 +208,27 @@ def test_a_file_start_after_a_rotate_carries_the_new_files_format_description() 
     # every transaction's checkpoint names its GTID and the server it was read from
     last = next(t for t in reversed(txns) if t.gtid)
     assert last.end.ends_transaction and last.end.gtid == last.gtid and last.end.source == tracker.source
+
+
+# --- telling a failover from a reconnect --------------------------------------------------------
+
+
+def test_a_failover_is_another_servers_identity() -> None:
+    from service.transport.connection import ServerInfo
+    from service.transport.resume import failover_note
+
+    maria = ServerInfo("mariadb", (10, 11, 6), "10.11.6-MariaDB", 2, {"gtid_domain_id": "0"})
+    mysql = ServerInfo("mysql", (8, 4, 0), "8.4.0", 7, {"server_uuid": U1, "gtid_mode": "ON"})
+    assert maria.identity == "server_id=2 domain=0" and maria.gtids
+    assert mysql.identity == f"server_id=7 uuid={U1}" and mysql.gtids
+    assert not ServerInfo("mysql", (8, 0, 36), "8.0.36", 7, {"gtid_mode": "OFF"}).gtids
+
+    found = Checkpoint(BinlogPosition("mysql-bin.000002", 968), "0-1-125", 1, XID, "0-1-125", maria.identity)
+    assert (
+        failover_note("server_id=1 domain=0", found, AT)
+        == "server_id=1 domain=0 -> server_id=2 domain=0 at 0-1-125"
+    )
+    assert failover_note(maria.identity, found, AT) is None  # a reconnect to the same server
+    # a checkpoint stored without its server (an older version): another position is a failover
+    assert failover_note("", found, AT) == "unknown -> server_id=2 domain=0 at 0-1-125"
+    assert failover_note("", Checkpoint(AT, source=maria.identity), AT) is None
