@@ -151,6 +151,11 @@ class StatusCollector(Collector):
             value=s.reconnects,
         )
         yield CounterMetricFamily(
+            P + "source_failovers",
+            "Resumes that followed another server by GTID (a promoted replica), with no table copy",
+            value=s.failovers,
+        )
+        yield CounterMetricFamily(
             P + "source_bytes",
             "Binlog bytes received from the source, heartbeats included",
             value=s.bytes_received,

@@ -26,6 +26,7 @@ __all__ = [
     "ColumnOut",
     "DetailOut",
     "ErrorOut",
+    "FailoverOut",
     "LagOut",
     "LeaderOut",
     "LiveOut",
@@ -93,6 +94,8 @@ class SourceOut(BaseModel):
     server_id: int | None
     connected: bool
     url: str | None = Field(description="The source URL with its password redacted.")
+    server_uuid: str | None = Field(None, description="MySQL's @@server_uuid; null on MariaDB.")
+    gtid_domain_id: int | None = Field(None, description="MariaDB's @@gtid_domain_id; null on MySQL.")
 
     @classmethod
     def from_domain(cls, s: SourceStatus) -> SourceOut:
@@ -102,7 +105,21 @@ class SourceOut(BaseModel):
             server_id=s.server_id,
             connected=s.connected,
             url=redact(s.url),
+            server_uuid=s.server_uuid,
+            gtid_domain_id=s.gtid_domain_id,
         )
+
+
+class FailoverOut(BaseModel):
+    count: int = Field(
+        description="Resumes since start that followed another server by GTID (a promoted replica), "
+        'with no table copy (docs/operations.md, "Source failover").'
+    )
+    last: str | None = Field(
+        description='The last one: "server_id=1 domain=0 -> server_id=2 domain=0 at 0-1-125" (old '
+        "server, new server, the last applied transaction found again on the new one)."
+    )
+    last_time: dt.datetime | None
 
 
 class CheckpointOut(BaseModel):
@@ -138,6 +155,7 @@ class PositionOut(BaseModel):
     transactions_applied: int
     rows_applied: int
     errors: ErrorOut
+    failovers: FailoverOut
 
     @classmethod
     def from_domain(cls, s: ReplicatorStatus) -> PositionOut:
@@ -168,6 +186,9 @@ class PositionOut(BaseModel):
                 last=redact(s.errors.last),
                 last_time=_time(s.errors.last_ts),
                 retriable=s.errors.retriable,
+            ),
+            failovers=FailoverOut(
+                count=s.failovers, last=s.last_failover, last_time=_time(s.last_failover_at)
             ),
         )
 

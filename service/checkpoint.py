@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Literal
 
-from service.binlog.constants import LOG_EVENT_ARTIFICIAL_F
+from service.binlog.constants import LOG_EVENT_ARTIFICIAL_F, EventType
 from service.binlog.events import (
     Event,
     FormatDescriptionEvent,
@@ -135,6 +135,10 @@ class BinlogPosition:
         return cls(file, int(pos))
 
 
+XID_EVENT = int(EventType.XID)
+FORMAT_DESCRIPTION_EVENT = int(EventType.FORMAT_DESCRIPTION)
+
+
 # --- checkpoints and start points ---------------------------------------------------------------
 
 
@@ -165,9 +169,30 @@ class EventMark:
             detail = event.xid
         elif isinstance(event, QueryEvent):
             detail = zlib.crc32(event.sql_bytes)
+        elif isinstance(event, FormatDescriptionEvent):
+            return cls.of_file(event)
         else:
             detail = 0
         return cls(h.offset, h.type_code, h.server_id, h.timestamp, detail)
+
+    @classmethod
+    def of_file(cls, event: FormatDescriptionEvent) -> EventMark:
+        """The binlog file's identity: its FORMAT_DESCRIPTION (at offset 4), whose header time is
+        the file's creation and whose detail is the CRC32 of the server version. Also from the
+        copy a dump re-sends when it starts inside the file (log_pos 0: its offset is made up)."""
+        h = event.header
+        return cls(4, h.type_code, h.server_id, h.timestamp, zlib.crc32(event.server_version.encode()))
+
+    def same_transaction(self, other: EventMark) -> bool:
+        """True when `other` may be this commit event written by another server of the same
+        history (a replica with log_slave_updates): type, originating server_id, timestamp and
+        statement CRC carry over; the offset and an XID (the writing server's own counter) do not."""
+        return (
+            self.type_code == other.type_code
+            and self.server_id == other.server_id
+            and self.timestamp == other.timestamp
+            and (self.type_code == XID_EVENT or self.detail == other.detail)
+        )
 
     def __str__(self) -> str:
         return f"{self.offset} {self.type_code} {self.server_id} {self.timestamp} {self.detail}"
@@ -183,24 +208,59 @@ class EventMark:
 
 @dataclass(slots=True, unsafe_hash=True, init=False)
 class Checkpoint:
-    """The resume point after a committed transaction."""
+    """The resume point after a committed transaction.
+
+    It carries its history's identity (docs/mirror.md, "History check"): `mark`, the commit event
+    ending at it, or for a checkpoint that ends no transaction (a bootstrap, a new file after a
+    ROTATE) the FORMAT_DESCRIPTION of its file; `gtid`, the transaction's own GTID, which a
+    resume by GTID asks the source for again to compare its commit event with `mark`; and
+    `source`, the identity of the server it was read from (a change is a failover)."""
 
     position: BinlogPosition
     gtid_set: str = ""  # executed set after the transaction: "uuid:1-5,..." or MariaDB "0-1-100,..."
     ts: int = 0  # source timestamp of the transaction's commit event
-    # the event ending at `position` (None: not known, e.g. a start point or a file's start);
-    # not part of equality: two checkpoints at one position are the same resume point
+    # the event ending at `position` (a commit), or its file's FORMAT_DESCRIPTION (offset 4);
+    # None: not known. Not part of equality, nor are the others below: two checkpoints at one
+    # position are the same resume point
     mark: EventMark | None = field(default=None, compare=False)
+    # GTID of the last transaction applied up to here ("": none), the one `mark` ends
+    gtid: str = field(default="", compare=False)
+    source: str = field(default="", compare=False)  # `ServerInfo.identity` of the server read from
+    # at a file's start: the commit event of `gtid` (in an earlier file), so that a failover right
+    # after a ROTATE can still be followed by GTID
+    txn_mark: EventMark | None = field(default=None, compare=False)
 
     def __init__(
-        self, position: BinlogPosition, gtid_set: str = "", ts: int = 0, mark: EventMark | None = None
+        self,
+        position: BinlogPosition,
+        gtid_set: str = "",
+        ts: int = 0,
+        mark: EventMark | None = None,
+        gtid: str = "",
+        source: str = "",
+        txn_mark: EventMark | None = None,
     ) -> None:
         self.position, self.gtid_set, self.ts, self.mark = position, gtid_set, ts, mark
+        self.gtid, self.source, self.txn_mark = gtid, source, txn_mark
 
     def __reduce__(
         self,
-    ) -> tuple[type[Checkpoint], tuple[BinlogPosition, str, int, EventMark | None]]:
-        return Checkpoint, (self.position, self.gtid_set, self.ts, self.mark)
+    ) -> tuple[
+        type[Checkpoint], tuple[BinlogPosition, str, int, EventMark | None, str, str, EventMark | None]
+    ]:
+        return Checkpoint, (
+            self.position, self.gtid_set, self.ts, self.mark, self.gtid, self.source, self.txn_mark,
+        )  # fmt: skip
+
+    @property
+    def ends_transaction(self) -> bool:
+        """Its mark is a transaction's commit event (not a file's FORMAT_DESCRIPTION)."""
+        return self.mark is not None and self.mark.type_code != FORMAT_DESCRIPTION_EVENT
+
+    @property
+    def last_commit(self) -> EventMark | None:
+        """The commit event of the last transaction applied up to here (that of `gtid`), when known."""
+        return self.mark if self.ends_transaction else self.txn_mark
 
 
 StartPoint = Literal["now", "start"] | BinlogPosition | MysqlGtidSet | MariadbGtidPos | Checkpoint
@@ -297,12 +357,24 @@ class CheckpointTracker:
 
     __slots__ = (
         "_file", "_pos", "_gtids", "_gtid_text", "in_transaction", "_pending_gtid", "_pending_text",
-        "_payload_at",
+        "_payload_at", "source", "_rotated", "_last_gtid", "_last_commit",
     )  # fmt: skip
 
-    def __init__(self, position: BinlogPosition, gtids: GtidSet | None = None) -> None:
+    def __init__(
+        self,
+        position: BinlogPosition,
+        gtids: GtidSet | None = None,
+        source: str = "",
+        last: Checkpoint | None = None,
+    ) -> None:
+        """`last`: the checkpoint resumed from, whose last transaction a file start carries on."""
         self._file, self._pos = position.file, position.pos
         self.gtids = gtids  # executed set so far; None when unknown (no GTID tracking)
+        self.source = source  # the server's identity, stamped on every checkpoint
+        self._rotated = False  # a real ROTATE was seen: the next file's FORMAT_DESCRIPTION ends it
+        # the GTID and commit event of the last transaction, for a file start's checkpoint
+        self._last_gtid = last.gtid if last is not None else ""
+        self._last_commit = last.last_commit if last is not None else None
         self.in_transaction = False
         self._pending_gtid: MysqlGtid | MariadbGtid | None = None
         self._pending_text = ""  # the GTID event's own text of _pending_gtid
@@ -324,7 +396,7 @@ class CheckpointTracker:
     @property
     def checkpoint(self) -> Checkpoint:
         """The current position as a Checkpoint (only a boundary when not in_transaction)."""
-        return Checkpoint(self.position, self._gtid_text)
+        return Checkpoint(self.position, self._gtid_text, source=self.source)
 
     def observe(self, event: Event) -> Checkpoint | None:
         kind = _KINDS.get(type(event))
@@ -359,7 +431,22 @@ class CheckpointTracker:
                 return None  # the dump's fake rotate names where we already are
             # The next file's start is a boundary too: an idle source that rotates (FLUSH, a
             # restart) then purges the old file must not strand the checkpoint in it.
-            return Checkpoint(self.position, self._gtid_text, event.header.timestamp)
+            self._rotated = True
+            return Checkpoint(
+                self.position, self._gtid_text, event.header.timestamp, None, self._last_gtid, self.source,
+                self._last_commit,
+            )  # fmt: skip
+        if kind == _FDE and self._rotated and event.header.log_pos:
+            # ... and again just after the new file's FORMAT_DESCRIPTION, which is its mark: the
+            # file's identity (creation time, server version), checked at a resume as a commit
+            # event is (docs/mirror.md). The applier stores only the last of such empty ones.
+            assert isinstance(event, FormatDescriptionEvent)
+            self._rotated = False
+            mark = EventMark.of_file(event)
+            return Checkpoint(
+                self.position, self._gtid_text, event.header.timestamp, mark, self._last_gtid, self.source,
+                self._last_commit,
+            )  # fmt: skip
         if kind == _PREVIOUS:
             assert isinstance(event, PreviousGtidsEvent)
             if event.gtid_set:
@@ -387,7 +474,13 @@ class CheckpointTracker:
                 mysql_base = self.gtids if isinstance(self.gtids, MysqlGtidSet) else MysqlGtidSet()
                 self.gtids = mysql_base.add(gtid)
         position = BinlogPosition(self._file, self._pos)
-        return Checkpoint(position, self._gtid_text, event.header.timestamp, EventMark.of(event))
+        mark = EventMark.of(event)
+        if gtid is not None:
+            self._last_gtid, self._last_commit = self._pending_text, mark
+            return Checkpoint(
+                position, self._gtid_text, event.header.timestamp, mark, self._last_gtid, self.source
+            )
+        return Checkpoint(position, self._gtid_text, event.header.timestamp, mark, "", self.source)
 
     def _advance(self, event: Event, kind: int) -> None:
         h = event.header

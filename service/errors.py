@@ -14,7 +14,9 @@
     │   ├── PositionLost               (not retriable) ERR 1236: position purged/unknown
     │   ├── PreflightError             (not retriable) the source is not configured to be read
     │   ├── HistoryMismatch            (not retriable) the source's event at the checkpoint is not
-    │   │                              the one applied: another server, or a rebuilt one
+    │   │   │                          the one applied: another server, or a rebuilt one
+    │   │   └── SourceBehind           the source lacks transactions the mirror applied (a replica
+    │   │                              that lagged at a failover): named by GTID
     │   └── SourceAccessDenied         (permanent) wrong user/password, missing privilege
     ├── SinkError                      (retriable) Redis unavailable
     │   ├── LeaseLost                  (not retriable here) another instance holds the writer lease
@@ -51,6 +53,7 @@ __all__ = [
     "SinkError",
     "SinkTlsRefused",
     "SourceAccessDenied",
+    "SourceBehind",
     "SourceError",
     "StackError",
     "TruncatedEvent",
@@ -121,6 +124,11 @@ class HistoryMismatch(SourceError):
 
     retriable = False
     setting = "BINLOG_MIRROR_ON_HISTORY_MISMATCH"
+
+
+class SourceBehind(HistoryMismatch):
+    """The source's GTIDs lack transactions the mirror applied (service/history.py): following it
+    would drop them from the history and mix in the ones it wrote instead."""
 
 
 class SourceAccessDenied(SourceError):

@@ -182,6 +182,23 @@ class MysqlGtidSet:
     def __le__(self, other: MysqlGtidSet) -> bool:
         return self.issubset(other)
 
+    def difference(self, other: MysqlGtidSet) -> MysqlGtidSet:
+        """The GTIDs of this set that are not in `other` (to name what a source lacks)."""
+        theirs = dict(other.sets)
+        acc: dict[tuple[str, str], list[tuple[int, int]]] = {}
+        for key, intervals in self.sets:
+            for lo, hi in intervals:
+                pieces = [(lo, hi)]
+                for a, b in theirs.get(key, ()):
+                    pieces = [
+                        part
+                        for x, y in pieces
+                        for part in ((x, min(y, a - 1)), (max(x, b + 1), y))
+                        if part[0] <= part[1]
+                    ]
+                acc.setdefault(key, []).extend(pieces)
+        return self._build(acc)
+
     def __bool__(self) -> bool:
         return bool(self.sets)
 

@@ -467,6 +467,15 @@ class LocalStack:
         finally:
             conn.close()
 
+    def prepare(self, passwords_of: StackInfo | None = None) -> StackInfo:
+        """The stack's ports and passwords, chosen and saved on first use. `passwords_of`: take
+        another stack's passwords (a replica reached through the same URL as its primary)."""
+        info = self._info()
+        if passwords_of is not None:
+            info.repl_password, info.admin_password = passwords_of.repl_password, passwords_of.admin_password
+            self._save(info)
+        return info
+
     # -- status --------------------------------------------------------------------------------
     def status(self) -> dict[str, Any]:
         """What the servers themselves report (not what the config file says)."""

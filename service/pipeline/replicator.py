@@ -31,7 +31,14 @@ from redis.asyncio.cluster import RedisCluster
 from service.backoff import Backoff
 from service.catalog import Catalog
 from service.checkpoint import Checkpoint, StartPoint, parse_start
-from service.errors import ConfigError, HistoryMismatch, LeaseLost, PositionLost, ReplicatorError
+from service.errors import (
+    ConfigError,
+    HistoryMismatch,
+    LeaseLost,
+    PositionLost,
+    ReplicatorError,
+    SourceBehind,
+)
 from service.pipeline.applier import BATCH_MAX, BATCH_ROWS, AppliedHook, Applier
 from service.pipeline.control import Control
 from service.pipeline.failures import FailureLog
@@ -230,6 +237,18 @@ class Replicator:
     def _history_mismatch(self, exc: HistoryMismatch) -> HistoryMismatch:
         """The same error, with what it means and the way out (docs/mirror.md, "History check")."""
         where = self.progress.applied.position if self.progress.applied else "?"
+        if isinstance(exc, SourceBehind):
+            behind = SourceBehind(
+                f"the source does not hold the history the mirror applied (stored checkpoint {where}): "
+                f"{exc}. Following it would lose those transactions and mix in the ones it wrote "
+                "instead. Way out: point the mirror at a server that has them (the old primary, or "
+                "a replica that caught up); or start again with --on-history-mismatch recopy "
+                "(BINLOG_MIRROR_ON_HISTORY_MISMATCH=recopy) to copy the selected tables again from "
+                "this source; or delete the mirror's keys "
+                f"({self.layout.prefix}:*) and copy the tables with `binlog-mirror snapshot`"
+            )
+            behind.__cause__ = exc
+            return behind
         mismatch = HistoryMismatch(
             f"the stored checkpoint {where} belongs to another history than this source's binlog "
             f"(a rebuilt or replaced server?): {exc}. Following it would mix two servers' rows. "

@@ -28,6 +28,9 @@ class PastSources:
         self.ignorable = self.invalid = 0
         self.bytes = self.heartbeats = 0
         self.maps: dict[tuple[str, str], TableSchema] = {}  # latest TABLE_MAP per table
+        self.failovers = 0
+        self.last_failover_at = 0.0
+        self.last_failover = ""
 
     def fold(self, source: TransactionSource) -> None:
         stats = source.stats
@@ -35,6 +38,9 @@ class PastSources:
         self.bytes += stats.bytes
         self.heartbeats += stats.heartbeats
         self.maps.update(stats.table_maps)
+        self.failovers += stats.failovers
+        if stats.failovers:
+            self.last_failover_at, self.last_failover = stats.last_failover_at, stats.last_failover
         by_type, ignorable, invalid = source.decoder_totals()
         self.events.update(by_type)
         self.ignorable += ignorable
@@ -115,6 +121,10 @@ def build_status(
         ignorable += more_ignorable
         invalid += more_invalid
         reconnects += source.stats.reconnects
+    failovers, failover_at, failover = past.failovers, past.last_failover_at, past.last_failover
+    if stats is not None and stats.failovers:
+        failovers += stats.failovers
+        failover_at, failover = stats.last_failover_at, stats.last_failover
     return ReplicatorStatus(
         state=progress.state,
         since=progress.since,
@@ -124,6 +134,8 @@ def build_status(
             server_id=info.server_id if info else None,
             connected=bool(stats and stats.connected),
             url=settings.mysql.redacted() if settings.mysql else None,
+            server_uuid=(info.var("server_uuid") or None) if info and not info.mariadb else None,
+            gtid_domain_id=int(info.var("gtid_domain_id") or 0) if info and info.mariadb else None,
         ),
         received_position=received.end.position if received else None,
         received_gtid=received.gtid if received else None,
@@ -156,6 +168,9 @@ def build_status(
         last_packet_at=last_packet or None,
         unmatched_tables=unmatched_tables,
         paused=paused,
+        failovers=failovers,
+        last_failover_at=failover_at or None,
+        last_failover=failover or None,
     )
 
 

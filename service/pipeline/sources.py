@@ -67,7 +67,11 @@ def default_source(settings: Settings, start: StartPoint, flt: TableFilter) -> T
 
     # what the mirror, the websocket and the change log write of a row is its Redis text or
     # its canonical JSON: DecodeOptions.stored_text builds no Decimal or datetime only for that
-    return BinlogSource(settings, start, table_filter=flt, stored_text=True)
+    # A Redis Cluster mirror's slot groups order transactions by binlog position (a group skips
+    # one not past its own checkpoint: service/sink/cluster.py), which another server's binlog
+    # does not continue: it stops at a source failover (HistoryMismatch) instead of following it
+    cluster = settings.redis is not None and settings.redis.cluster
+    return BinlogSource(settings, start, table_filter=flt, stored_text=True, follow_failover=not cluster)
 
 
 class TableDefinitions(Protocol):

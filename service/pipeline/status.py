@@ -80,6 +80,8 @@ class SourceStatus:
     server_id: int | None = None  # the source's server_id
     connected: bool = False
     url: str | None = None  # redacted (no password)
+    server_uuid: str | None = None  # MySQL's @@server_uuid; None on MariaDB
+    gtid_domain_id: int | None = None  # MariaDB's @@gtid_domain_id; None on MySQL
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,3 +133,7 @@ class ReplicatorStatus:
     last_packet_at: float | None = None  # wall clock of the last event or heartbeat received
     unmatched_tables: tuple[str, ...] = ()  # --tables patterns that match no table of the source
     paused: bool = False  # applying paused by the operator (POST /control/pause, `ctl pause`)
+    # resumes that followed another server by GTID (a promoted replica), since start, and the last
+    failovers: int = 0
+    last_failover_at: float | None = None  # wall clock
+    last_failover: str | None = None  # "server_id=1 domain=0 -> server_id=2 domain=0 at 0-1-125"

@@ -11,9 +11,15 @@ anything else that looks at a mirror (tests, benchmarks, tools).
     gtid      the transaction's own GTID ("" when none)
     values    hash | json: the value mode the rows were written in
     event     the event ending at `pos` (`EventMark`: "offset type server_id timestamp detail"),
-              checked against the source at every resume; "" when not known (a start point)
+              or, for a checkpoint that ends no transaction (a bootstrap, a file's start after a
+              ROTATE), its file's FORMAT_DESCRIPTION (offset 4): the history's identity, checked
+              against the source at every resume; "" when not known (written before it existed)
     recopy    "" after every apply; a reason when the mirror is known incomplete (an eviction
               stop wrote it): the next start copies the selected tables again, which clears it
+    source    the identity of the server the checkpoint was read from (`ServerInfo.identity`,
+              e.g. "server_id=1 domain=0"): a resume from another one is a failover
+    txn_event at a file's start (after a ROTATE): the commit event of `gtid`, the last transaction
+              (in an earlier file), which a resume by GTID compares; "" otherwise
 
 Field order and text are part of the format: existing mirrors must keep loading (a hash written
 before `event` existed resumes unchecked; one with only `recopy` has no checkpoint).
@@ -43,10 +49,12 @@ def checkpoint_fields(
         "pos": str(end.position.pos),
         "gtid_set": end.gtid_set,
         "ts": str(end.ts or ts or 0),
-        "gtid": gtid or "",
+        "gtid": gtid or end.gtid,
         "values": values,
         "event": str(end.mark) if end.mark is not None else "",
         RECOPY_FIELD: "",
+        "source": end.source,
+        "txn_event": str(end.txn_mark) if end.txn_mark is not None else "",
     }
 
 
@@ -67,7 +75,11 @@ def decode_checkpoint(raw: Mapping[Any, bytes | str]) -> StoredCheckpoint | None
     position = BinlogPosition(f["file"], int(f["pos"]))
     event = f.get("event")
     mark = EventMark.parse(event) if event else None
-    checkpoint = Checkpoint(position, f.get("gtid_set", ""), int(f.get("ts", 0)), mark)
+    txn_event = f.get("txn_event")
+    checkpoint = Checkpoint(
+        position, f.get("gtid_set", ""), int(f.get("ts", 0)), mark, f.get("gtid", ""), f.get("source", ""),
+        EventMark.parse(txn_event) if txn_event else None,
+    )  # fmt: skip
     return StoredCheckpoint(checkpoint, f["id"], f.get("values"), f.get("gtid") or None, event is not None)
 
 

@@ -190,6 +190,19 @@ class ServerInfo:
     def var(self, name: str, default: str = "") -> str:
         return self.variables.get(name, default)
 
+    @property
+    def gtids(self) -> bool:
+        """The source writes GTIDs a dump can start from (MariaDB always; MySQL with gtid_mode=ON)."""
+        return self.mariadb or self.var("gtid_mode").upper() == "ON"
+
+    @property
+    def identity(self) -> str:
+        """Which server this is, stored with each checkpoint (a change is a failover): server_id,
+        and MySQL's server_uuid or MariaDB's GTID domain."""
+        if self.mariadb:
+            return f"server_id={self.server_id} domain={self.var('gtid_domain_id', '0')}"
+        return f"server_id={self.server_id} uuid={self.var('server_uuid')}"
+
 
 _VARIABLES = (
     "log_bin",
@@ -203,6 +216,7 @@ _VARIABLES = (
     "gtid_mode",
     "server_id",
     "server_uuid",
+    "gtid_domain_id",
 )
 
 

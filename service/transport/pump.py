@@ -17,8 +17,9 @@ from service.binlog import BinlogDecoder
 from service.binlog.constants import LOG_EVENT_ARTIFICIAL_F, EventType
 from service.binlog.events import Event, FormatDescriptionEvent, TableMapEvent, TransactionPayloadEvent
 from service.binlog.schema import TableSchema
-from service.checkpoint import BinlogPosition, EventMark
+from service.checkpoint import FORMAT_DESCRIPTION_EVENT, BinlogPosition, Checkpoint, EventMark
 from service.errors import HistoryMismatch
+from service.history import ExpectedTransaction, describe_mark
 from service.queues import RowQueue
 from service.transactions import Transaction, TransactionAssembler
 
@@ -42,7 +43,13 @@ class EventPump:
     `expect`: the history check (docs/mirror.md). The dump then starts at the event ending at
     the checkpoint, and the first real event (not one the server makes up: the fake ROTATE, the
     FORMAT_DESCRIPTION resent) must be that event, else HistoryMismatch; its transaction
-    ends at `skip_until` and is dropped."""
+    ends at `skip_until` and is dropped. A FORMAT_DESCRIPTION is such an event only when it is
+    the expected one (the mark of a checkpoint at a file's start).
+
+    `expect_txn`: the same check for a resume by GTID (service/history.py): the dump starts just
+    before the last applied transaction, which must come first in its stream (a MariaDB domain,
+    a MySQL uuid), with the stored commit event; it is dropped, and `found` is where it ends in
+    this source's binlog."""
 
     def __init__(
         self,
@@ -54,6 +61,7 @@ class EventPump:
         skip_until: BinlogPosition | None = None,
         hold_ddl: bool = False,
         expect: EventMark | None = None,
+        expect_txn: ExpectedTransaction | None = None,
     ) -> None:
         self.decoder = decoder
         self.assembler = assembler
@@ -62,6 +70,8 @@ class EventPump:
         self.skip_until = skip_until
         self.hold_ddl = hold_ddl
         self.expect = expect
+        self.expect_txn = expect_txn
+        self.found: Checkpoint | None = None  # the end of the expected transaction, once seen
         self.seen = 0  # events decoded by the last run() (payloads' inner events included)
         self.delivered = 0  # transactions the last run() put in the queue
         self.last: Transaction | None = None  # the last transaction put in the queue
@@ -128,7 +138,7 @@ class EventPump:
         if (
             h.flags & LOG_EVENT_ARTIFICIAL_F
             or (h.log_pos == 0 and self._inner is None)
-            or type(event) is FormatDescriptionEvent
+            or (type(event) is FormatDescriptionEvent and expect.type_code != FORMAT_DESCRIPTION_EVENT)
         ):
             return  # made up by the server for this dump
         if h.offset == expect.offset and h.type_code != expect.type_code:
@@ -139,11 +149,15 @@ class EventPump:
         if found != expect:
             raise HistoryMismatch(
                 f"the event at offset {expect.offset} is not the one applied: stored "
-                f"{_describe(expect)}, the source has {_describe(found)}"
+                f"{describe_mark(expect)}, the source has {describe_mark(found)}"
             )
 
     def _queued(self, txn: Transaction) -> bool:
         """Put `txn` in the queue unless the caller must deliver it; True when it is done with."""
+        expected = self.expect_txn
+        if expected is not None and expected.check(txn.gtid, txn.end):
+            self.expect_txn, self.found = None, txn.end
+            return True
         skip = self.skip_until
         if skip is not None:
             if txn.end.position <= skip:
@@ -157,17 +171,6 @@ class EventPump:
         self.delivered += 1
         self.last = txn
         return True
-
-
-def _describe(mark: EventMark) -> str:
-    try:
-        name = EventType(mark.type_code).name
-    except ValueError:
-        name = f"type {mark.type_code}"
-    return (
-        f"{name} at {mark.offset} (server_id {mark.server_id}, timestamp {mark.timestamp}, "
-        f"{'xid' if name == 'XID' else 'detail'} {mark.detail})"
-    )
 
 
 def _is_heartbeat(raw: bytes) -> bool:

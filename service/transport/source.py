@@ -29,14 +29,10 @@ import aiomysql
 
 from service.backoff import Backoff
 from service.binlog import BinlogDecoder, DecodeOptions
-from service.binlog.constants import EventType
-from service.binlog.schema import TableSchema
-from service.binlog.stats import DecoderStats
 from service.checkpoint import (
     BinlogPosition,
     Checkpoint,
     CheckpointTracker,
-    EventMark,
     MariadbGtidPos,
     MysqlGtidSet,
     StartPoint,
@@ -63,6 +59,8 @@ from service.transport.connection import (
 )
 from service.transport.preflight import preflight
 from service.transport.pump import EventPump
+from service.transport.resume import Resume, failover_note, file_mark, gtid_resume, history_mark, resolve
+from service.transport.sourcestats import SourceStats, type_names
 from service.transport.stream import BinlogStream
 
 __all__ = ["BinlogSource", "SourceStats"]
@@ -78,48 +76,14 @@ KILL_TIMEOUT = 2.0  # the longest close() spends asking the source to end an old
 
 
 @dataclass(slots=True)
-class SourceStats:
-    """Counters of the reader; a plain mutable record, read by the API (copy it to keep it)."""
-
-    events: int = 0  # events decoded (heartbeats excluded)
-    bytes: int = 0  # event bytes received (heartbeats included)
-    heartbeats: int = 0
-    transactions: int = 0  # transactions put in the queue
-    reconnects: int = 0
-    connected: bool = False
-    last_event_ts: int = 0  # source timestamp of the last non-heartbeat event (seconds)
-    last_event_at: float = 0.0  # time.time() when the last packet (event or heartbeat) arrived
-    last_error: str = ""
-    read_position: BinlogPosition | None = None  # after the last event read (maybe mid-transaction)
-    delivered: Checkpoint | None = None  # end of the last transaction put in the queue
-    # decoder counters, summed over every connection's decoder (see BinlogSource.decoder_totals)
-    events_by_type: Counter[str] = field(default_factory=Counter)  # EventType name -> events
-    skipped_ignorable: int = 0  # unknown events skipped thanks to LOG_EVENT_IGNORABLE_F
-    invalid_text_values: int = 0  # text values whose bytes were invalid in their charset
-    # the latest TABLE_MAP read per (schema, table): its table id, column metadata and names
-    table_maps: dict[tuple[str, str], TableSchema] = field(default_factory=dict)
-    # where the decoder takes column names from: "binlog" (binlog_row_metadata=FULL, as read at
-    # start) or "information_schema" (any other value: looked up by `ColumnNames`)
-    column_names: str = "binlog"
-
-
-@dataclass(slots=True)
-class _Resume:
-    """Where the next connection starts."""
-
-    checkpoint: Checkpoint
-    gtid_mode: bool  # dump by GTID set (else by file/pos)
-    skip_until: BinlogPosition | None = None  # drop transactions ending at or before this
-    expect: EventMark | None = None  # the history check of the dump being opened (_open)
-
-
-@dataclass(slots=True)
 class _Session:
     stream: BinlogStream
     decoder: BinlogDecoder
     assembler: TransactionAssembler
     delivered_any: bool = False
     extra: dict[str, object] = field(default_factory=dict)
+    head: list[bytes] = field(default_factory=list)  # events read by _start, for the pump first
+    resumed_from: str = ""  # the identity stored with the checkpoint this dump resumes
 
 
 _EOF = object()
@@ -144,6 +108,7 @@ class BinlogSource:
         queue_rows: int | None = None,
         non_blocking: bool = False,
         check_source: bool = True,
+        follow_failover: bool = True,
         stored_text: bool = False,
     ) -> None:
         self.settings = settings
@@ -157,6 +122,9 @@ class BinlogSource:
         self.server_id = settings.server_id
         self.non_blocking = non_blocking  # stop (end the iterator) at the end of the binlog
         self.check_source = check_source
+        # resume by GTID on another server than the checkpoint's (docs/mirror.md, "Source
+        # failover"); off: such a resume goes by file and position, whose check stops it
+        self.follow_failover = follow_failover
         self.stats = SourceStats()
         self.info: ServerInfo | None = None
         self.start_checkpoint: Checkpoint | None = None  # the resolved start
@@ -168,7 +136,7 @@ class BinlogSource:
         self._names_from_schema = False
         self._ctl: aiomysql.Connection | None = None
         self._ctl_lock = asyncio.Lock()
-        self._resume: _Resume | None = None
+        self._resume: Resume | None = None
         self._session: _Session | None = None
         self._task: asyncio.Task[None] | None = None
         self._done = False
@@ -209,9 +177,17 @@ class BinlogSource:
         self.stats.column_names = "information_schema" if self._names_from_schema else "binlog"
         if self._names_from_schema:
             await self._columns.refresh(ctl)
-        self._resume = await self._resolve(ctl, info, self.start_point)
+        self._resume = await resolve(ctl, info, self.start_point)
         self.start_checkpoint = self._resume.checkpoint
         session = await self._open()
+        start = self._resume.checkpoint
+        resolved = not isinstance(self.start_point, Checkpoint)  # now, start, FILE:POS
+        if resolved and start.position.file and not self._resume.gtid_mode:
+            # A start point (bootstrap) carries its history's identity too: its file's
+            # FORMAT_DESCRIPTION, the first event the dump sends (docs/mirror.md)
+            mark = await file_mark(session.stream, session.decoder.file, session.head)
+            start = Checkpoint(start.position, start.gtid_set, start.ts, mark, "", info.identity)
+            self._resume.checkpoint = self.start_checkpoint = start
         self._task = asyncio.create_task(self._read_loop(session), name="binlog-reader")
 
     async def close(self) -> None:
@@ -223,7 +199,7 @@ class BinlogSource:
         if self._session is not None:
             self._stale_dumps.append(self._session.stream.thread_id)
             await close_connection(self._session.stream.connection)
-            self._fold(self._session.decoder.stats)
+            self.stats.fold(self._session.decoder.stats)
             self._session = None
         if self._stale_dumps and self._ctl is not None and not self._ctl.closed:
             # only on a side connection still open: close() must not wait for a reconnect
@@ -349,39 +325,6 @@ class BinlogSource:
                     if await fetch(ctl, _OUR_DUMP_THREAD, (thread,)):
                         await fetch(ctl, f"KILL CONNECTION {int(thread)}")
 
-    async def _resolve(self, ctl: aiomysql.Connection, info: ServerInfo, start: StartPoint) -> _Resume:
-        if isinstance(start, Checkpoint):
-            if start.position.file:
-                return _Resume(start, gtid_mode=False)
-            return _Resume(start, gtid_mode=True)
-        if isinstance(start, MysqlGtidSet | MariadbGtidPos):
-            if isinstance(start, MariadbGtidPos) != info.mariadb:
-                raise SourceError(f"GTID set {start} is not in the {info.flavour} form")
-            return _Resume(Checkpoint(BinlogPosition("", 4), str(start)), gtid_mode=True)
-        if start == "now":
-            return _Resume(await current_checkpoint(ctl, info), gtid_mode=False)
-        if start == "start":
-            files = await binlog_files(ctl)
-            if not files:
-                raise SourceError("SHOW BINARY LOGS is empty: is binary logging on?")
-            begin = BinlogPosition(files[0][0], 4)
-            return _Resume(Checkpoint(begin, await self._gtid_at(ctl, info, begin)), gtid_mode=False)
-        assert isinstance(start, BinlogPosition)
-        # An explicit FILE:POS may point inside a transaction: read the file from its start and
-        # hand out transactions that end after POS, so the one holding POS comes out whole.
-        begin = BinlogPosition(start.file, 4)
-        skip = start if start.pos > 4 else None
-        return _Resume(
-            Checkpoint(begin, await self._gtid_at(ctl, info, begin)), gtid_mode=False, skip_until=skip
-        )
-
-    @staticmethod
-    async def _gtid_at(ctl: aiomysql.Connection, info: ServerInfo, position: BinlogPosition) -> str:
-        if not info.mariadb:
-            return ""  # MySQL: the set is learnt from the GTID events that follow
-        rows = await fetch(ctl, "SELECT BINLOG_GTID_POS(%s, %s)", (position.file, position.pos))
-        return str(rows[0][0] or "") if rows else ""
-
     def _decode_options(self) -> DecodeOptions:
         skip_rows = self.table_filter.skips
         if self._names_from_schema:
@@ -395,21 +338,60 @@ class BinlogSource:
             )
         return DecodeOptions(skip_rows=skip_rows, stored_text=self.stored_text)
 
+    async def _server_info(self) -> ServerInfo:
+        """The server's settings, on the side connection; once more on a new connection when the
+        old one was lost with the dump's (a failed read closes it, the next use reopens it)."""
+        for attempt in (1, 2):
+            try:
+                async with self._side("reading the source's settings") as ctl:
+                    return await server_info(ctl)
+            except SourceError:
+                if attempt == 2 or self._ctl is None or not self._ctl.closed:
+                    raise
+        raise AssertionError("unreachable")
+
     async def _open(self) -> _Session:
         """A new dump connection + decoder + tracker from the resume point."""
         assert self._resume is not None and self.info is not None
         resume = self._resume
+        if self._task is not None:
+            # a reconnect: the server behind the address may be another one now (a failover)
+            info = await self._server_info()
+            if info.identity != self.info.identity:
+                self._stale_dumps.clear()  # thread ids of the old server
+            self.info = info
         if self._stale_dumps:
             with contextlib.suppress(SourceError):
                 await self._kill_stale_dumps()
+        cp = resume.checkpoint
+        by_gtid = None
+        if not resume.gtid_mode:
+            if not self.follow_failover and cp.source and cp.source != self.info.identity:
+                raise HistoryMismatch(
+                    f"the source is another server ({self.info.identity}) than the one the checkpoint "
+                    f"was read from ({cp.source}), and this mirror does not follow a source failover "
+                    "(a Redis Cluster mirror orders transactions by binlog position)"
+                )
+            async with self._side("reading the source's GTIDs") as ctl:
+                by_gtid = await gtid_resume(ctl, self.info, cp)
+        resume.by_gtid = by_gtid
         conn = await connect(self.settings)
         stream = BinlogStream(conn, self.info, read_timeout=self.heartbeat * READ_TIMEOUT_FACTOR)
         try:
             await stream.prepare(heartbeat=self.heartbeat, server_id=self.server_id)
-            cp = resume.checkpoint
             gtids = parse_gtid_set(cp.gtid_set) if cp.gtid_set else None
-            resume.expect = mark = _history_mark(cp) if not resume.gtid_mode else None
-            if mark is not None:
+            mark = history_mark(cp) if not resume.gtid_mode and by_gtid is None else None
+            resume.expect = mark
+            if by_gtid is not None:
+                # From just before the last applied transaction: the source sends it again and
+                # the pump compares it (service/history.py); positions of another binlog are
+                # meaningless here, the tracker learns this one's from the dump
+                resume.skip_until = None
+                gtids = by_gtid.dump_from
+                await stream.dump_gtid(
+                    gtids, server_id=self.server_id, non_block=self.non_blocking, strict=by_gtid.strict
+                )
+            elif mark is not None:
                 # The history check: dump from the start of the event ending at the checkpoint
                 # (the pump compares it); its transaction, applied already, is skipped.
                 if resume.skip_until is None or resume.skip_until < cp.position:
@@ -429,17 +411,18 @@ class BinlogSource:
         except BaseException:
             stream.close()
             raise
-        tracker = CheckpointTracker(cp.position, gtids)
+        tracker = CheckpointTracker(cp.position, gtids, self.info.identity, cp)
         decoder = BinlogDecoder(self._decode_options(), file=cp.position.file)
         session = _Session(stream, decoder, TransactionAssembler(tracker, self.table_filter))
+        session.resumed_from = cp.source
         self._session = session
         self.stats.connected = True
-        log.info(
-            "streaming from %s%s (dump thread %d)",
-            "GTID " + cp.gtid_set if resume.gtid_mode else cp.position,
-            "" if resume.gtid_mode or not cp.gtid_set else f" [GTID {cp.gtid_set}]",
-            stream.thread_id,
-        )
+        if by_gtid is not None:
+            where = f"GTID {cp.gtid_set} (after {cp.gtid}, checked against {self.info.identity})"
+        else:
+            where = f"GTID {cp.gtid_set}" if resume.gtid_mode else str(cp.position)
+            where += "" if resume.gtid_mode or not cp.gtid_set else f" [GTID {cp.gtid_set}]"
+        log.info("streaming from %s (dump thread %d)", where, stream.thread_id)
         return session
 
     async def _read_loop(self, session: _Session | None) -> None:
@@ -476,15 +459,8 @@ class BinlogSource:
         if session is not None:
             self._stale_dumps.append(session.stream.thread_id)
             session.stream.close()
-            self._fold(session.decoder.stats)
+            self.stats.fold(session.decoder.stats)
         self._session = None
-
-    def _fold(self, dstats: DecoderStats) -> None:
-        """Add a finished connection's decoder counters to the totals."""
-        stats = self.stats
-        stats.events_by_type.update(_type_names(dstats))
-        stats.skipped_ignorable += dstats.skipped_ignorable
-        stats.invalid_text_values += dstats.invalid_text_values
 
     def decoder_totals(self) -> tuple[dict[str, int], int, int]:
         """(events by type name, ignorable events skipped, invalid text values) over every
@@ -494,7 +470,7 @@ class BinlogSource:
         skipped, invalid = stats.skipped_ignorable, stats.invalid_text_values
         session = self._session
         if session is not None:
-            by_type.update(_type_names(session.decoder.stats))
+            by_type.update(type_names(session.decoder.stats))
             skipped += session.decoder.stats.skipped_ignorable
             invalid += session.decoder.stats.invalid_text_values
         return dict(by_type), skipped, invalid
@@ -514,16 +490,26 @@ class BinlogSource:
             skip_until=resume.skip_until,
             hold_ddl=self._names_from_schema,  # refresh the column names before the next rows
             expect=resume.expect,
+            expect_txn=resume.by_gtid.expect if resume.by_gtid is not None else None,
         )
         clock = time.perf_counter
         slice_end = clock() + SLICE_SECONDS
         while True:
-            raws = await session.stream.read_batch()
+            raws: list[bytes] | None = session.head
+            if raws:
+                session.head = []
+            else:
+                raws = await session.stream.read_batch()
             if raws is None:
                 if pump.expect is not None:
                     raise HistoryMismatch(
                         f"the source's binlog ends before the event at {resume.checkpoint.position.file}:"
                         f"{pump.expect.offset} that the mirror applied last"
+                    )
+                if pump.expect_txn is not None:
+                    raise HistoryMismatch(
+                        f"the source's binlog ends before {pump.expect_txn.gtid}, the transaction the "
+                        "mirror applied last"
                     )
                 return True
             stats.last_event_at = time.time()
@@ -543,6 +529,9 @@ class BinlogSource:
                     ) from exc
                 if pump.expect is None:
                     resume.expect = None
+                if pump.found is not None:
+                    self._followed(session, pump.found)
+                    pump.found = None
                 stats.events += pump.seen
                 stats.last_event_ts = pump.last_ts or stats.last_event_ts
                 stats.read_position = tracker.position
@@ -571,6 +560,24 @@ class BinlogSource:
         await self._queue.put(txn, len(txn.changes))
         self._delivered(session, 1, txn)
 
+    def _followed(self, session: _Session, found: Checkpoint) -> None:
+        """The last applied transaction was found again by GTID on this source: a failover when
+        the checkpoint was read from another server (or, stored without its server's identity,
+        from another binlog position)."""
+        resume = self._resume
+        assert resume is not None and resume.by_gtid is not None
+        was = resume.by_gtid.expect.position
+        resume.by_gtid = None  # a later reconnect plans again from the delivered checkpoint
+        note = failover_note(session.resumed_from, found, was)
+        if note is None:
+            return
+        self.stats.failed_over(note)
+        log.warning(
+            "source failover: following %s by GTID: it has the transaction the mirror applied last "
+            "at %s (was %s); no table copy (%s)",
+            found.source, found.position, was, note,
+        )  # fmt: skip
+
     def _delivered(self, session: _Session, count: int, last: Transaction) -> None:
         # Only now is it safe to resume after `last`: the transaction is in the consumer's hands.
         assert self._resume is not None
@@ -579,22 +586,3 @@ class BinlogSource:
         self.received = last
         self.stats.transactions += count
         self.stats.delivered = last.end
-
-
-def _history_mark(cp: Checkpoint) -> EventMark | None:
-    """The event to check when resuming from `cp` by file and position: its mark, when it ends
-    exactly at `cp` in `cp`'s file (a file's start, or a start point, has none)."""
-    mark = cp.mark
-    if mark is None or not cp.position.file or not 4 <= mark.offset < cp.position.pos:
-        return None
-    return mark
-
-
-def _type_names(dstats: DecoderStats) -> Counter[str]:
-    out: Counter[str] = Counter()
-    for code, n in dstats.events_by_type.items():
-        try:
-            out[EventType(code).name] += n
-        except ValueError:
-            out[f"UNKNOWN_{code}"] += n
-    return out

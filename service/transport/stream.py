@@ -192,12 +192,20 @@ class BinlogStream:
         await self._dump(packet, "COM_BINLOG_DUMP")
 
     async def dump_gtid(
-        self, gtids: MysqlGtidSet | MariadbGtidPos, *, server_id: int, non_block: bool = False
+        self,
+        gtids: MysqlGtidSet | MariadbGtidPos,
+        *,
+        server_id: int,
+        non_block: bool = False,
+        strict: bool = True,
     ) -> None:
+        """`strict` (MariaDB): refuse a start GTID the binlog does not hold exactly. Off for a
+        resume that names the GTID before the last applied one by its sequence number only
+        (service/history.py checks the transaction that follows)."""
         if isinstance(gtids, MariadbGtidPos):
             # MariaDB: the GTID start point is a session variable; the dump names no file.
             await fetch(self._conn, "SET @slave_connect_state = %s", (str(gtids),))
-            await fetch(self._conn, "SET @slave_gtid_strict_mode = 1")
+            await fetch(self._conn, f"SET @slave_gtid_strict_mode = {int(strict)}")
             await fetch(self._conn, "SET @slave_gtid_ignore_duplicates = 0")
             await self.dump_position(BinlogPosition("", 4), server_id=server_id, non_block=non_block)
             return

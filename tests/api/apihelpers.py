@@ -54,6 +54,7 @@ def streaming_status(**overrides: Any) -> ReplicatorStatus:
             server_id=1,
             connected=True,
             url="mysql://mirror:***@h:3306",
+            gtid_domain_id=0,
         ),
         received_position=BinlogPosition("bin.000001", 1234),
         applied=Checkpoint(BinlogPosition("bin.000001", 1234), gtid_set="0-1-7", ts=int(time.time())),

@@ -39,6 +39,9 @@ class BusyReplicator(Replicator):
             last_event_ts=int(time.time()),
             tables=(table,),
             errors=ErrorStatus(count=1, last="SinkError('x')", by_kind=(("SinkError", 1),)),
+            failovers=1,
+            last_failover_at=time.time(),
+            last_failover="server_id=1 domain=0 -> server_id=2 domain=0 at 0-1-5",
         )
 
 
@@ -70,3 +73,11 @@ def test_dashboard_and_alerts_use_exported_metrics() -> None:
     unknown = {name for name in used if name not in exported}
     assert not unknown, f"not exported by /metrics: {sorted(unknown)}"
     assert "binlog_mirror_lag_seconds" in used and "binlog_mirror_resync_rows_copied" in used
+
+
+def test_the_metrics_docs_api_md_lists_are_exported() -> None:
+    """The names issue 39 gives (docs/api.md lists them) are exported."""
+    exported = exported_names()
+    docs = (DEPLOY.parent / "docs" / "api.md").read_text()
+    for name in ("binlog_mirror_source_failovers_total",):
+        assert name in exported and name.removeprefix("binlog_mirror_") in docs

@@ -88,7 +88,10 @@ def test_position(client: TestClient, double: StatusDouble) -> None:
         "server_id": 1,
         "connected": True,
         "url": "mysql://mirror:***@h:3306",
+        "server_uuid": None,
+        "gtid_domain_id": 0,
     }
+    assert body["failovers"] == {"count": 0, "last": None, "last_time": None}
     received = (body["received_file"], body["received_pos"], body["received_gtid"])
     assert received == ("bin.000001", 1234, "0-1-7") and body["received_gtid_set"] == "0-1-7,1-1-3"
     assert body["applied"]["file"] == "bin.000001" and body["applied"]["gtid_set"] == "0-1-7"
@@ -96,6 +99,13 @@ def test_position(client: TestClient, double: StatusDouble) -> None:
     assert body["errors"]["count"] == 2
     assert "hunter2" not in client.get("/position").text
     assert body["errors"]["last"] == "OSError('mysql://mirror:***@db:3306 refused')"
+
+
+def test_position_shows_the_last_source_failover(client: TestClient, double: StatusDouble) -> None:
+    last = "server_id=1 domain=0 -> server_id=2 domain=0 at 0-1-125"
+    double.snapshot = streaming_status(failovers=2, last_failover_at=1_700_000_000.0, last_failover=last)
+    failovers = client.get("/position").json()["failovers"]
+    assert failovers == {"count": 2, "last": last, "last_time": "2023-11-14T22:13:20Z"}
 
 
 def test_position_before_anything_is_known(client: TestClient, double: StatusDouble) -> None:

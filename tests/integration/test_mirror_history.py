@@ -111,17 +111,37 @@ async def test_a_checkpoint_from_another_history_stops_the_mirror_or_recopies(tm
         assert (mark.offset, end.pos) in _events(b, file)
         assert (mark.offset, end.pos) in _events(a, file)
 
-        # resumed against b: stops, names the way out, writes nothing
+        # resumed against b (by GTID: b has the same GTIDs): stops, names the GTID and the way
+        # out, writes nothing
+        gtid = stored.checkpoint.gtid
+        assert gtid and gtid in stored.checkpoint.gtid_set
+        again = Replicator(mirror_settings(b, DB, PREFIX, redis=ia.redis_url))
+        with pytest.raises(HistoryMismatch) as err:
+            await asyncio.wait_for(again.run(), 60)
+        message = str(err.value)
+        assert f"the stored checkpoint {end} belongs to another history" in message
+        assert f"the source's transaction {gtid} is not the one the mirror applied" in message
+        assert "--on-history-mismatch recopy" in message
+        assert again.status().state == State.FAILED
+        after = decode_checkpoint(_checkpoint_hash(ia.redis_url))
+        assert after is not None and after.checkpoint.position == end  # nothing was written
+        assert actual(ia.redis_url, PREFIX, DB, ("t",)) == expected(a, DB, KEYS)
+
+        # a checkpoint without its GTID (as an older version wrote it) is checked by file and
+        # position: the same stop, at the event's offset
+        r = redis_sync.Redis.from_url(ia.redis_url)
+        try:
+            r.hdel(f"{PREFIX}:__checkpoint", "gtid")
+        finally:
+            r.close()
         again = Replicator(mirror_settings(b, DB, PREFIX, redis=ia.redis_url))
         with pytest.raises(HistoryMismatch) as err:
             await asyncio.wait_for(again.run(), 60)
         message = str(err.value)
         assert f"the stored checkpoint {end} belongs to another history" in message
         assert "--on-history-mismatch recopy" in message and f"at offset {mark.offset}" in message
-        assert again.status().state == State.FAILED
         after = decode_checkpoint(_checkpoint_hash(ia.redis_url))
         assert after is not None and after.checkpoint.position == end  # nothing was written
-        assert actual(ia.redis_url, PREFIX, DB, ("t",)) == expected(a, DB, KEYS)
 
         # with on_history_mismatch=recopy: the mirror ends equal to server b, and streams from it
         recopy = Replicator(mirror_settings(b, DB, PREFIX, redis=ia.redis_url, on_history_mismatch="recopy"))

@@ -23,6 +23,8 @@ def test_fields_are_the_stored_form() -> None:
         ("values", "json"),
         ("event", ""),
         ("recopy", ""),
+        ("source", ""),  # added with failover (issue 39): older hashes lack them
+        ("txn_event", ""),
     ]
 
 
@@ -67,3 +69,20 @@ def test_the_recopy_marker() -> None:
     assert recopy_reason({**fields, "recopy": "Redis evicted keys"}) == "Redis evicted keys"
     # only the marker left (the checkpoint itself was lost): no checkpoint, still a recopy
     assert decode_checkpoint({b"recopy": b"x"}) is None and recopy_reason({b"recopy": b"x"}) == "x"
+
+
+def test_the_history_identity_round_trips() -> None:
+    # a file's FORMAT_DESCRIPTION (a bootstrap or a file start), the last GTID and the server read from
+    fde, xid = EventMark(4, 15, 1, 1_700_000_000, 99), EventMark(1207, 16, 1, 1_699_999_999, 24)
+    end = Checkpoint(END.position, "0-1-100", END.ts, fde, "0-1-100", "server_id=1 domain=0", xid)
+    fields = checkpoint_fields(end)
+    assert (fields["gtid"], fields["source"]) == ("0-1-100", "server_id=1 domain=0")
+    assert fields["txn_event"] == "1207 16 1 1699999999 24"
+    stored = decode_checkpoint(fields)
+    assert stored is not None
+    got = stored.checkpoint
+    assert (got.mark, got.gtid, got.source, got.txn_mark) == (fde, "0-1-100", "server_id=1 domain=0", xid)
+    assert not got.ends_transaction and got.last_commit == xid
+    assert Checkpoint(END.position, mark=EventMark(1207, 16, 1, 1, 42)).ends_transaction
+    old = decode_checkpoint({"id": "b.000001:4", "file": "b.000001", "pos": "4", "gtid": "0-1-5"})
+    assert old is not None and old.checkpoint.source == "" and old.checkpoint.gtid == "0-1-5"

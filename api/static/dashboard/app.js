@@ -146,8 +146,13 @@
       text("reasons", ready.reasons && ready.reasons.length ? ready.reasons.join("; ") : "nothing: ready");
     }
     const s = p.source;
-    text("source", [s.flavour, s.version, s.server_id !== null ? "server_id " + s.server_id : null, s.connected ? "connected" : "not connected"].filter(Boolean).join(", "));
+    text("source", [s.flavour, s.version, s.server_id !== null ? "server_id " + s.server_id : null,
+      s.server_uuid ? "server_uuid " + s.server_uuid : null,
+      s.gtid_domain_id !== null && s.gtid_domain_id !== undefined ? "GTID domain " + s.gtid_domain_id : null,
+      s.connected ? "connected" : "not connected"].filter(Boolean).join(", "));
     text("source-url", s.url);
+    const f = p.failovers;
+    text("failover", f && f.count ? f.count + " since start, last " + when(f.last_time) + " (" + ago(f.last_time) + "): " + f.last : "none since start");
   }
 
   function renderPosition(p) {
