@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 import redis as redis_sync
 
+from api.readiness import readiness
 from service.devtools.stack import LocalStack, StackInfo
 from service.devtools.stack_replica import promote, start_replica, wait_replica
 from service.errors import HistoryMismatch, SourceBehind
@@ -152,7 +153,7 @@ async def test_a_promoted_replica_is_followed_by_gtid_without_a_table_copy(
             # the reader reconnects with backoff (up to 30 s between tries while the primary is down)
             await _equal(rep, info.redis_url, replica, timeout=120)
             status = rep.status()
-            assert status.ready and status.source.server_id == 2
+            assert status.leader and not readiness(status) and status.source.server_id == 2
             assert status.failovers == 1 and status.last_failover_at is not None
             assert "server_id=1 domain=0 -> server_id=2 domain=0" in (status.last_failover or "")
             assert _copies(caplog) == [] or len(_copies(caplog)) == copies  # no table copy
@@ -170,7 +171,7 @@ async def test_a_promoted_replica_is_followed_by_gtid_without_a_table_copy(
             task = asyncio.create_task(rep.run())
             run_sql(replica, None, f"INSERT INTO {DB}.t VALUES (101, 'restart')")
             await _equal(rep, info.redis_url, replica)
-            assert rep.status().ready and rep.status().failovers == 0
+            assert rep.status().leader and not readiness(rep.status()) and rep.status().failovers == 0
             assert len(_copies(caplog)) == copies
         finally:
             await stop_replicator(rep, task)
