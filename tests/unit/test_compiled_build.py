@@ -43,7 +43,15 @@ def _copy(tmp_path: Path) -> Path:
     copy = tmp_path / "repo"
     for tree in ("service", "api", "docs", "tests/unit", "tests/fixtures"):  # docs: test_binlog_docs
         shutil.copytree(ROOT / tree, copy / tree, ignore=NO_BUILD)
-    for name in ("tests/conftest.py", "pyproject.toml", "constraints.txt", "setup.py", "README.md"):
+    (copy / "deploy").mkdir()
+    for name in (
+        "tests/conftest.py",
+        "pyproject.toml",
+        "constraints.txt",
+        "setup.py",
+        "README.md",
+        "deploy/binlog-mirror.example.toml",  # test_settings_doc
+    ):
         shutil.copy2(ROOT / name, copy / name)
     return copy
 
