@@ -124,6 +124,38 @@ def rounds(files: list[Path], scratch: Path, masters: list[str], repeat: int) ->
     return times
 
 
+def compact_load(stack: LocalStack, scratch: Path, master: str) -> dict[str, list[float]]:
+    """`compact OUT --out STATE`, then `load STATE` into a fresh prefix of the stack's Redis."""
+    info = stack.load()
+    assert info is not None
+    py, state = sys.executable, scratch / "state"
+    prefix = f"bench{int(time.time())}"
+    compact = _timed(
+        [py, "-m", "service", "compact", str(scratch / "out"), "--out", str(state), "--master", master]
+    )
+    rows = sum(json.loads((state / "_compact.json").read_text())["rows"].values())
+    load = _timed(
+        [
+            py,
+            "-m",
+            "service",
+            "load",
+            str(state),
+            "--redis",
+            info.redis_url,
+            "--prefix",
+            prefix,
+            "--master",
+            master,
+        ]
+    )
+    console.print(
+        f"compact {master}: {compact:.2f} s, load: {load:.2f} s, {rows} rows "
+        f"({rows / (compact + load):,.0f} rows/s)"
+    )
+    return {"compact": [compact], "load": [load], "state rows": [rows]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -132,6 +164,9 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=8)
     parser.add_argument("--masters", default="local[*],local[1]", help="comma-separated Spark masters")
     parser.add_argument("--repeat", type=int, default=2, help="alternating rounds; the fastest is kept")
+    parser.add_argument(
+        "--compact-load", action="store_true", help="then time compact and load of the last replay's output"
+    )
     parser.add_argument("--keep-stack", action="store_true", help="leave the stack running")
     args = parser.parse_args()
     WORK.mkdir(exist_ok=True)
@@ -143,6 +178,8 @@ def main() -> None:
         size = sum(p.stat().st_size for p in paths)
         masters = args.masters.split(",")
         times = rounds(paths, scratch, masters, args.repeat)
+        if args.compact_load:
+            times.update(compact_load(stack, scratch, masters[0]))
         decode = min(times["decode"])
         table = Table(title=f"{len(paths)} files, {size / 1e6:.1f} MB, {args.rows} rows asked")
         for col in ("command", "rows", "best s", "rounds s", "rows/s", "vs decode"):

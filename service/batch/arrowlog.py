@@ -92,16 +92,18 @@ def column_array(values: Sequence[Any], kind: str) -> pa.Array:
 
 def _transposed(images: Sequence[Image], version: Sequence[str]) -> dict[str, Sequence[Any]] | None:
     """The columns of images that all carry exactly the `version`'s columns in its order (FULL
-    images of one TABLE_MAP), transposed with one zip; None when they do not."""
+    images of one TABLE_MAP), transposed by one zip; None when they do not (a narrower image
+    fails the strict zip: an image never holds columns its version lacks)."""
     n = len(version)
     first = next((img for img in images if img is not None), None)
     if not n or first is None or list(first) != list(version):
         return None
-    if any(img is not None and len(img) != n for img in images):
-        return None
     nones = (None,) * n
-    cols = zip(*[nones if img is None else img.values() for img in images], strict=True)
-    return dict(zip(version, cols, strict=True))
+    try:
+        cols = zip(*[nones if img is None else img.values() for img in images], strict=True)
+        return dict(zip(version, cols, strict=True))
+    except ValueError:
+        return None
 
 
 def image_array(

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -157,11 +158,25 @@ class _TableBuffer:
         self.after: list[dict[str, Any] | None] = []
         self.rows = 0
 
-    def add(self, values: tuple[Any, ...], ch: RowChange) -> None:
-        for column, v in zip(self.meta, values, strict=True):
-            column.append(v)
-        self.before.append(ch.before)
-        self.after.append(ch.after)
+    def extend(
+        self, chs: Sequence[RowChange], seq: int, file: str, end: tuple[str, int, int, str | None]
+    ) -> None:
+        """Changes of one table in one transaction: a list per column, C loops, no per-row tuple."""
+        n = len(chs)
+        end_file, end_pos, commit_ts, gtid = end
+        seqs, files, pos, end_files, end_poss, ts, commit_tss, server_ids, gtids, ops = self.meta
+        seqs.extend(range(seq, seq + n))
+        files.extend([file] * n)
+        pos.extend([ch.position.start for ch in chs])
+        end_files.extend([end_file] * n)
+        end_poss.extend([end_pos] * n)
+        ts.extend([ch.ts for ch in chs])
+        commit_tss.extend([commit_ts] * n)
+        server_ids.extend([ch.server_id for ch in chs])
+        gtids.extend([ch.gtid or gtid for ch in chs])
+        ops.extend([ch.op for ch in chs])  # a StrEnum: Arrow takes it as the str it is
+        self.before.extend([ch.before for ch in chs])
+        self.after.extend([ch.after for ch in chs])
 
     def flush(self) -> None:
         if not self.before:
@@ -313,19 +328,26 @@ def decode_range(task: RangeTask) -> RangeResult:
                 if txn is None:
                     continue
                 end_file, end_pos, cts, gtid = txn.end.position.file, txn.end.position.pos, txn.ts, txn.gtid
-                for ch in txn.changes:
-                    ver = txn_versions.get((ch.schema, ch.table))
-                    if ver is None:
-                        continue  # a table the filter dropped
-                    buf = out.buffer(ch.schema, ch.table, f"{name} at offset {ch.position.start}")
-                    if buf.version != (cols := _columns_of(ver)):
-                        buf.flush()  # a batch holds one version: its images transpose in one go
-                        buf.version = cols
-                    buf.add((base | rank, name, ch.position.start, end_file, end_pos, ch.ts, cts,
-                             ch.server_id, ch.gtid or gtid, ch.op.value), ch)  # fmt: skip
-                    rank += 1
-                    if len(buf.before) >= _BATCH_ROWS:
-                        buf.flush()
+                changes = txn.changes
+                i, n = 0, len(changes)
+                while i < n:  # runs of one table: one extend each
+                    first = changes[i]
+                    j = i + 1
+                    while j < n and changes[j].table == first.table and changes[j].schema == first.schema:
+                        j += 1
+                    ver = txn_versions.get((first.schema, first.table))
+                    if ver is not None:  # else a table the filter dropped
+                        buf = out.buffer(
+                            first.schema, first.table, f"{name} at offset {first.position.start}"
+                        )
+                        if buf.version != (cols := _columns_of(ver)):
+                            buf.flush()  # a batch holds one version: its images transpose in one go
+                            buf.version = cols
+                        buf.extend(changes[i:j], base | rank, name, (end_file, end_pos, cts, gtid))
+                        rank += j - i
+                        if len(buf.before) >= _BATCH_ROWS:
+                            buf.flush()
+                    i = j
                 for column, value in zip(
                     txns, (base | rank, name, end_file, end_pos, cts, gtid, txn.end.gtid_set), strict=True
                 ):

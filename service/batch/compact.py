@@ -216,13 +216,19 @@ def compact(
             state = _fold(_events(changes, cols), cols, after_type)
             path = f"{tmp}/{cols.schema}/{cols.table}"
             state.write.parquet(path)
-            written = spark.read.parquet(path)
-            by_table[(cols.schema, cols.table)] = written.count()
             # rows whose values come (in part) from images logged before the table's latest
-            # version (an ALTER): the binlog does not say what the ALTER made of them
-            stale[f"{cols.schema}.{cols.table}"] = written.where(
-                F.col("_since").isNull() | (F.col("_since") < cols.since)
-            ).count()
+            # version (an ALTER): the binlog does not say what the ALTER made of them; counted
+            # with the rows in one job over the written files
+            old = F.col("_since").isNull() | (F.col("_since") < cols.since)
+            counted = (
+                spark.read.parquet(path)
+                .agg(F.count(F.lit(1)), F.coalesce(F.sum(F.when(old, 1).otherwise(0)), F.lit(0)))
+                .first()
+            )
+            assert counted is not None  # an aggregate has one row
+            n, n_stale = counted[0], counted[1]
+            by_table[(cols.schema, cols.table)] = int(n)
+            stale[f"{cols.schema}.{cols.table}"] = int(n_stale)
         doc = {
             "files": meta["files"],
             "checkpoint": checkpoint,
