@@ -64,15 +64,19 @@ def parse_until(text: str) -> BinlogPosition:
     return BinlogPosition(file, int(pos))
 
 
-def _until_filter(files: list[str], until: BinlogPosition, shift: int) -> Column:
-    """Changes of transactions that end at or before `until`."""
+def _until_filter(files: list[str], until: BinlogPosition, shift: int, *, end_file: bool = True) -> Column:
+    """Rows of transactions that end at or before `until`. A transaction's end is in its own file,
+    except the ROTATE at a file's end, whose resume point is the next file (`end_file`), offset 4:
+    its `end_pos` must not be compared with a position in its own file."""
     from pyspark.sql import functions as F
 
     if until.file not in files:
         raise ConfigError(f"--until {until}: {until.file} is not one of the replayed files")
     index = files.index(until.file)
-    file_index = F.shiftright(F.col("seq"), shift)
-    return (file_index < index) | ((file_index == index) & (F.col("end_pos") <= until.pos))
+    end_index = F.shiftright(F.col("seq"), shift)
+    if end_file:  # ddl/ has no end_file: a statement ends in its own file
+        end_index = end_index + F.when(F.col("end_file") != F.col("file"), 1).otherwise(0)
+    return (end_index < index) | ((end_index == index) & (F.col("end_pos") <= until.pos))
 
 
 def _events(changes: DataFrame, cols: TableColumns) -> DataFrame:
@@ -208,7 +212,7 @@ def compact(
                     & F.array_contains("tables", f"{cols.schema}.{cols.table}")
                 )
                 if until is not None:
-                    resets = resets.where(_until_filter(meta["files"], until, shift))
+                    resets = resets.where(_until_filter(meta["files"], until, shift, end_file=False))
                 last_reset = resets.agg(F.max("seq")).collect()[0][0]
                 if last_reset is not None:
                     changes = changes.where(F.col("seq") > last_reset)
