@@ -71,10 +71,13 @@ class LoadResult:
 
 def row_values(row: dict[str, Any], kinds: dict[str, tuple[str, str]], json_mode: bool) -> dict[str, Any]:
     """A compacted row (as Spark gives it) -> the values the decoder gives for it, the form the
-    sink writes (docs/pipeline.md lists the conversions). NULL columns are left out."""
+    sink writes (docs/pipeline.md lists the conversions), NULL columns included (None)."""
     out: dict[str, Any] = {}
     for name, value in row.items():
-        if value is None or name not in kinds:  # _seq, _since, columns dropped by an ALTER
+        if name not in kinds:  # _seq, _since, columns dropped by an ALTER
+            continue
+        if value is None:  # json mode writes it as null, as the service does; hash mode skips it
+            out[name] = None
             continue
         kind, mysql_type = kinds[name]
         if kind == "timestamp_utc" and isinstance(value, dt.datetime):
