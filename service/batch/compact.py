@@ -151,6 +151,32 @@ def _fold(events: DataFrame, cols: TableColumns, after_type: Any) -> DataFrame:
     )
 
 
+def _whole_images(changes: DataFrame, cols: TableColumns) -> bool:
+    """Every after image carries every column of the table (FULL images, no column that only
+    some versions have): then a key's state is its last event alone (`_last`). One job that
+    reads only `after_columns`."""
+    from pyspark.sql import functions as F
+
+    union = F.array(*[F.lit(n) for n, _, _ in cols.columns])
+    narrower = changes.where(
+        F.col("after").isNotNull() & (F.size(F.array_except(union, "after_columns")) > 0)
+    )
+    return not narrower.select("seq").limit(1).collect()
+
+
+def _last(events: DataFrame) -> DataFrame:
+    """`_fold` where every image is whole: the key's last event by (seq, sub) is its state, found
+    by a hash aggregate (max of a struct) instead of collecting and folding each key's events.
+    The same result: a whole image replaces the row, and is the oldest image its values come
+    from (`_since`)."""
+    from pyspark.sql import functions as F
+
+    last = events.groupBy("key").agg(F.max(F.struct("seq", "sub", "kind", "after")).alias("e"))
+    return last.where(F.col("e.kind") != "delete").select(
+        F.col("e.seq").alias("_seq"), F.col("e.seq").alias("_since"), "e.after.*"
+    )
+
+
 def _checkpoint(spark: SparkSession, log: str, meta: dict[str, Any], until: BinlogPosition | None) -> Any:
     if until is None:
         return meta["end"]
@@ -217,7 +243,8 @@ def compact(
                 if last_reset is not None:
                     changes = changes.where(F.col("seq") > last_reset)
             after_type = changes.schema["after"].dataType
-            state = _fold(_events(changes, cols), cols, after_type)
+            events = _events(changes, cols)
+            state = _last(events) if _whole_images(changes, cols) else _fold(events, cols, after_type)
             path = f"{tmp}/{cols.schema}/{cols.table}"
             state.write.parquet(path)
             # rows whose values come (in part) from images logged before the table's latest
