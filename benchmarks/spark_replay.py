@@ -1,25 +1,28 @@
-"""Replay benchmark: `binlog-mirror replay` on Spark local[1] and local[2] next to the
-single-process decode of the same binlog files.
+"""Replay benchmark: `binlog-mirror replay DIR --out OUT` as a user runs it (a whole process, the
+JVM start included) next to one `binlog-mirror decode FILE... > /dev/null` process on the same files.
 
-    .venv/bin/python -m benchmarks.spark_replay [--rows 200000] [--files 8] [--keep-stack]
+    .venv/bin/python -m benchmarks.spark_replay [--rows 200000] [--files 8] [--masters local[*],local[1]]
+                                                [--repeat 2] [--keep-stack]
 
 Writes `--rows` row changes (inserts and updates of a 12-column table, 500 rows a transaction)
 over `--files` binlog files (FLUSH BINARY LOGS) on a local stack (benchmarks/.work/spark-stack),
-then measures, on exactly those files:
+copies them to a directory of their own, then runs alternating rounds of
 
-    decode      one process: the decoder over every file, row changes counted (benchmarks.ours_file's loop)
-    local[1]    replay_to_parquet on a local[1] session: decode in a Spark task, Arrow batches,
-                typed Parquet per table (the JVM start is excluded: the session exists before)
-    local[2]    the same with two executor threads
+    decode      python -m service decode FILE... > /dev/null (one process, JSON lines written)
+    replay M    python -m service replay DIR --out OUT --master M --overwrite, for each master
 
-rows/s = row changes / wall seconds. Results are printed as a table and as JSON.
+and keeps each command's fastest round (other load only slows a run down). `--files 1` writes one
+big file: what splitting a file into ranges is for. rows/s = row changes / wall seconds.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -27,9 +30,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from service.binlog import BinlogDecoder, RowsEvent, TransactionPayloadEvent, scan_binlog_file
 from service.devtools.stack import LocalStack
-from service.transactions import TableFilter
 
 WORK = Path(__file__).resolve().parent / ".work"
 console = Console()
@@ -79,36 +80,80 @@ def generate(stack: LocalStack, rows: int, files: int) -> list[Path]:
     return [base.parent / n for n in names if n >= first]
 
 
-def single_process_decode(paths: list[Path]) -> tuple[int, float]:
-    rows = 0
+def _timed(cmd: list[str], out: Path | None = None) -> float:
+    """Wall seconds of one whole process (start-up included); stdout to /dev/null."""
     t0 = time.perf_counter()
-    for path in paths:
-        decoder = BinlogDecoder(file=path.name)
-        for offset, data in scan_binlog_file(path):
-            event = decoder.feed(data, offset)
-            if event is None:
-                continue
-            inner = event.events if isinstance(event, TransactionPayloadEvent) else (event,)
-            for ev in inner:
-                if type(ev) is RowsEvent:
-                    rows += len(ev.changes)
-    return rows, time.perf_counter() - t0
+    done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    seconds = time.perf_counter() - t0
+    if done.returncode != 0:
+        raise SystemExit(f"{shlex.join(cmd)} failed:\n{done.stderr[-3000:]}")
+    return seconds
 
 
-def spark_replay(master: str, paths: list[Path], out: Path) -> tuple[int, float]:
-    from service.batch.replay import replay_to_parquet
-    from service.batch.session import spark_session
+def _replayed_rows(out: Path) -> int:
+    return int(json.loads((out / "_replay.json").read_text())["changes"])
 
-    spark = spark_session(master, f"bench {master}")
-    try:
-        spark.range(1).count()  # the JVM and the Python worker are up before the clock starts
-        t0 = time.perf_counter()
-        summary = replay_to_parquet(
-            spark, [str(p) for p in paths], str(out), TableFilter(("sparkbench.*",)), overwrite=True
-        )
-        return summary.changes, time.perf_counter() - t0
-    finally:
-        spark.stop()
+
+def rounds(files: list[Path], scratch: Path, masters: list[str], repeat: int) -> dict[str, list[float]]:
+    """Alternating rounds of each command; every replay's row count is checked."""
+    py = sys.executable
+    inputs = scratch / "binlogs"
+    inputs.mkdir()
+    for f in files:
+        shutil.copy(f, inputs / f.name)
+    local = sorted(inputs.iterdir())
+    times: dict[str, list[float]] = {}
+    for _ in range(repeat):
+        times.setdefault("decode", []).append(_timed([py, "-m", "service", "decode", *map(str, local)]))
+        for master in masters:
+            out = scratch / "out"
+            cmd = [
+                py,
+                "-m",
+                "service",
+                "replay",
+                str(inputs),
+                "--out",
+                str(out),
+                "--master",
+                master,
+                "--overwrite",
+            ]
+            times.setdefault(f"replay {master}", []).append(_timed(cmd))
+            times.setdefault(f"rows {master}", []).append(_replayed_rows(out))
+    return times
+
+
+def compact_load(stack: LocalStack, scratch: Path, master: str) -> dict[str, list[float]]:
+    """`compact OUT --out STATE`, then `load STATE` into a fresh prefix of the stack's Redis."""
+    info = stack.load()
+    assert info is not None
+    py, state = sys.executable, scratch / "state"
+    prefix = f"bench{int(time.time())}"
+    compact = _timed(
+        [py, "-m", "service", "compact", str(scratch / "out"), "--out", str(state), "--master", master]
+    )
+    rows = sum(json.loads((state / "_compact.json").read_text())["rows"].values())
+    load = _timed(
+        [
+            py,
+            "-m",
+            "service",
+            "load",
+            str(state),
+            "--redis",
+            info.redis_url,
+            "--prefix",
+            prefix,
+            "--master",
+            master,
+        ]
+    )
+    console.print(
+        f"compact {master}: {compact:.2f} s, load: {load:.2f} s, {rows} rows "
+        f"({rows / (compact + load):,.0f} rows/s)"
+    )
+    return {"compact": [compact], "load": [load], "state rows": [rows]}
 
 
 def main() -> None:
@@ -117,6 +162,11 @@ def main() -> None:
     )
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--files", type=int, default=8)
+    parser.add_argument("--masters", default="local[*],local[1]", help="comma-separated Spark masters")
+    parser.add_argument("--repeat", type=int, default=2, help="alternating rounds; the fastest is kept")
+    parser.add_argument(
+        "--compact-load", action="store_true", help="then time compact and load of the last replay's output"
+    )
     parser.add_argument("--keep-stack", action="store_true", help="leave the stack running")
     args = parser.parse_args()
     WORK.mkdir(exist_ok=True)
@@ -126,24 +176,36 @@ def main() -> None:
     try:
         paths = generate(stack, args.rows, args.files)
         size = sum(p.stat().st_size for p in paths)
-        results = []
-        rows, secs = single_process_decode(paths)
-        results.append(("decode (1 process)", rows, secs))
-        for master in ("local[1]", "local[2]"):
-            n, s = spark_replay(master, paths, scratch / master.replace("[", "").replace("]", ""))
-            results.append((f"replay {master}", n, s))
-        table = Table(title=f"{len(paths)} files, {size / 1e6:.1f} MB, {rows} row changes")
-        for col in ("job", "rows", "seconds", "rows/s"):
+        masters = args.masters.split(",")
+        times = rounds(paths, scratch, masters, args.repeat)
+        if args.compact_load:
+            times.update(compact_load(stack, scratch, masters[0]))
+        decode = min(times["decode"])
+        table = Table(title=f"{len(paths)} files, {size / 1e6:.1f} MB, {args.rows} rows asked")
+        for col in ("command", "rows", "best s", "rounds s", "rows/s", "vs decode"):
             table.add_column(col, justify="right")
-        for job, n, s in results:
-            table.add_row(job, str(n), f"{s:.2f}", f"{n / s:,.0f}")
+        rows = int(times[f"rows {masters[0]}"][0])
+        table.add_row(
+            "decode > /dev/null",
+            str(rows),
+            f"{decode:.2f}",
+            " ".join(f"{t:.2f}" for t in times["decode"]),
+            f"{rows / decode:,.0f}",
+            "1.00x",
+        )
+        for m in masters:
+            best = min(times[f"replay {m}"])
+            n = int(times[f"rows {m}"][0])
+            table.add_row(
+                f"replay {m}",
+                str(n),
+                f"{best:.2f}",
+                " ".join(f"{t:.2f}" for t in times[f"replay {m}"]),
+                f"{n / best:,.0f}",
+                f"{decode / best:.2f}x",
+            )
         console.print(table)
-        doc = {
-            "files": len(paths),
-            "bytes": size,
-            "results": [{"job": j, "rows": n, "seconds": s} for j, n, s in results],
-        }
-        console.print(json.dumps(doc))
+        console.print(json.dumps({"files": len(paths), "bytes": size, "times": times}))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
         if not args.keep_stack:

@@ -1,264 +1,369 @@
-"""Executor side of `replay`: one binlog file -> Arrow record batches (pure decoding, no Spark).
+"""Executor side of `replay`: one range of a binlog file (service.batch.ranges) -> the change log's
+Parquet files, written with pyarrow straight from the decoded values: no raw stage, no value text,
+no per-value conversion for the types Arrow takes as the decoder gives them (service.batch.arrowlog).
 
-Every record has one shape (RAW_SCHEMA) and a `kind`:
+Each task writes its own part files (`part-<file>-<range>.parquet`) under
 
-    row    one row change; its images as JSON objects of column -> value text (`before`/`after`,
-           the text `typed_column` casts back), optionally the canonical JSON (`before_json`...)
-    ddl    one DDL statement (QUERY event outside a transaction): its SQL in `sql`, its kind
-           (create, alter, drop, rename, truncate, other) in `op`, the tables it names in `version`
-    table  a table version: the column list of a TABLE_MAP not seen before in this file (`sql`
-           holds its JSON: name, kind, MySQL type, key columns)
-    txn    one committed transaction: its end position, commit timestamp, GTID and GTID set
-    end    the file's last resume point (`sql` holds the checkpoint as JSON)
+    changes/<schema>/<table>/   one row per row change (the table's union columns, `table_schema`)
+    ddl/                        one row per DDL statement (QUERY event outside a transaction)
+    transactions/               one row per committed transaction
 
-`seq` is the global order: the file's index in the replayed list << 32 | the record's rank in
-the file, so ordering by `seq` orders every change of every file.
+and returns a `RangeResult` (counts, the table versions it saw with their seq, its last resume
+point) for the driver's `_replay.json`. A retried task writes the same files again.
+
+`seq` is the global order: file index << FILE_SHIFT | range index << RANGE_SHIFT | rank in the
+range, so ordering by `seq` orders every change of every file.
 """
 
 from __future__ import annotations
 
-import base64
-import datetime as dt
+import contextlib
 import os
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from decimal import Decimal
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 
+from service.batch.arrowlog import column_array, image_array, names_array
+from service.batch.ranges import FileRange
+from service.batch.tableversion import table_version
 from service.binlog import BinlogDecoder, scan_binlog_file
-from service.binlog.canonical import naive_text, row_to_json
-from service.binlog.constants import ColumnType as T
 from service.binlog.decoder import DecodeOptions
 from service.binlog.events import GtidListEvent, QueryEvent, RowsEvent, TableMapEvent, TransactionPayloadEvent
-from service.binlog.schema import Column, TableSchema
-from service.checkpoint import BinlogPosition, Checkpoint, CheckpointTracker, statement_kind
+from service.binlog.rowchange import RowChange
+from service.checkpoint import BinlogPosition, CheckpointTracker, statement_kind
 from service.errors import DecodeError
 from service.gtids import parse_gtid_set
-from service.sink.values import TEXT_FORMS, text_value
+from service.sink.values import json_document
 from service.transactions import TableFilter, TransactionAssembler, parse_ddl
 
-__all__ = ["RAW_COLUMNS", "FileTask", "column_kind", "file_records", "value_text"]
+__all__ = [
+    "FILE_SHIFT",
+    "RANGE_SHIFT",
+    "DDL_SCHEMA",
+    "TXN_SCHEMA",
+    "LogTable",
+    "RangeResult",
+    "RangeTask",
+    "decode_options",
+    "decode_range",
+    "output_root",
+    "table_schema",
+    "write_empty",
+]
 
-# name, Spark SQL type: the raw records' columns, in the order file_records yields them
-RAW_COLUMNS = (
-    ("kind", "string"),
-    ("seq", "bigint"),
-    ("file", "string"),
-    ("pos", "bigint"),  # offset of the rows / query event
-    ("end_file", "string"),  # the resume point after the transaction (a ROTATE's: the next file)
-    ("end_pos", "bigint"),
-    ("ts", "bigint"),  # event timestamp
-    ("commit_ts", "bigint"),  # the transaction's commit (XID / COMMIT) timestamp
-    ("server_id", "bigint"),
-    ("gtid", "string"),
-    ("gtid_set", "string"),  # txn/end: executed GTID set after it
-    ("schema", "string"),
-    ("table", "string"),
-    ("op", "string"),
-    ("version", "string"),  # row: the table version (a `table` record's `sql`) it was logged with
-    ("before", "string"),
-    ("after", "string"),
-    ("before_json", "string"),
-    ("after_json", "string"),
-    ("sql", "string"),
-)
+FILE_SHIFT = 40  # up to 2^23 files
+RANGE_SHIFT = 30  # up to 1024 ranges per file, 2^30 records per range
+_BATCH_ROWS = 16384  # rows per table buffered before they become one Arrow batch (a row group)
 
-SEQ_SHIFT = 32
+DDL_SCHEMA = pa.schema(
+    [("seq", pa.int64()), ("file", pa.string()), ("pos", pa.int64()), ("end_pos", pa.int64()),
+     ("ts", pa.int64()), ("server_id", pa.int64()), ("default_schema", pa.string()),
+     ("kind", pa.string()), ("tables", pa.list_(pa.string())), ("sql", pa.string())]
+)  # fmt: skip
+TXN_SCHEMA = pa.schema(
+    [("seq", pa.int64()), ("file", pa.string()), ("end_file", pa.string()), ("end_pos", pa.int64()),
+     ("commit_ts", pa.int64()), ("gtid", pa.string()), ("gtid_set", pa.string())]
+)  # fmt: skip
+_META = (
+    ("seq", pa.int64()), ("file", pa.string()), ("pos", pa.int64()), ("end_file", pa.string()),
+    ("end_pos", pa.int64()), ("ts", pa.int64()), ("commit_ts", pa.int64()), ("server_id", pa.int64()),
+    ("gtid", pa.string()), ("op", pa.string()),
+)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
-class FileTask:
-    """One Spark task: a binlog file and its index in the replayed (ordered) list."""
+class LogTable:
+    """What a task needs of a table: its union columns (name, kind) and its key columns."""
 
-    path: str
-    index: int
+    schema: str
+    table: str
+    columns: tuple[tuple[str, str], ...]
+    key: tuple[str, ...]
+
+
+def table_schema(t: LogTable, canonical: bool) -> pa.Schema:
+    """The Arrow schema of `changes/<schema>/<table>/` (docs/pipeline.md lists the columns)."""
+    from service.batch.arrowlog import arrow_type
+
+    kinds = dict(t.columns)
+    image = pa.struct([pa.field(n, arrow_type(k)) for n, k in t.columns])
+    key = pa.struct([pa.field(c, arrow_type(kinds.get(c, "text"))) for c in t.key]) if t.key else pa.string()
+    names = pa.list_(pa.string())
+    fields = [*_META, ("key", key), ("before", image), ("after", image),
+              ("before_columns", names), ("after_columns", names)]  # fmt: skip
+    if canonical:
+        fields += [("before_json", pa.string()), ("after_json", pa.string())]
+    return pa.schema(fields)
+
+
+@dataclass(frozen=True, slots=True)
+class RangeTask:
+    range: FileRange
+    out: str  # the output root (output_root): a local path or a URI pyarrow knows
     tables: TableFilter
-    canonical: bool = False  # also emit the canonical JSON images
+    log_tables: tuple[LogTable, ...]
+    canonical: bool = False  # also the canonical JSON images
     schema_file: str | None = None  # `binlog-mirror schema export` doc for binlogs without names
 
 
-def column_kind(c: Column) -> str:
-    """The Spark type a column's values are stored with in the change log; `text` is the mirror's
-    text form (docs/mirror.md, "Values") for what Spark has no lossless type for."""
-    t = c.type
-    if t in (T.TINY, T.SHORT, T.INT24, T.LONG, T.YEAR):
-        return "bigint"
-    if t == T.LONGLONG:
-        return "decimal(20,0)" if c.unsigned else "bigint"
-    if t == T.BIT:
-        return "decimal(20,0)"
-    if t in (T.FLOAT, T.DOUBLE):
-        return "double"
-    if t == T.NEWDECIMAL:
-        precision, scale = c.meta >> 8, c.meta & 0xFF
-        return f"decimal({precision},{scale})" if precision <= 38 else "text"
-    if t in (T.DATE, T.NEWDATE):
-        return "date"
-    if t in (T.DATETIME, T.DATETIME2):
-        return "timestamp_ntz"
-    if t in (T.TIMESTAMP, T.TIMESTAMP2):
-        return "timestamp_utc"  # stored as timestamp_ntz: the UTC wall time, as the mirror has it
-    if t in (T.VARCHAR, T.VAR_STRING, T.STRING, T.VARCHAR_COMPRESSED):
-        return "binary" if c.charset == 63 else "string"
-    if t in (T.BLOB, T.TINY_BLOB, T.MEDIUM_BLOB, T.LONG_BLOB, T.BLOB_COMPRESSED):
-        return "binary" if c.charset in (63, None) else "string"
-    return "text"  # TIME, JSON, ENUM, SET, GEOMETRY, VECTOR, ...
+@dataclass(slots=True)
+class RangeResult:
+    index: int
+    part: int
+    changes: dict[tuple[str, str], int] = field(default_factory=dict)
+    ddl: int = 0
+    transactions: int = 0
+    versions: list[tuple[int, str, str, str]] = field(default_factory=list)  # seq, schema, table, version
+    end: dict[str, Any] | None = None  # the last resume point in the range
 
 
-def value_text(kind: str, value: Any) -> str | None:
-    """A value as the text `typed_column` casts to `kind` (None for SQL NULL)."""
-    if value is None:
-        return None
-    if kind == "binary":
-        if not isinstance(value, bytes | bytearray):
-            raise DecodeError(f"a binary column holds a {type(value).__name__}: {value!r}")
-        return base64.b64encode(value).decode()
-    if kind == "timestamp_utc" and isinstance(value, dt.datetime):
-        if value.tzinfo is not None:
-            value = value.astimezone(dt.UTC)
-        return naive_text(value, " ")
-    if kind == "timestamp_ntz" and isinstance(value, dt.datetime):
-        return naive_text(value, " ")
-    if kind == "string" and not isinstance(value, str):
-        raise DecodeError(f"a text column holds a {type(value).__name__}: {value!r}")
-    if isinstance(value, bytes | bytearray):
-        return "0x" + bytes(value).hex()  # binary in a `text` column (GEOMETRY & co.)
-    if isinstance(value, Decimal) or isinstance(value, int | float | str):
-        return text_value(value)
-    return text_value(value)
+def output_root(path: str) -> tuple[pafs.FileSystem, str]:
+    """pyarrow's filesystem for an output path: local paths (and file:), or hdfs://, s3://, gs://."""
+    if "://" not in path:
+        path = os.path.abspath(path.removeprefix("file:"))
+    fs, root = pafs.FileSystem.from_uri(path)
+    return fs, str(root)
 
 
-def _version(table: TableSchema) -> str:
-    cols = [
-        {"name": c.name, "kind": column_kind(c), "type": c.type.name, "unsigned": c.unsigned}
-        for c in table.columns
-    ]
-    key = [table.columns[i].name for i in table.primary_key]
-    return orjson.dumps({"columns": cols, "key": key}).decode()
+def write_empty(out: str, relative: str, schema: pa.Schema) -> None:
+    """An empty dataset (one file with the schema), so readers find the schema."""
+    fs, root = output_root(out)
+    fs.create_dir(f"{root}/{relative}", recursive=True)
+    pq.write_table(schema.empty_table(), f"{root}/{relative}/part-empty.parquet", filesystem=fs)
 
 
-def _options(task: FileTask) -> DecodeOptions:
-    if task.schema_file is None:
+def decode_options(schema_file: str | None) -> DecodeOptions:
+    if schema_file is None:
         return DecodeOptions()
     from service.transport.columns import ColumnNames  # pure: reads the export document only
 
-    with open(task.schema_file, "rb") as fh:
+    with open(schema_file, "rb") as fh:
         names = ColumnNames.from_export(orjson.loads(fh.read()))
     return DecodeOptions(column_names=names, column_charsets=names.charsets, column_members=names.members)
 
 
-def file_records(task: FileTask) -> Iterator[tuple[Any, ...]]:
-    """Every record of one file in file order (RAW_COLUMNS tuples)."""
-    name = os.path.basename(task.path)
-    decoder = BinlogDecoder(_options(task), file=name)
-    tracker = CheckpointTracker(BinlogPosition(name, 4))
+class _TableBuffer:
+    """A table's row changes of one version, column by column, until they become an Arrow batch."""
+
+    def __init__(self, t: LogTable, canonical: bool, writer: pq.ParquetWriter) -> None:
+        self.t, self.canonical, self.writer = t, canonical, writer
+        self.version: tuple[str, ...] = ()
+        self.meta: tuple[list[Any], ...] = tuple([] for _ in _META)
+        self.before: list[dict[str, Any] | None] = []
+        self.after: list[dict[str, Any] | None] = []
+        self.rows = 0
+
+    def extend(
+        self, chs: Sequence[RowChange], seq: int, file: str, end: tuple[str, int, int, str | None]
+    ) -> None:
+        """Changes of one table in one transaction: a list per column, C loops, no per-row tuple."""
+        n = len(chs)
+        end_file, end_pos, commit_ts, gtid = end
+        seqs, files, pos, end_files, end_poss, ts, commit_tss, server_ids, gtids, ops = self.meta
+        seqs.extend(range(seq, seq + n))
+        files.extend([file] * n)
+        pos.extend([ch.position.start for ch in chs])
+        end_files.extend([end_file] * n)
+        end_poss.extend([end_pos] * n)
+        ts.extend([ch.ts for ch in chs])
+        commit_tss.extend([commit_ts] * n)
+        server_ids.extend([ch.server_id for ch in chs])
+        gtids.extend([ch.gtid or gtid for ch in chs])
+        ops.extend([ch.op for ch in chs])  # a StrEnum: Arrow takes it as the str it is
+        self.before.extend([ch.before for ch in chs])
+        self.after.extend([ch.after for ch in chs])
+
+    def flush(self) -> None:
+        if not self.before:
+            return
+        t = self.t
+        arrays = [pa.array(c, type=ty) for c, (_, ty) in zip(self.meta, _META, strict=True)]
+        arrays.append(self._key())
+        arrays += [
+            image_array(self.before, t.columns, self.version),
+            image_array(self.after, t.columns, self.version),
+            names_array(self.before, self.version),
+            names_array(self.after, self.version),
+        ]
+        if self.canonical:
+            arrays += [
+                pa.array(
+                    [None if i is None else json_document(i).decode() for i in self.before], pa.string()
+                ),
+                pa.array([None if i is None else json_document(i).decode() for i in self.after], pa.string()),
+            ]
+        self.writer.write_batch(pa.RecordBatch.from_arrays(arrays, schema=self.writer.schema))
+        self.rows += len(self.before)
+        self.meta = tuple([] for _ in _META)
+        self.before, self.after = [], []
+
+    def _key(self) -> pa.Array:
+        t = self.t
+        if not t.key:
+            return pa.nulls(len(self.before), pa.string())
+        kinds = dict(t.columns)
+        arrays = []
+        for c in t.key:  # the after image's key, else the before image's (a delete)
+            values = [
+                a[c] if a is not None and a.get(c) is not None else (b.get(c) if b is not None else None)
+                for b, a in zip(self.before, self.after, strict=True)
+            ]
+            arrays.append(column_array(values, kinds.get(c, "text")))
+        return pa.StructArray.from_arrays(arrays, names=list(t.key))
+
+
+class _Output:
+    """The part files of one range: a ParquetWriter per table, opened at its first row."""
+
+    def __init__(self, task: RangeTask) -> None:
+        self.task = task
+        self.fs, self.root = output_root(task.out)
+        r = task.range
+        self.part = f"part-{r.index:05d}-{r.part:04d}.parquet"
+        self.tables = {(t.schema, t.table): t for t in task.log_tables}
+        self.buffers: dict[tuple[str, str], _TableBuffer] = {}
+
+    def _writer(self, relative: str, schema: pa.Schema) -> pq.ParquetWriter:
+        self.fs.create_dir(f"{self.root}/{relative}", recursive=True)
+        return pq.ParquetWriter(f"{self.root}/{relative}/{self.part}", schema, filesystem=self.fs)
+
+    def buffer(self, schema: str, table: str, where: str) -> _TableBuffer:
+        buf = self.buffers.get((schema, table))
+        if buf is None:
+            t = self.tables.get((schema, table))
+            if t is None:  # the scan saw every TABLE_MAP: only a changed file gets here
+                raise DecodeError(f"{where}: {schema}.{table} has no table version from the scan")
+            writer = self._writer(f"changes/{schema}/{table}", table_schema(t, self.task.canonical))
+            buf = self.buffers[(schema, table)] = _TableBuffer(t, self.task.canonical, writer)
+        return buf
+
+    def write(self, relative: str, schema: pa.Schema, columns: list[list[Any]]) -> None:
+        if columns[0]:
+            writer = self._writer(relative, schema)
+            arrays = [pa.array(c, type=f.type) for c, f in zip(columns, schema, strict=True)]
+            writer.write_batch(pa.RecordBatch.from_arrays(arrays, schema=schema))
+            writer.close()
+
+    def close(self) -> dict[tuple[str, str], int]:
+        for buf in self.buffers.values():
+            buf.flush()
+            buf.writer.close()
+        return {k: b.rows for k, b in self.buffers.items()}
+
+    def abort(self) -> None:
+        """Close without the buffered rows (the job fails: its staged output is deleted)."""
+        for buf in self.buffers.values():
+            with contextlib.suppress(Exception):
+                buf.writer.close()
+
+
+_VERSION_COLUMNS: dict[str, tuple[str, ...]] = {}
+
+
+def _columns_of(version: str) -> tuple[str, ...]:
+    cols = _VERSION_COLUMNS.get(version)
+    if cols is None:
+        cols = _VERSION_COLUMNS[version] = tuple(c["name"] for c in orjson.loads(version)["columns"])
+    return cols
+
+
+def decode_range(task: RangeTask) -> RangeResult:
+    """Decode one range and write its part files; see the module doc."""
+    r = task.range
+    name = os.path.basename(r.path)
+    decoder = BinlogDecoder(decode_options(task.schema_file), file=name)
+    if r.start > 4:  # the file's FORMAT_DESCRIPTION first: how to read every event after it
+        for offset, data in scan_binlog_file(r.path, 4, 5):
+            decoder.feed(data, offset)
+    gtids = parse_gtid_set(r.gtids) if r.gtids is not None else None
+    tracker = CheckpointTracker(BinlogPosition(name, r.start), gtids)
     assembler = TransactionAssembler(tracker, task.tables)
-    base = task.index << SEQ_SHIFT
+    result = RangeResult(r.index, r.part)
+    out = _Output(task)
+    base = r.index << FILE_SHIFT | r.part << RANGE_SHIFT
     rank = 0
     versions: dict[tuple[str, str], str] = {}  # the current TABLE_MAP's version per table
     emitted: set[str] = set()
     txn_versions: dict[tuple[str, str], str] = {}
-    last: Checkpoint | None = None
-    for offset, data in scan_binlog_file(task.path):
-        event = decoder.feed(data, offset)
-        if event is None:
-            continue
-        inner = event.events if isinstance(event, TransactionPayloadEvent) else (event,)
-        for ev in inner:
-            if isinstance(ev, GtidListEvent) and tracker.gtids is None and ev.gtids:
-                tracker.gtids = parse_gtid_set(",".join(ev.gtids))  # MariaDB: the state at file start
-            elif isinstance(ev, TableMapEvent):
-                t = ev.table
-                if task.tables.wants(t.schema, t.table):
-                    v = _version(t)
-                    versions[(t.schema, t.table)] = v
-                    if v not in emitted:
-                        emitted.add(v)
-                        h = ev.header
-                        yield ("table", base | rank, name, h.offset, None, None, h.timestamp, None,
-                               h.server_id, None, None, t.schema, t.table, None, None, None, None,
-                               None, None, v)  # fmt: skip
-                        rank += 1
-            elif isinstance(ev, RowsEvent):
-                key = (ev.table.schema, ev.table.table)
-                if key in versions:
-                    txn_versions[key] = versions[key]
-            elif isinstance(ev, QueryEvent) and statement_kind(ev.sql) == "ddl":
-                if not tracker.in_transaction:
-                    ddl = parse_ddl(ev.schema, ev.sql)
-                    touched = orjson.dumps([f"{s}.{t}" for s, t in ddl.tables]).decode()
-                    h = ev.header
-                    yield ("ddl", base | rank, name, h.offset, name, h.offset + h.event_size,
-                           h.timestamp, h.timestamp, h.server_id, None, None,
-                           ev.schema, None, ddl.kind, touched, None, None, None, None, ev.sql)  # fmt: skip
-                    rank += 1
-            txn = assembler.feed(ev)
-            if txn is None:
+    ddl: list[list[Any]] = [[] for _ in DDL_SCHEMA]
+    txns: list[list[Any]] = [[] for _ in TXN_SCHEMA]
+    try:
+        for offset, data in scan_binlog_file(r.path, r.start, r.stop):
+            event = decoder.feed(data, offset)
+            if event is None:
                 continue
-            end_file, end_pos, cts, gtid = txn.end.position.file, txn.end.position.pos, txn.ts, txn.gtid
-            for ch in txn.changes:
-                ver = txn_versions.get((ch.schema, ch.table))
-                if ver is None:
-                    continue  # a table the filter dropped
-                convs = _converters(ver)
-                yield ("row", base | rank, name, ch.position.start, end_file, end_pos, ch.ts, cts,
-                       ch.server_id, ch.gtid or gtid, None, ch.schema, ch.table, ch.op.value, ver,
-                       _image(ch.before, convs), _image(ch.after, convs),
-                       _canonical(ch.before) if task.canonical else None,
-                       _canonical(ch.after) if task.canonical else None, None)  # fmt: skip
+            inner = event.events if isinstance(event, TransactionPayloadEvent) else (event,)
+            for ev in inner:
+                if isinstance(ev, GtidListEvent) and tracker.gtids is None and ev.gtids:
+                    tracker.gtids = parse_gtid_set(",".join(ev.gtids))  # MariaDB: the state at file start
+                elif isinstance(ev, TableMapEvent):
+                    t = ev.table
+                    if task.tables.wants(t.schema, t.table):
+                        v = table_version(t)
+                        versions[(t.schema, t.table)] = v
+                        if v not in emitted:
+                            emitted.add(v)
+                            result.versions.append((base | rank, t.schema, t.table, v))
+                            rank += 1
+                elif isinstance(ev, RowsEvent):
+                    key = (ev.table.schema, ev.table.table)
+                    if key in versions:
+                        txn_versions[key] = versions[key]
+                elif isinstance(ev, QueryEvent) and statement_kind(ev.sql) == "ddl":
+                    if not tracker.in_transaction:
+                        parsed = parse_ddl(ev.schema, ev.sql)
+                        h = ev.header
+                        row = (base | rank, name, h.offset, h.offset + h.event_size, h.timestamp,
+                               h.server_id, ev.schema, parsed.kind, [f"{s}.{t}" for s, t in parsed.tables],
+                               ev.sql)  # fmt: skip
+                        for column, value in zip(ddl, row, strict=True):
+                            column.append(value)
+                        rank += 1
+                txn = assembler.feed(ev)
+                if txn is None:
+                    continue
+                end_file, end_pos, cts, gtid = txn.end.position.file, txn.end.position.pos, txn.ts, txn.gtid
+                changes = txn.changes
+                i, n = 0, len(changes)
+                while i < n:  # runs of one table: one extend each
+                    first = changes[i]
+                    j = i + 1
+                    while j < n and changes[j].table == first.table and changes[j].schema == first.schema:
+                        j += 1
+                    ver = txn_versions.get((first.schema, first.table))
+                    if ver is not None:  # else a table the filter dropped
+                        buf = out.buffer(
+                            first.schema, first.table, f"{name} at offset {first.position.start}"
+                        )
+                        if buf.version != (cols := _columns_of(ver)):
+                            buf.flush()  # a batch holds one version: its images transpose in one go
+                            buf.version = cols
+                        buf.extend(changes[i:j], base | rank, name, (end_file, end_pos, cts, gtid))
+                        rank += j - i
+                        if len(buf.before) >= _BATCH_ROWS:
+                            buf.flush()
+                    i = j
+                for column, value in zip(
+                    txns, (base | rank, name, end_file, end_pos, cts, gtid, txn.end.gtid_set), strict=True
+                ):
+                    column.append(value)
                 rank += 1
-            yield ("txn", base | rank, name, None, end_file, end_pos, cts, cts, None, gtid,
-                   txn.end.gtid_set, None, None, None, None, None, None, None, None, None)  # fmt: skip
-            rank += 1
-            txn_versions.clear()
-            last = txn.end
-    if last is not None:
-        doc = {"file": last.position.file, "pos": last.position.pos, "gtid_set": last.gtid_set, "ts": last.ts}
-        yield ("end", base | rank, name, None, last.position.file, last.position.pos, last.ts, last.ts,
-               None, None, last.gtid_set, None, None, None, None, None, None, None, None,
-               orjson.dumps(doc).decode())  # fmt: skip
-
-
-Converter = Callable[[Any], str]
-_CONVERTERS: dict[str, dict[str, Converter]] = {}
-
-
-def _b64(value: Any) -> str:
-    return value_text("binary", value) or ""  # never None: NULL is handled before
-
-
-def _text(value: Any) -> str:
-    if type(value) is str:
-        return value
-    return value_text("string", value) or ""
-
-
-def _converter(kind: str) -> Converter:
-    """value_text for one kind, without its checks where the type says it all."""
-    if kind == "binary":
-        return _b64
-    if kind == "string":
-        return _text
-    if kind in ("timestamp_utc", "timestamp_ntz"):
-        return lambda v: value_text(kind, v) or ""
-    return lambda v: text_value(v) if type(v) in TEXT_FORMS else value_text(kind, v) or ""
-
-
-def _converters(version: str) -> dict[str, Converter]:
-    convs = _CONVERTERS.get(version)
-    if convs is None:
-        cols = orjson.loads(version)["columns"]
-        convs = _CONVERTERS[version] = {c["name"]: _converter(c["kind"]) for c in cols}
-    return convs
-
-
-def _image(row: dict[str, Any] | None, convs: dict[str, Converter]) -> str | None:
-    if row is None:
-        return None
-    return orjson.dumps({k: None if v is None else convs[k](v) for k, v in row.items()}).decode()
-
-
-def _canonical(row: dict[str, Any] | None) -> str | None:
-    return None if row is None else orjson.dumps(row_to_json(row)).decode()
+                txn_versions.clear()
+                last = txn.end
+                result.end = {"file": last.position.file, "pos": last.position.pos,
+                              "gtid_set": last.gtid_set, "ts": last.ts}  # fmt: skip
+        out.write("ddl", DDL_SCHEMA, ddl)
+        out.write("transactions", TXN_SCHEMA, txns)
+    except BaseException:
+        out.abort()
+        raise
+    result.changes = out.close()
+    result.ddl, result.transactions = len(ddl[0]), len(txns[0])
+    if rank >= 1 << RANGE_SHIFT:
+        raise DecodeError(f"{name}: more than 2^{RANGE_SHIFT} records in one range: split it smaller")
+    return result

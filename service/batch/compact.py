@@ -64,15 +64,19 @@ def parse_until(text: str) -> BinlogPosition:
     return BinlogPosition(file, int(pos))
 
 
-def _until_filter(files: list[str], until: BinlogPosition, shift: int) -> Column:
-    """Changes of transactions that end at or before `until`."""
+def _until_filter(files: list[str], until: BinlogPosition, shift: int, *, end_file: bool = True) -> Column:
+    """Rows of transactions that end at or before `until`. A transaction's end is in its own file,
+    except the ROTATE at a file's end, whose resume point is the next file (`end_file`), offset 4:
+    its `end_pos` must not be compared with a position in its own file."""
     from pyspark.sql import functions as F
 
     if until.file not in files:
         raise ConfigError(f"--until {until}: {until.file} is not one of the replayed files")
     index = files.index(until.file)
-    file_index = F.shiftright(F.col("seq"), shift)
-    return (file_index < index) | ((file_index == index) & (F.col("end_pos") <= until.pos))
+    end_index = F.shiftright(F.col("seq"), shift)
+    if end_file:  # ddl/ has no end_file: a statement ends in its own file
+        end_index = end_index + F.when(F.col("end_file") != F.col("file"), 1).otherwise(0)
+    return (end_index < index) | ((end_index == index) & (F.col("end_pos") <= until.pos))
 
 
 def _events(changes: DataFrame, cols: TableColumns) -> DataFrame:
@@ -147,6 +151,32 @@ def _fold(events: DataFrame, cols: TableColumns, after_type: Any) -> DataFrame:
     )
 
 
+def _whole_images(changes: DataFrame, cols: TableColumns) -> bool:
+    """Every after image carries every column of the table (FULL images, no column that only
+    some versions have): then a key's state is its last event alone (`_last`). One job that
+    reads only `after_columns`."""
+    from pyspark.sql import functions as F
+
+    union = F.array(*[F.lit(n) for n, _, _ in cols.columns])
+    narrower = changes.where(
+        F.col("after").isNotNull() & (F.size(F.array_except(union, "after_columns")) > 0)
+    )
+    return not narrower.select("seq").limit(1).collect()
+
+
+def _last(events: DataFrame) -> DataFrame:
+    """`_fold` where every image is whole: the key's last event by (seq, sub) is its state, found
+    by a hash aggregate (max of a struct) instead of collecting and folding each key's events.
+    The same result: a whole image replaces the row, and is the oldest image its values come
+    from (`_since`)."""
+    from pyspark.sql import functions as F
+
+    last = events.groupBy("key").agg(F.max(F.struct("seq", "sub", "kind", "after")).alias("e"))
+    return last.where(F.col("e.kind") != "delete").select(
+        F.col("e.seq").alias("_seq"), F.col("e.seq").alias("_since"), "e.after.*"
+    )
+
+
 def _checkpoint(spark: SparkSession, log: str, meta: dict[str, Any], until: BinlogPosition | None) -> Any:
     if until is None:
         return meta["end"]
@@ -208,21 +238,28 @@ def compact(
                     & F.array_contains("tables", f"{cols.schema}.{cols.table}")
                 )
                 if until is not None:
-                    resets = resets.where(_until_filter(meta["files"], until, shift))
+                    resets = resets.where(_until_filter(meta["files"], until, shift, end_file=False))
                 last_reset = resets.agg(F.max("seq")).collect()[0][0]
                 if last_reset is not None:
                     changes = changes.where(F.col("seq") > last_reset)
             after_type = changes.schema["after"].dataType
-            state = _fold(_events(changes, cols), cols, after_type)
+            events = _events(changes, cols)
+            state = _last(events) if _whole_images(changes, cols) else _fold(events, cols, after_type)
             path = f"{tmp}/{cols.schema}/{cols.table}"
             state.write.parquet(path)
-            written = spark.read.parquet(path)
-            by_table[(cols.schema, cols.table)] = written.count()
             # rows whose values come (in part) from images logged before the table's latest
-            # version (an ALTER): the binlog does not say what the ALTER made of them
-            stale[f"{cols.schema}.{cols.table}"] = written.where(
-                F.col("_since").isNull() | (F.col("_since") < cols.since)
-            ).count()
+            # version (an ALTER): the binlog does not say what the ALTER made of them; counted
+            # with the rows in one job over the written files
+            old = F.col("_since").isNull() | (F.col("_since") < cols.since)
+            counted = (
+                spark.read.parquet(path)
+                .agg(F.count(F.lit(1)), F.coalesce(F.sum(F.when(old, 1).otherwise(0)), F.lit(0)))
+                .first()
+            )
+            assert counted is not None  # an aggregate has one row
+            n, n_stale = counted[0], counted[1]
+            by_table[(cols.schema, cols.table)] = int(n)
+            stale[f"{cols.schema}.{cols.table}"] = int(n_stale)
         doc = {
             "files": meta["files"],
             "checkpoint": checkpoint,

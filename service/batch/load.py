@@ -71,10 +71,13 @@ class LoadResult:
 
 def row_values(row: dict[str, Any], kinds: dict[str, tuple[str, str]], json_mode: bool) -> dict[str, Any]:
     """A compacted row (as Spark gives it) -> the values the decoder gives for it, the form the
-    sink writes (docs/pipeline.md lists the conversions). NULL columns are left out."""
+    sink writes (docs/pipeline.md lists the conversions), NULL columns included (None)."""
     out: dict[str, Any] = {}
     for name, value in row.items():
-        if value is None or name not in kinds:  # _seq, _since, columns dropped by an ALTER
+        if name not in kinds:  # _seq, _since, columns dropped by an ALTER
+            continue
+        if value is None:  # json mode writes it as null, as the service does; hash mode skips it
+            out[name] = None
             continue
         kind, mysql_type = kinds[name]
         if kind == "timestamp_utc" and isinstance(value, dt.datetime):
@@ -92,7 +95,9 @@ def row_values(row: dict[str, Any], kinds: dict[str, tuple[str, str]], json_mode
     return out
 
 
-def _writer(settings: Settings, cols: TableColumns) -> Callable[[Iterable[Any]], Iterable[int]]:
+def _writer(settings: Settings, cols: TableColumns) -> Callable[[Iterable[Any]], Iterator[Any]]:
+    """The mapInArrow function that writes a partition's rows: Arrow batches in (to_pylist: the
+    rows as dicts, converted in C, no Row objects), one batch of the rows written out."""
     assert settings.redis is not None
     url = settings.redis.url.get_secret_value()
     prefix, json_mode = settings.key_prefix, settings.value_mode == "json"
@@ -100,23 +105,22 @@ def _writer(settings: Settings, cols: TableColumns) -> Callable[[Iterable[Any]],
     kinds = {n: (k, t) for n, k, t in cols.columns if n in latest}
     chunk = max(1, settings.chunk_rows)
 
-    def write(rows: Iterable[Any]) -> Iterator[int]:
+    def write(batches: Iterable[Any]) -> Iterator[Any]:
+        import pyarrow as pa
+
         layout = KeyLayout(prefix)
         r = redis_sync.Redis.from_url(url)
         written = 0
-        batch: list[dict[str, Any]] = []
         try:
-            for row in rows:
-                batch.append(row_values(row.asDict(), kinds, json_mode))
-                if len(batch) >= chunk:
-                    write_rows(r, layout, cols.schema, cols.table, cols.key, batch, json_mode=json_mode)
-                    written, batch = written + len(batch), []
-            if batch:
-                write_rows(r, layout, cols.schema, cols.table, cols.key, batch, json_mode=json_mode)
-                written += len(batch)
+            for batch in batches:
+                rows = [row_values(row, kinds, json_mode) for row in batch.to_pylist()]
+                for i in range(0, len(rows), chunk):
+                    part = rows[i : i + chunk]
+                    write_rows(r, layout, cols.schema, cols.table, cols.key, part, json_mode=json_mode)
+                written += len(rows)
         finally:
             r.close()
-        yield written
+        yield pa.RecordBatch.from_pydict({"n": [written]})
 
     return write
 
@@ -193,6 +197,8 @@ def _copy(
     with job_progress(spark, "load"):
         for c in catalog:
             frame = spark.read.parquet(f"{state}/{c.schema}/{c.table}")
-            written: list[int] = frame.rdd.mapPartitions(_writer(settings, c)).collect()
-            rows[(c.schema, c.table)] = sum(written)
+            names = set(c.latest) or {n for n, _, _ in c.columns}
+            frame = frame.select(*[f"`{n}`" for n, _, _ in c.columns if n in names])
+            written = frame.mapInArrow(_writer(settings, c), "n long").collect()
+            rows[(c.schema, c.table)] = sum(int(w["n"]) for w in written)
     return rows

@@ -1,21 +1,20 @@
 """Replay archived binlog files into a typed change log (docs/pipeline.md, "replay").
 
-Each binlog file is one Spark task: a file is self-contained (it starts with its own
-FORMAT_DESCRIPTION and every transaction carries its TABLE_MAPs), so files decode independently
-and in parallel. Executors open the files by path: with `local[*]` that is the local disk; on a
-cluster every executor must see the same path (a shared mount).
+Two Spark jobs. The first scans each file's event headers (service.batch.ranges, one task per
+file): its table versions, and cuts at transaction boundaries that split a big file into ranges of
+about `split_bytes`. The driver builds each table's union schema across its versions (schema
+evolution: an ALTER adds, drops, renames or retypes columns). The second decodes each range (one
+task per range, all cores busy even on one file) and writes its part of every output straight
+from the decoded values as typed Arrow columns (service.batch.changes): one pass, no raw stage, no
+conversion in the JVM. Output, all under a temporary path renamed at the end:
 
-Two stages. The executors decode their file into Arrow record batches (`mapInArrow`) of raw
-records (service.batch.changes): row images as column -> value text, table versions, DDL,
-transactions. The driver then reads the table versions (a few rows), builds each table's union
-schema across its versions (schema evolution: an ALTER adds, drops, renames or retypes columns),
-and writes one Parquet dataset per table whose before/after images are typed Spark structs, cast
-from the text in the JVM. Output, all under a temporary path renamed at the end:
-
-    changes/<schema>/<table>/   one row per row change (CHANGE_COLUMNS)
+    changes/<schema>/<table>/   one row per row change (service.batch.changes.table_schema)
     ddl/                        one row per DDL statement
     transactions/               one row per committed transaction (end position, GTID, GTID set)
     _replay.json                files in order, the end checkpoint, each table's columns and key
+
+The executors write the Parquet files with pyarrow: the output must be a local path (a shared
+mount on a cluster) or a URI pyarrow knows (hdfs://, s3://, gs://).
 """
 
 from __future__ import annotations
@@ -24,26 +23,38 @@ import glob
 import os
 import struct
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from service.batch.changes import RAW_COLUMNS, SEQ_SHIFT, FileTask, file_records
+from service.batch.changes import (
+    DDL_SCHEMA,
+    FILE_SHIFT,
+    TXN_SCHEMA,
+    LogTable,
+    RangeResult,
+    RangeTask,
+    decode_options,
+    decode_range,
+    table_schema,
+    write_empty,
+)
+from service.batch.ranges import FileRange, FileScan, scan_file
 from service.batch.session import JobSummary, job_progress, staged_output, write_text
 from service.binlog.constants import BINLOG_MAGIC
 from service.errors import ConfigError
 from service.transactions import TableFilter
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import SparkSession
 
 __all__ = ["META", "ReplaySummary", "TableColumns", "binlog_paths", "replay_to_parquet", "union_columns"]
 
 META = "_replay.json"
-_BATCH_ROWS = 4096
+SPLIT_BYTES = 64 << 20  # a file bigger than this is decoded in ranges of about this size
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +63,7 @@ class TableColumns:
 
     schema: str
     table: str
-    columns: tuple[tuple[str, str, str], ...]  # name, kind (service.batch.changes.column_kind), MySQL type
+    columns: tuple[tuple[str, str, str], ...]  # name, kind (tableversion.column_kind), MySQL type
     key: tuple[str, ...]  # of the latest version; () when the binlog names no primary key
     versions: int
     latest: tuple[str, ...] = ()  # the columns of the latest version (the table as it is now)
@@ -135,31 +146,15 @@ def binlog_paths(inputs: Iterable[str]) -> list[str]:
     return sorted(paths, key=lambda f: (stamps[f], os.path.basename(f)))
 
 
-# -- executor side ----------------------------------------------------------------------------------
-def _decode_batches(tables: TableFilter, canonical: bool, schema_file: str | None) -> Callable[..., Any]:
-    def run(batches: Iterator[Any]) -> Iterator[Any]:
-        import pyarrow as pa
+# -- executor side (functions shipped to the Python workers) ---------------------------------------
+def _scanner(
+    tables: TableFilter, schema_file: str | None, split_bytes: int
+) -> Callable[[tuple[int, str]], FileScan]:
+    def scan(item: tuple[int, str]) -> FileScan:
+        index, path = item
+        return scan_file(path, index, tables, decode_options(schema_file), split_bytes)
 
-        schema = pa.schema([(n, pa.string() if t == "string" else pa.int64()) for n, t in RAW_COLUMNS])
-
-        def batch(rows: list[tuple[Any, ...]]) -> Any:
-            cols = list(zip(*rows, strict=True))
-            return pa.RecordBatch.from_arrays(
-                [pa.array(c, type=f.type) for c, f in zip(cols, schema, strict=True)], schema=schema
-            )
-
-        for b in batches:
-            for path, index in zip(b.column("path").to_pylist(), b.column("index").to_pylist(), strict=True):
-                rows: list[tuple[Any, ...]] = []
-                for rec in file_records(FileTask(path, index, tables, canonical, schema_file)):
-                    rows.append(rec)
-                    if len(rows) >= _BATCH_ROWS:
-                        yield batch(rows)
-                        rows = []
-                if rows:
-                    yield batch(rows)
-
-    return run
+    return scan
 
 
 # -- driver side ------------------------------------------------------------------------------------
@@ -208,64 +203,27 @@ def union_columns(schema: str, table: str, seen: list[tuple[int, str]]) -> Table
     return TableColumns(schema, table, cols, key, versions, names, since)
 
 
-def _spark_type(kind: str) -> str:
-    if kind in ("timestamp_utc", "timestamp_ntz"):
-        return "timestamp_ntz"
-    return "string" if kind == "text" else kind
+def _catalog(scans: list[FileScan], results: list[RangeResult]) -> list[TableColumns]:
+    """Each table's union across its versions, with `since` and `latest` from the versions' seqs
+    as the decoding tasks saw them."""
+    planned: dict[tuple[str, str], list[tuple[int, str]]] = {}
+    for scan in scans:
+        for s, t, v in scan.versions:
+            planned.setdefault((s, t), []).append((len(planned.get((s, t), ())), v))
+    seen: dict[tuple[str, str], list[tuple[int, str]]] = {}
+    for seq, s, t, v in sorted(v for r in results for v in r.versions):
+        seen.setdefault((s, t), []).append((seq, v))
+    catalog = []
+    for (s, t), versions in sorted(planned.items()):
+        cols = union_columns(s, t, seen.get((s, t)) or versions)
+        if cols.columns != union_columns(s, t, versions).columns:
+            raise ConfigError(f"{s}.{t}: the files changed while they were replayed")
+        catalog.append(cols)
+    return catalog
 
 
-def typed_column(text: Column, kind: str) -> Column:
-    """A value text (service.batch.changes.value_text) cast to its Spark type, in the JVM."""
-    from pyspark.sql import functions as F
-
-    if kind in ("string", "text"):
-        return text
-    if kind == "binary":
-        return F.unbase64(text)
-    return text.cast(_spark_type(kind))
-
-
-def _image(image: str, cols: TableColumns) -> Column:
-    """The typed struct of an image, from its parsed map column (`_<image>`)."""
-    from pyspark.sql import functions as F
-
-    m = F.col(f"_{image}")
-    fields = [typed_column(m[name], kind).alias(name) for name, kind, _ in cols.columns]
-    return F.when(m.isNotNull(), F.struct(*fields))
-
-
-def _table_frame(raw: DataFrame, cols: TableColumns, canonical: bool) -> DataFrame:
-    from pyspark.sql import functions as F
-
-    rows = raw.where(
-        (F.col("kind") == "row") & (F.col("schema") == cols.schema) & (F.col("table") == cols.table)
-    )
-    # each image's JSON parsed once, in a projection of its own (Spark does not eliminate a
-    # common subexpression inside the branches of a `when`)
-    parsed = rows.select(
-        "*",
-        F.from_json("before", "map<string,string>").alias("_before"),
-        F.from_json("after", "map<string,string>").alias("_after"),
-    )
-    kinds = {n: k for n, k, _ in cols.columns}
-    key = F.struct(
-        *[
-            typed_column(F.coalesce(F.col("_after")[c], F.col("_before")[c]), kinds.get(c, "text")).alias(c)
-            for c in cols.key
-        ]
-    )
-    select: list[Column | str] = [
-        "seq", "file", "pos", "end_file", "end_pos", "ts", "commit_ts", "server_id", "gtid", "op",
-        (key if cols.key else F.lit(None).cast("string")).alias("key"),
-        _image("before", cols).alias("before"),
-        _image("after", cols).alias("after"),
-        F.map_keys("_before").alias("before_columns"),
-        F.map_keys("_after").alias("after_columns"),
-    ]  # fmt: skip
-    if canonical:
-        select += ["before_json", "after_json"]
-    frame: DataFrame = parsed.select(*select)
-    return frame
+def _log_table(cols: TableColumns) -> LogTable:
+    return LogTable(cols.schema, cols.table, tuple((n, k) for n, k, _ in cols.columns), cols.key)
 
 
 def replay_to_parquet(
@@ -277,67 +235,53 @@ def replay_to_parquet(
     overwrite: bool = False,
     canonical: bool = False,
     schema_file: str | None = None,
+    split_bytes: int = SPLIT_BYTES,
 ) -> ReplaySummary:
-    """Decode `paths` (one task each, in this order) into the change log at `out`."""
-    from pyspark.sql import functions as F
-
+    """Decode `paths` (in this order; a file bigger than `split_bytes` in ranges) into the change
+    log at `out`."""
     started = time.monotonic()
-    schema = ", ".join(f"`{n}` {t}" for n, t in RAW_COLUMNS)
+    sc = spark.sparkContext
     with staged_output(spark, out, overwrite=overwrite) as tmp:
-        inputs = spark.sparkContext.parallelize(
-            [(p, i) for i, p in enumerate(paths)], max(1, len(paths))
-        ).toDF("path string, index int")
-        raw_path = f"{tmp}/_raw"
+        with job_progress(spark, "replay: scanning"):
+            items = list(enumerate(paths))
+            scans: list[FileScan] = (
+                sc.parallelize(items, max(1, len(items)))
+                .map(_scanner(tables, schema_file, split_bytes))
+                .collect()
+            )
+        planned = _catalog(scans, [])
+        log_tables = tuple(_log_table(c) for c in planned)
+        ranges: list[FileRange] = sorted((r for s in scans for r in s.ranges), key=lambda r: -r.size)
+        tasks = [RangeTask(r, tmp, tables, log_tables, canonical, schema_file) for r in ranges]
         with job_progress(spark, "replay: decoding"):
-            inputs.mapInArrow(_decode_batches(tables, canonical, schema_file), schema).write.parquet(raw_path)
-        raw = spark.read.parquet(raw_path)
-        versions: dict[tuple[str, str], list[tuple[int, str]]] = {}
-        tables_seen = raw.where(F.col("kind") == "table").select("schema", "table", "sql", "seq")
-        for r in tables_seen.orderBy("seq").collect():
-            versions.setdefault((r["schema"], r["table"]), []).append((int(r["seq"]), r["sql"]))
-        catalog = [union_columns(s, t, v) for (s, t), v in sorted(versions.items())]
-        ends = raw.where(F.col("kind") == "end").orderBy(F.col("seq").desc()).select("sql").limit(1).collect()
-        end = orjson.loads(ends[0]["sql"]) if ends else None
-        with job_progress(spark, "replay: writing"):
-            raw.where(F.col("kind") == "ddl").select(
-                "seq",
-                "file",
-                "pos",
-                "end_pos",
-                "ts",
-                "server_id",
-                F.col("schema").alias("default_schema"),
-                F.col("op").alias("kind"),
-                F.from_json("version", "array<string>").alias("tables"),
-                "sql",
-            ).write.parquet(f"{tmp}/ddl")
-            raw.where(F.col("kind") == "txn").select(
-                "seq", "file", "end_file", "end_pos", "commit_ts", "gtid", "gtid_set"
-            ).write.parquet(f"{tmp}/transactions")
-            for cols in catalog:
-                _table_frame(raw, cols, canonical).write.parquet(f"{tmp}/changes/{cols.schema}/{cols.table}")
-        counts = raw.where(F.col("kind").isin("row", "ddl", "txn")).groupBy("kind", "schema", "table").count()
+            results: list[RangeResult] = sc.parallelize(tasks, max(1, len(tasks))).map(decode_range).collect()
+        results.sort(key=lambda r: (r.index, r.part))
+        catalog = _catalog(scans, results)
         by_table: dict[tuple[str, str], int] = {}
-        ddl = txns = 0
-        for r in counts.collect():
-            if r["kind"] == "row":
-                by_table[(r["schema"], r["table"])] = int(r["count"])
-            elif r["kind"] == "ddl":
-                ddl += int(r["count"])
-            else:
-                txns += int(r["count"])
+        for r in results:
+            for key, n in r.changes.items():
+                by_table[key] = by_table.get(key, 0) + n
+        for t in log_tables:  # a table whose rows were all dropped: an empty dataset, not none
+            if not by_table.get((t.schema, t.table)):
+                write_empty(tmp, f"changes/{t.schema}/{t.table}", table_schema(t, canonical))
+        ddl = sum(r.ddl for r in results)
+        txns = sum(r.transactions for r in results)
+        if not ddl:
+            write_empty(tmp, "ddl", DDL_SCHEMA)
+        if not txns:
+            write_empty(tmp, "transactions", TXN_SCHEMA)
+        end = next((r.end for r in reversed(results) if r.end is not None), None)
+        by_table = {k: n for k, n in by_table.items() if n}
         meta = {
             "files": [os.path.basename(p) for p in paths],
-            "seq_shift": SEQ_SHIFT,
+            "seq_shift": FILE_SHIFT,
             "end": end,
             "tables": [c.to_json() for c in catalog],
             "changes": sum(by_table.values()),
             "canonical": canonical,
+            "ranges": len(ranges),
         }
         write_text(spark, f"{tmp}/{META}", orjson.dumps(meta, option=orjson.OPT_INDENT_2).decode())
-        from service.batch.session import delete_path
-
-        delete_path(spark, raw_path)
     return ReplaySummary(
         len(paths), sum(by_table.values()), by_table, ddl, txns, end, time.monotonic() - started
     )

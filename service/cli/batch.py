@@ -85,9 +85,13 @@ def replay(
         ),
     ] = None,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing output.")] = False,
+    split_mb: Annotated[
+        int,
+        typer.Option("--split-mb", min=1, help="Decode a bigger file in ranges of about this many MiB."),
+    ] = 64,
     master: Master = "local[*]",
 ) -> None:
-    """Decode archived binlog files into a typed change log (one Spark task per file)."""
+    """Decode archived binlog files into a typed change log (one Spark task per file range)."""
     from service.batch.replay import binlog_paths, replay_to_parquet
     from service.batch.session import spark_session
     from service.transactions import TableFilter
@@ -104,6 +108,7 @@ def replay(
                 overwrite=overwrite,
                 canonical=json_columns,
                 schema_file=str(schema_file) if schema_file else None,
+                split_bytes=split_mb << 20,
             )
         finally:
             spark.stop()

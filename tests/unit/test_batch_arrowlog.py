@@ -1,0 +1,43 @@
+"""The change log's Arrow columns (service.batch.arrowlog): pure, no Spark."""
+
+from __future__ import annotations
+
+import datetime as dt
+from decimal import Decimal
+
+from service.batch.arrowlog import column_array, image_array, names_array
+
+COLUMNS = [("id", "bigint"), ("at", "timestamp_utc"), ("amount", "decimal(10,2)"), ("added", "string")]
+VERSION = ["id", "at", "amount"]
+
+
+def test_full_images_transpose_like_a_lookup_per_value() -> None:
+    utc2 = dt.timezone(dt.timedelta(hours=2))
+    full = [
+        {"id": 1, "at": dt.datetime(2024, 1, 1, 3, tzinfo=utc2), "amount": Decimal("1.5")},
+        None,
+        {"id": 2, "at": None, "amount": None},
+    ]
+    partial = [*full, {"id": 3}]  # a MINIMAL image: the lookup path
+    fast, slow = image_array(full, COLUMNS, VERSION), image_array(partial, COLUMNS, VERSION)
+    assert fast.to_pylist() == slow.to_pylist()[:3]
+    assert fast.to_pylist()[0] == {
+        "id": 1, "at": dt.datetime(2024, 1, 1, 1), "amount": Decimal("1.50"), "added": None,
+    }  # fmt: skip
+    assert slow.to_pylist()[3] == {"id": 3, "at": None, "amount": None, "added": None}
+    assert names_array(full, VERSION).to_pylist() == [VERSION, None, VERSION]
+    assert names_array(partial, VERSION).to_pylist() == [VERSION, None, VERSION, ["id"]]
+
+
+def test_values_a_type_cannot_hold() -> None:
+    assert column_array(["0000-00-00 00:00:00", dt.datetime(2024, 1, 1)], "timestamp_ntz").to_pylist() == [
+        None,
+        dt.datetime(2024, 1, 1),
+    ]  # fmt: skip  (a zero date: NULL, as the JVM cast gave)
+    assert column_array([2**64 - 1, None], "decimal(20,0)").to_pylist() == [Decimal(2**64 - 1), None]
+    assert column_array([Decimal("123456789.5"), Decimal("1")], "decimal(10,2)").to_pylist() == [
+        None, Decimal("1.00"),
+    ]  # fmt: skip
+    text = column_array([{"a": [1, "x"]}, dt.timedelta(hours=-1, seconds=1), {"x", "a"}, b"\x01"], "text")
+    assert text.to_pylist() == ['{"a":[1,"x"]}', "-00:59:59", "a,x", "0x01"]
+    assert column_array([1, 2.5], "double").to_pylist() == [1.0, 2.5]
