@@ -173,7 +173,7 @@ async def test_repair_keeps_the_lease_while_it_reads_the_next_tables(
     stack: LocalStack, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """--repair takes the lease at the first table it repairs and reads on: a slow read of the
-    next tables (here 0.3 s a chunk, 3.3 s in all, against a lease of 1 s) must not let it expire."""
+    next tables (here 0.8 s a chunk, 8.8 s in all, against a lease of 3 s) must not let it expire."""
     info = stack.load()
     assert info is not None
     db, prefix = unique_names()
@@ -198,16 +198,16 @@ async def test_repair_keeps_the_lease_while_it_reads_the_next_tables(
     try:
         r.hset(lay.row_key(db, "a1", [1]), "v", "99")
         r.hset(lay.row_key(db, "b2", [10]), "v", "99")
-        monkeypatch.setattr(verify_module, "REPAIR_LEASE_TTL", 1.0)
+        monkeypatch.setattr(verify_module, "REPAIR_LEASE_TTL", 3.0)
         slow = verify_module.VerifyRun._select
 
         async def select(run: verify_module.VerifyRun, sql: str, what: str) -> list[dict[str, object]]:
             if "b2" in sql:
-                await asyncio.sleep(0.3)  # a slow source
+                await asyncio.sleep(0.8)  # a slow source
             return await slow(run, sql, what)
 
         monkeypatch.setattr(verify_module.VerifyRun, "_select", select)
-        short = settings.model_copy(update={"lease_ttl_seconds": 1.0})
+        short = settings.model_copy(update={"lease_ttl_seconds": 3.0})
         report = await verify_module.Verifier(short, chunk_rows=1).run(repair=True)
         assert report.repaired == 2 and len(report.differences) == 2
         assert (await verify_module.Verifier(settings).run()).equal
