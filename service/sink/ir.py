@@ -17,6 +17,7 @@ Immutable to the type checker (`frozen_default`); at run time a plain slots data
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TypeVar, dataclass_transform
 
@@ -24,6 +25,7 @@ from service.binlog.rowchange import Row
 
 __all__ = [
     "AddMember",
+    "ApplyCall",
     "ApplyHeader",
     "AppendChange",
     "BeginResync",
@@ -375,3 +377,13 @@ Op = (
     | CascadeDelete
     | CascadeUpdate
 )
+
+
+@_op
+class ApplyCall:
+    """One atomic apply call: its header, its ops, and the ops that end it (the checkpoint, or a
+    chunk's `__progress`). `ops` is the planner's list (appended to while a call is planned)."""
+
+    header: ApplyHeader
+    ops: Sequence[Op]
+    tail: Sequence[Op] = ()
