@@ -22,6 +22,7 @@ from service.binlog.rowchange import Row
 from service.sink.ir import (
     AddMember,
     AppendChange,
+    ApplyCall,
     ApplyHeader,
     BeginResync,
     CarryResync,
@@ -51,11 +52,12 @@ from service.sink.ir import (
     UpdateRow,
     WriteRow,
 )
+from service.sink.keys import KeyLayout
 from service.sink.reference_fk import Cascades
 from service.sink.reference_keyspace import Keyspace, ScriptError, as_bytes, merge_json
 from service.sink.values import hash_text, json_document, same_text
 
-__all__ = ["Reply", "ScriptError", "apply_call", "changed_columns", "partial_key_of"]
+__all__ = ["Reply", "ScriptError", "apply_call", "changed_columns", "execute", "partial_key_of"]
 
 Reply = int | bytes  # the call's first sequence number, or a table-work unit's rows left/cursor
 _MARK = re.compile(rb"[0-9-]+ (.*)", re.S)  # "{generation} {reason}" or "- {reason}"
@@ -159,7 +161,7 @@ class _Call:
     # -- the ops ---------------------------------------------------------------------------------
     def row_op(self, op: Op) -> None:
         t: TableKeys = op.table  # type: ignore[union-attr]
-        if t.tid not in self.registered:  # each table joins `__tables` once per call
+        if t.tid not in self.registered:  # each table joins `__tables` once per call (codec.py)
             self.registered.add(t.tid)
             self.ks.sadd(self.tables_key, [as_bytes(t.tid)])
         base = as_bytes(t.base) + b":"
@@ -180,6 +182,9 @@ class _Call:
                     self.ks.hset(key, pairs)
                 self.ks.hdel(key, [k.encode() for k, v in op.row.items() if v is None])
             self.row_merged(t, op.suffix)
+        elif isinstance(op, UpdateRow) and self.json:  # a whole document, as WriteRow
+            self.ks.set(base + as_bytes(op.suffix), json_document(op.after))
+            self.row_written(t, op.suffix, True)
         elif isinstance(op, UpdateRow):
             key = base + as_bytes(op.suffix)
             changed, nulled = changed_columns(op.before, op.after)
@@ -249,6 +254,8 @@ class _Call:
 
     def other_op(self, op: Op) -> None:
         ks = self.ks
+        if isinstance(op, _ACTIONS):  # they may remove a table from `__tables`: row ops add it again
+            self.registered.clear()
         if isinstance(op, SkipSequence):
             self.seq += 1
         elif isinstance(op, AppendChange):
@@ -301,6 +308,7 @@ class _Call:
 
 
 _ROW_OPS = (WriteRow, MergeRow, UpdateRow, UpdateChanged, DeleteRow, MoveRow, RereadRow)
+_ACTIONS = (AddMember, RemoveMember, BeginResync, RestartResync, CarryResync)  # as codec.py's
 
 
 def _fence(ks: Keyspace, lease_key: bytes, token: str) -> None:
@@ -335,6 +343,13 @@ def _check_rows(ks: Keyspace, resync: bytes, ops: Sequence[Op]) -> None:
         for key in keys:
             if not ks.exists(key):
                 raise ScriptError(f"ROWS_MISSING row {named} {key.decode(errors='surrogateescape')}")
+
+
+def execute(ks: Keyspace, call: ApplyCall, layout: KeyLayout, json_mode: bool = False) -> Reply:
+    """Run `call` over `ks` (its ops, then its tail), for a mirror of `layout` in the hash or the
+    json layout: `apply_call`."""
+    ops = [*call.ops, *call.tail] if call.tail else call.ops
+    return apply_call(ks, call.header, ops, tables_key=layout.tables_key, json=json_mode)
 
 
 def apply_call(
