@@ -31,8 +31,8 @@ from redis._parsers import hiredis as redis_hiredis
 from redis.asyncio import Redis
 from redis.asyncio.connection import AbstractConnection
 
+from service.sink.codec import Arg
 from service.sink.plain import plain_call
-from service.sink.plan import Arg
 from service.sink.scripts import GUARD
 
 __all__ = ["PlainSetup", "ScriptChannel"]

@@ -33,7 +33,7 @@ from typing import Any, Final, cast
 
 import hiredis
 
-from service.sink.plan import Arg
+from service.sink.codec import Arg
 
 __all__ = ["PlainCall", "plain_call"]
 

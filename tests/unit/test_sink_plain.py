@@ -8,9 +8,11 @@ import random
 import hiredis
 
 from service.binlog.rowchange import EventSpan, Op, RowChange
+from service.sink.codec import Arg, CallEncoder
+from service.sink.ir import ApplyCall, ApplyHeader
 from service.sink.keys import KeyLayout
 from service.sink.plain import _hset, plain_call
-from service.sink.plan import Arg, Planner, checkpoint_args
+from service.sink.plan import IrOp, Planner, checkpoint_op
 
 LAYOUT = KeyLayout("m")
 
@@ -21,17 +23,17 @@ def _row(op: Op, table: str, **row: object) -> RowChange:
 
 
 def _call(*changes: RowChange, token: str = "tok", chunk: int = 0) -> list[Arg]:
-    p = Planner(LAYOUT, lambda s, t: ("id",), plain_rows=True)
-    ops: list[Arg] = []
+    p = Planner(LAYOUT, lambda s, t: ("id",))
+    ops: list[IrOp] = []
     for ch in changes:
-        if ch.op is Op.INSERT:
-            p._insert(ops, ch, (ch.schema, ch.table))
-        else:
-            ops += ["C", *p.context(ch.schema, ch.table)[1:], *(p.change(ch) or [])]
+        ops += p.change(ch) or []
     lay = LAYOUT
-    head: list[Arg] = [lay.lease_key, token, lay.checkpoint_key, "prev", lay.progress_key, "txn", chunk]
-    head += ["1", lay.seq_key, len(changes), lay.resync_key, 0]
-    return head + ops + checkpoint_args(lay, {"id": "txn"})
+    head = ApplyHeader(
+        lay.lease_key, token, lay.checkpoint_key, "prev", lay.progress_key, "txn", chunk, True,
+        lay.seq_key, len(changes), lay.resync_key, 0,
+    )  # fmt: skip
+    call = ApplyCall(head, ops, [checkpoint_op(lay, {"id": "txn"})])
+    return CallEncoder(lay, plain_rows=True).encode(call)
 
 
 def _commands(packed: bytes) -> list[list[bytes]]:
