@@ -42,7 +42,7 @@ from service.checkpoint import BinlogPosition, Checkpoint
 from service.errors import ConfigError
 from service.sink.channel import ScriptChannel
 from service.sink.checkpoints import checkpoint_fields, decode_checkpoint
-from service.sink.codec import Arg
+from service.sink.codec import Arg, CallEncoder
 from service.sink.fks import ACTING, ForeignKeys
 from service.sink.ir import AddMember, AppendChange, ApplyCall, RemoveMember, SetFields, SkipSequence, Text
 from service.sink.keys import GroupLayout, KeyLayout, group_layout, split_key
@@ -75,8 +75,8 @@ class ClusterChannel(ScriptChannel):
     Each call is waited for as it is written (no pipelining across a cluster client); its reply,
     or error reply, is kept for `reply` in order, as ScriptChannel does."""
 
-    def __init__(self, cluster: RedisCluster, script: str, key: str) -> None:
-        super().__init__(cast(Redis, cluster), script)
+    def __init__(self, cluster: RedisCluster, script: str, key: str, encoder: CallEncoder) -> None:
+        super().__init__(cast(Redis, cluster), script, encoder=encoder)
         self._cluster = cluster
         self._key = key
         self._replies: deque[Any] = deque()
@@ -90,9 +90,9 @@ class ClusterChannel(ScriptChannel):
             self._sha = _text(await self._cluster.script_load(self._script))
             return await self._cluster.evalsha(self._sha, 1, self._key, *args)
 
-    async def send(self, args: Sequence[Arg]) -> None:
+    async def send(self, call: ApplyCall | Sequence[Arg]) -> None:
         try:
-            value: Any = await self._eval(args)
+            value: Any = await self._eval(self._args(call))
         except rexc.ResponseError as exc:  # an error reply: raised by `reply`, in order
             value = exc
         except BaseException:
@@ -100,8 +100,8 @@ class ClusterChannel(ScriptChannel):
             raise
         self._replies.append(value)
 
-    async def call(self, args: Sequence[Arg]) -> Any:
-        return await self._eval(args)
+    async def call(self, args: ApplyCall | Sequence[Arg]) -> Any:
+        return await self._eval(self._args(args))
 
     async def reply(self) -> Any:
         value = self._replies.popleft()
@@ -123,7 +123,7 @@ class _GroupMirror(RedisMirror):
         # the change log and `__seq` are the global group's (a group's own `__seq` only counts)
         opts = replace(options, changelog_maxlen=None, plain_inserts=False)  # one script per call
         super().__init__(cast(Redis, cluster), layout, key_columns, opts, token="#0")
-        self._channel = ClusterChannel(cluster, APPLY, layout.checkpoint_key)
+        self._channel = ClusterChannel(cluster, APPLY, layout.checkpoint_key, self.encoder)
         self._route = [layout.checkpoint_key]
         self.at: Checkpoint | None = None  # the group's stored checkpoint: what it has applied
 
@@ -155,7 +155,7 @@ class ClusterMirror(RedisMirror):
         super().__init__(cast(Redis, cluster), cluster_layout(prefix), key_columns, options, token)
         self.cluster = cluster
         self.prefix = prefix
-        self._channel = ClusterChannel(cluster, APPLY, self.layout.checkpoint_key)
+        self._channel = ClusterChannel(cluster, APPLY, self.layout.checkpoint_key, self.encoder)
         self._route = [self.layout.checkpoint_key]
         self._fence_script = cluster.register_script(FENCE)
         self._fence: int | None = None  # this writer's fencing number, while it holds the lease
@@ -427,8 +427,7 @@ class ClusterMirror(RedisMirror):
         values = "json" if self.options.json_mode else "hash"
         tail.append(checkpoint_op(self.layout, checkpoint_fields(end, gtid, values, ts)))
         what = f"applying the global part of {len(offsets)} transaction(s) up to {txn_id}"
-        call = ApplyCall(self._header(txn_id, 0, True, size), ops, tail)
-        await self._send(sent, self.encoder.encode(call), what, offsets)
+        await self._send(sent, ApplyCall(self._header(txn_id, 0, True, size), ops, tail), what, offsets)
         self._prev = txn_id
         self._global, self._global_gtid = end, gtid
 

@@ -109,8 +109,10 @@ class RedisMirror:
         self.encoder = CallEncoder(layout, json_mode=opts.json_mode, plain_rows=plain_rows)
         plain = None
         if plain_rows:  # not json rows: one MSET per 500 already (op WJN)
-            plain = PlainSetup(layout.guard_key, layout.fence_key, lambda: self.planner.resyncing)
-        self._channel = ScriptChannel(redis, APPLY, plain)
+            plain = PlainSetup(
+                layout.guard_key, layout.fence_key, layout.tables_key, lambda: self.planner.resyncing
+            )
+        self._channel = ScriptChannel(redis, APPLY, plain, self.encoder)
         self._resync_rows = redis.register_script(RESYNC_ROWS)
         self._resync_finish = redis.register_script(RESYNC_FINISH)
         self._resync_reread = redis.register_script(RESYNC_REREAD)
@@ -322,9 +324,9 @@ class RedisMirror:
     ) -> None:
         txn_id = str(last.end.position)
         tail = [checkpoint_op(self.layout, self._fields(last))]
-        args = self.encoder.encode(ApplyCall(self._header(txn_id, 0, True, size), ops, tail))
+        call = ApplyCall(self._header(txn_id, 0, True, size), ops, tail)
         many = f"{len(offsets)} transactions up to " if len(offsets) > 1 else "transaction "
-        await self._send(sent, args, f"applying {many}{txn_id}", offsets)
+        await self._send(sent, call, f"applying {many}{txn_id}", offsets)
         self._prev = txn_id
 
     async def _send_chunked(
@@ -361,10 +363,10 @@ class RedisMirror:
                 tail = [
                     SetFields(self.layout.progress_key, tuple((f"t:{t}", str(k)) for t, k in done.items()))
                 ]
-            args = self.encoder.encode(ApplyCall(self._header(txn_id, i, final, n, rows), ops, tail))
+            call = ApplyCall(self._header(txn_id, i, final, n, rows), ops, tail)
             what = f"applying chunk {i} (to change {at + n} of {len(todo)}) of transaction {txn_id}"
             # every chunk returns the transaction's first sequence number: keep the last's
-            await self._send(sent, args, what, (0,) if final else ())
+            await self._send(sent, call, what, (0,) if final else ())
             rows += n
             at += n
         self._resume = None
@@ -397,7 +399,7 @@ class RedisMirror:
                 ops += work_op(key, uid, w, step, cursor)
                 calls += 1
                 with map_redis_errors(f"table work (DROP/TRUNCATE/RENAME/resync) of {txn_id}, call {calls}"):
-                    reply = await self._channel.call(self.encoder.encode(ApplyCall(header, ops)))
+                    reply = await self._channel.call(ApplyCall(header, ops))
                 ops = []
                 if reply == 0 or reply == b"0":
                     break
@@ -430,9 +432,9 @@ class RedisMirror:
         record = {_s(k): _s(v) for k, v in raw.items()}
         return record.get("txn", ""), {f[3:]: base for f, base in record.items() if f.startswith("to ")}
 
-    async def _send(self, sent: SentBatch, args: list[Arg], what: str, offsets: Sequence[int]) -> None:
+    async def _send(self, sent: SentBatch, call: ApplyCall, what: str, offsets: Sequence[int]) -> None:
         with map_redis_errors(what):
-            await self._channel.send(args)
+            await self._channel.send(call)
         sent.calls.append((what, offsets))
 
     async def close(self) -> None:
