@@ -48,7 +48,7 @@ from service.sink.ir import (
     WriteRow,
 )
 from service.sink.keys import KeyLayout
-from service.sink.values import hash_text, json_document, same_text
+from service.sink.values import hash_text, json_document, row_fields, same_text
 
 __all__ = ["HEADER_FIELDS", "Arg", "CallEncoder", "header_args", "len_values"]
 
@@ -163,13 +163,9 @@ class CallEncoder:
                     out += (op.suffix, json_document(row))
                     self._run_out, self._run_end = out, len(out)
                 elif self._plain:  # field-value pairs, as plain HSETs take them (plain.py)
-                    out += ("WP", op.suffix, 0)
-                    at = len(out) - 1
-                    for k, v in row.items():
-                        if v is not None:
-                            append(k)
-                            append(hash_text(v))
-                    out[at] = (len(out) - at - 1) // 2
+                    fields = row_fields(row)
+                    out += ("WP", op.suffix, len(fields) // 2)
+                    out += fields
                 else:
                     whole = True
                     for v in row.values():

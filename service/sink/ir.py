@@ -54,6 +54,7 @@ __all__ = [
     "SetFields",
     "SkipSequence",
     "TableKeys",
+    "Text",
     "UpdateChanged",
     "UpdateRow",
     "WriteRow",

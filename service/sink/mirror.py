@@ -37,10 +37,12 @@ from service.checkpoint import BinlogPosition, Checkpoint
 from service.errors import ConfigError, LeaseLost, SinkError
 from service.sink.channel import PlainSetup, ScriptChannel
 from service.sink.checkpoints import checkpoint_fields, decode_checkpoint, recopy_reason
+from service.sink.codec import Arg, CallEncoder
 from service.sink.diagnose import lease_loss
 from service.sink.fks import ForeignKeys
+from service.sink.ir import ApplyCall, ApplyHeader, SetFields
 from service.sink.keys import KeyLayout
-from service.sink.plan import Arg, KeyColumns, Planner, TableAction, checkpoint_args
+from service.sink.plan import IrOp, KeyColumns, Planner, TableAction, checkpoint_op
 from service.sink.replies import SentBatch, map_redis_errors, redis_access_denied
 from service.sink.scripts import ACQUIRE, APPLY, RELEASE, RENEW, RESYNC_FINISH, RESYNC_REREAD, RESYNC_ROWS
 from service.sink.server import check_server
@@ -102,12 +104,15 @@ class RedisMirror:
             json_mode=opts.json_mode,
             full_images=opts.full_images,
             changelog_maxlen=opts.changelog_maxlen,
-            plain_rows=opts.plain_inserts and not opts.json_mode,
         )
+        plain_rows = opts.plain_inserts and not opts.json_mode
+        self.encoder = CallEncoder(layout, json_mode=opts.json_mode, plain_rows=plain_rows)
         plain = None
-        if self.planner.plain_rows:  # not json rows: one MSET per 500 already (op WJN)
-            plain = PlainSetup(layout.guard_key, layout.fence_key, lambda: self.planner.resyncing)
-        self._channel = ScriptChannel(redis, APPLY, plain)
+        if plain_rows:  # not json rows: one MSET per 500 already (op WJN)
+            plain = PlainSetup(
+                layout.guard_key, layout.fence_key, layout.tables_key, lambda: self.planner.resyncing
+            )
+        self._channel = ScriptChannel(redis, APPLY, plain, self.encoder)
         self._resync_rows = redis.register_script(RESYNC_ROWS)
         self._resync_finish = redis.register_script(RESYNC_FINISH)
         self._resync_reread = redis.register_script(RESYNC_REREAD)
@@ -240,9 +245,9 @@ class RedisMirror:
         return ok
 
     # -- apply ---------------------------------------------------------------------------------------
-    def _header(self, txn_id: str, chunk: int, final: bool, nseq: int, done: int = 0) -> list[Arg]:
+    def _header(self, txn_id: str, chunk: int, final: bool, nseq: int, done: int = 0) -> ApplyHeader:
         lay = self.layout
-        return [
+        return ApplyHeader(
             lay.lease_key,
             self.token,
             lay.checkpoint_key,
@@ -250,12 +255,12 @@ class RedisMirror:
             lay.progress_key,
             txn_id,
             chunk,
-            "1" if final else "0",
+            final,
             lay.seq_key,
             nseq,
             lay.resync_key,
             done,
-        ]
+        )
 
     async def apply(self, batch: Sequence[tuple[Transaction, Sequence[TableAction]]]) -> list[int]:
         """Apply transactions in order and wait; returns the first change sequence number of each.
@@ -273,7 +278,7 @@ class RedisMirror:
         """
         sent = SentBatch(self._channel, self._channel.epoch, self.planner, redis=self.redis)
         limit = self.options.chunk_size
-        group: list[Arg] = []  # ops of the call being planned
+        group: list[IrOp] = []  # ops of the call being planned
         offsets: list[int] = []  # of its transactions' first changes
         size = 0
         last: Transaction | None = None  # its last transaction
@@ -315,13 +320,13 @@ class RedisMirror:
         return sent
 
     async def _send_group(
-        self, sent: SentBatch, ops: list[Arg], offsets: list[int], size: int, last: Transaction
+        self, sent: SentBatch, ops: list[IrOp], offsets: list[int], size: int, last: Transaction
     ) -> None:
         txn_id = str(last.end.position)
-        args = self._header(txn_id, 0, True, size) + self.planner.checks() + ops
-        args += checkpoint_args(self.layout, self._fields(last))
+        tail = [checkpoint_op(self.layout, self._fields(last))]
+        call = ApplyCall(self._header(txn_id, 0, True, size), ops, tail)
         many = f"{len(offsets)} transactions up to " if len(offsets) > 1 else "transaction "
-        await self._send(sent, args, f"applying {many}{txn_id}", offsets)
+        await self._send(sent, call, f"applying {many}{txn_id}", offsets)
         self._prev = txn_id
 
     async def _send_chunked(
@@ -331,7 +336,7 @@ class RedisMirror:
         `__progress` how many changes of each table are done. Planned one chunk ahead, never
         whole: a transaction of millions of rows would otherwise hold every row's arguments."""
         txn_id = str(txn.end.position)
-        cp = checkpoint_args(self.layout, self._fields(txn))
+        cp = [checkpoint_op(self.layout, self._fields(txn))]
         size = self.options.chunk_size
         todo: Sequence[int] = range(len(txn.changes))
         if resume is not None:  # its table actions went with its first chunk
@@ -355,19 +360,19 @@ class RedisMirror:
             if not final:
                 for tid, k in Counter(map(tids.__getitem__, todo[at : at + n])).items():
                     done[tid] = done.get(tid, 0) + k
-                tail = ["H", self.layout.progress_key, len(done)]
-                for tid, k in done.items():
-                    tail += [f"t:{tid}", k]
-            args = self._header(txn_id, i, final, n, rows) + ops + tail
+                tail = [
+                    SetFields(self.layout.progress_key, tuple((f"t:{t}", str(k)) for t, k in done.items()))
+                ]
+            call = ApplyCall(self._header(txn_id, i, final, n, rows), ops, tail)
             what = f"applying chunk {i} (to change {at + n} of {len(todo)}) of transaction {txn_id}"
             # every chunk returns the transaction's first sequence number: keep the last's
-            await self._send(sent, args, what, (0,) if final else ())
+            await self._send(sent, call, what, (0,) if final else ())
             rows += n
             at += n
         self._resume = None
         self._prev = txn_id
 
-    async def _run_table_work(self, txn_id: str, fence: list[Arg], work: Sequence[TableWork]) -> None:
+    async def _run_table_work(self, txn_id: str, fence: list[IrOp], work: Sequence[TableWork]) -> None:
         """The whole-table work of a transaction's DROP/TRUNCATE/RENAME and resync starts, before
         the transaction's own call: `table_step` rows per call, each call waited for before the
         next is written, so Redis serves its other clients in between (one script over a table of
@@ -389,16 +394,18 @@ class RedisMirror:
         ops = list(fence)
         noted = started = time.monotonic()
         for uid, w in zip(ids, work, strict=True):
-            cursor: Arg = ""
+            cursor = ""
             while True:
                 ops += work_op(key, uid, w, step, cursor)
                 calls += 1
                 with map_redis_errors(f"table work (DROP/TRUNCATE/RENAME/resync) of {txn_id}, call {calls}"):
-                    reply = await self._channel.call(header + ops)
+                    reply = await self._channel.call(ApplyCall(header, ops))
                 ops = []
                 if reply == 0 or reply == b"0":
                     break
-                cursor = reply  # op CP: where its SSCAN goes on
+                cursor = (
+                    reply.decode() if isinstance(reply, bytes) else str(reply)
+                )  # CopyMembers: its SSCAN's next
                 if time.monotonic() - noted > 10:  # a table of millions of rows: show progress
                     noted = time.monotonic()
                     left = "" if w.op == "CP" else f", {int(reply):,} rows left"
@@ -425,9 +432,9 @@ class RedisMirror:
         record = {_s(k): _s(v) for k, v in raw.items()}
         return record.get("txn", ""), {f[3:]: base for f, base in record.items() if f.startswith("to ")}
 
-    async def _send(self, sent: SentBatch, args: list[Arg], what: str, offsets: Sequence[int]) -> None:
+    async def _send(self, sent: SentBatch, call: ApplyCall, what: str, offsets: Sequence[int]) -> None:
         with map_redis_errors(what):
-            await self._channel.send(args)
+            await self._channel.send(call)
         sent.calls.append((what, offsets))
 
     async def close(self) -> None:

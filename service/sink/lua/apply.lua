@@ -5,13 +5,14 @@
 -- Op Q, first if present, lists the rows that UL ops update by their changed columns alone, and
 -- their tables: the call writes nothing (ROWS_MISSING) unless each row is there and no table is
 -- being resynced (whose rows may not all be there, or lack a new column).
--- Row ops (W WP U WJ WJN P PJ E MV N) name a row by its suffix in the table set by the last C op; W
+-- The ops are encoded by service/sink/codec.py from the apply IR (service/sink/ir.py).
+-- Row ops (W WP U UL WJN P PJ E MV N) name a row by its suffix in the table set by the last C op; W
 -- and U rows carry only values, their column names come once per call with the shape (op K); WP
 -- rows carry field-value pairs (the plain form's, service/sink/plain.py: sent as the script when
--- that form did not apply). WJN
--- is a run of whole JSON rows (a load's INSERTs), written by one MSET per 500 rows. Row ops'
--- `__keys` and `__touched` members are collected and written by one SADD (or SREM) per run of
--- adds (or removes) of a set, before the next other op and at the end (same call: still atomic).
+-- that form did not apply). WJN is a run of whole JSON rows (one or more), written by one MSET
+-- per 500 rows. Row ops' `__keys` and `__touched` members are collected and written by one SADD
+-- (or SREM) per run of adds (or removes) of a set, before the next other op and at the end (same
+-- call: still atomic).
 -- Ops F, FD, FU, FA, FR and FC (foreign-key cascades and their sets) are documented in cascade.lua.
 -- Whether a table is in resync (its rows go to `__touched`, or to `__partial` when a partial image
 -- merged them: op P, PJ, N) is read once per table per call; the ops that change marks forget it.
@@ -226,10 +227,6 @@ while i <= n do
     redis.call('DEL', base .. ARGV[i + 1])
     row_written(ARGV[i + 1], false)
     i = i + 2
-  elseif op == 'WJ' then                 -- replace a JSON row: suffix document
-    redis.call('SET', base .. ARGV[i + 1], ARGV[i + 2])
-    row_written(ARGV[i + 1], true)
-    i = i + 3
   elseif op == 'P' then                  -- merge a partial image: suffix count f v ... count f ...
     local key, c = base .. ARGV[i + 1], tonumber(ARGV[i + 2])
     hset(key, i + 3, c)
