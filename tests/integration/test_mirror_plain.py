@@ -14,7 +14,6 @@ import pytest
 import redis as redis_sync
 from redis.asyncio import Redis
 
-from service.devtools.stack import LocalStack
 from service.errors import LeaseLost
 from service.sink.bulk import write_rows
 from service.sink.client import redis_client
@@ -23,16 +22,14 @@ from service.sink.mirror import MirrorOptions, RedisMirror
 from tests.integration.mirror_helpers import stack_redis_url
 from tests.integration.test_mirror_sink import _prefix, dele, ins, keys_of, txn
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.redis
 
 EXEC = b"*1\r\n$4\r\nEXEC\r\n"
 
 
 @pytest.fixture
-async def redis(stack: LocalStack) -> AsyncIterator[Redis]:
-    info = stack.load()
-    assert info is not None
-    client = redis_client(info.redis_url)  # the service's client: hiredis replies, as in production
+async def redis(redis_url: str) -> AsyncIterator[Redis]:
+    client = redis_client(redis_url)  # the service's client: hiredis replies, as in production
     yield client
     await client.aclose()
 

@@ -1,4 +1,5 @@
-"""Redis-only sink tests: one redis-server for the session, started in a temp dir (no MariaDB)."""
+"""Redis-only sink tests: on the session's redis-server (`redis_url`, no MariaDB), in a database
+of their own, which they empty (FLUSHDB) and dump whole: the other tests keep to database 0."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 import redis as redis_sync
 from hypothesis import HealthCheck, settings
 
-from tests.integration.redis_servers import Server, start_server
+SINK_DB = 15
 
 # The differential tests' Hypothesis profile: about 30 s on a loaded 2-core machine;
 # SINK_DIFF_EXAMPLES=2000 runs more (a search for divergences, not for every test run).
@@ -23,16 +24,10 @@ settings.register_profile(
 
 
 @pytest.fixture(scope="session")
-def sink_redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    server = start_server(tmp_path_factory.mktemp("sink-redis"), ["save ''", "appendonly no"])
-    try:
-        yield server
-    finally:
-        server.stop(kill=True)
-
-
-@pytest.fixture(scope="session")
-def sink_redis(sink_redis_server: Server) -> Iterator[redis_sync.Redis]:
-    """A client of the session's redis-server; each test flushes what it needs."""
-    with sink_redis_server.client() as client:
+def sink_redis(redis_url: str) -> Iterator[redis_sync.Redis]:
+    """A client of database SINK_DB of the session's redis-server."""
+    base, _, db = redis_url.rpartition("/")
+    assert db.isdigit(), redis_url
+    with redis_sync.Redis.from_url(f"{base}/{SINK_DB}") as client:
+        assert client.connection_pool.connection_kwargs["db"] == SINK_DB
         yield client

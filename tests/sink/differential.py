@@ -54,7 +54,7 @@ class Twin:
     ks: Keyspace
 
     def __post_init__(self) -> None:
-        self.r.flushall()
+        self.r.flushdb()  # its own database (tests/sink/conftest.py)
         self._script = self.r.register_script(APPLY)
 
     def _real(self, call: ir.ApplyCall) -> Outcome:
