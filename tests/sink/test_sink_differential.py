@@ -313,3 +313,86 @@ def test_random_calls_leave_the_same_keyspace(sink_redis: redis_sync.Redis, json
         drive(start(sink_redis, json_mode), plan, json_mode, {"c": on[:2], "g": on[2:]})
 
     check()
+
+
+# -- paths random calls seldom take ----------------------------------------------------------------
+
+T, U = TABLES["t"], TABLES["u"]
+WIDE = {f"col{i}": i for i in range(600)}  # more than the script's 500 fields per HSET
+
+
+def wide(shift: int) -> dict[str, Any]:
+    return {"id": 1, **{k: v + shift for k, v in WIDE.items()}}
+
+
+EDGES: dict[str, tuple[bool, list[list[ir.Op]]]] = {
+    # write_row trusts an HSET that added every field: a merged field the new row lacks stays
+    "write over a merge of other columns": (
+        False,
+        [[ir.MergeRow(T, "1", {"b": 5})], [ir.WriteRow(T, "1", {"id": 1, "a": 2, "b": None})]],
+    ),
+    "a JSON document replaced by a hash row": (
+        False,
+        [[ir.SetFields(LAY.checkpoint_key, ())], [ir.WriteRow(T, "1", {"id": 1})]],
+    ),
+    "rows wider than one HSET": (
+        False,
+        [
+            [ir.WriteRow(T, "1", wide(0))],
+            [ir.UpdateRow(T, "1", wide(0), wide(1))],
+            [ir.UpdateChanged(T, "1", wide(1), {**wide(2), "col7": None})],
+            [ir.MergeRow(T, "1", wide(3))],
+        ],
+    ),
+    "an update of a table in resync is refused": (
+        False,
+        [
+            [ir.WriteRow(T, "1", {"id": 1, "a": 1}), ir.BeginResync(T.tid, "alter", T.touched)],
+            [ir.UpdateChanged(T, "1", {"id": 1, "a": 1}, {"id": 1, "a": 2})],
+        ],
+    ),
+    "JSON text the script splits by hand": (
+        True,
+        [
+            [ir.WriteRow(T, "1", {"id": 1, "a": 'q"u,o}t\\e', "b": {"x": [1, {"y": "]}"}]}})],
+            [ir.MergeRow(T, "1", {"b": None, "c": "\u00e9\U0001f600", "a": "{["})],
+        ],
+    ),
+    "table work in many calls": (
+        False,
+        [
+            [ir.WriteRow(U, f"k{i}", {"id": i}) for i in range(300)],
+            [ir.BeginResync(U.tid, "x", U.touched)],
+        ],
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(EDGES))
+def test_edge_calls_leave_the_same_keyspace(sink_redis: redis_sync.Redis, name: str) -> None:
+    json_mode, calls = EDGES[name]
+    twin = start(sink_redis, json_mode)
+    if name == "a JSON document replaced by a hash row":
+        sink_redis.set(f"{T.base}:1", b'{"id":1}')
+        twin.ks.set(f"{T.base}:1".encode(), b'{"id":1}')
+    prev = ""
+    for n, ops in enumerate(calls, 1):
+        tail = [ir.SetFields(LAY.checkpoint_key, (("id", f"f.1:{n}"),))]
+        kind, _ = twin.call(ir.ApplyCall(header(f"f.1:{n}", prev, 0, True, len(ops), 0), ops, tail))
+        prev = f"f.1:{n}" if kind == "reply" else prev
+    if name == "table work in many calls":  # SSCAN and SPOP in pages of a set of 300 names
+        h = header("f.1:9", prev, 0, True, 0, 0)
+        stale = LAY.stale_key("s", "u")
+        twin.unit(h, [], [], ir.CopyMembers(LAY.table_ops_key, "CP u", 10, "", U.index, stale, U.tid))
+        twin.unit(h, [ir.FenceResync(U.tid)], [], ir.MoveRows("", "MU", 7, U.index, U.base, T.index, T.base))
+        twin.unit(
+            h, [], [ir.ClearFkMemberships(False)], ir.ClearRows(LAY.table_ops_key, "CU", 7, T.index, T.base)
+        )
+
+
+def test_cluster_groups_keep_the_newest_fencing_number(sink_redis: redis_sync.Redis) -> None:
+    twin = start(sink_redis, False)
+    sink_redis.delete(LAY.lease_key)  # a group's lease key holds the last writer's number
+    twin.ks.delete(LAY.lease_key.encode())
+    for token in ("#3", "#2", "#3", "#5", "tok"):
+        twin.call(ir.ApplyCall(header("f.1:1", "", 0, True, 0, 0, token), []))
