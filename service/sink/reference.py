@@ -129,7 +129,7 @@ class _Call:
     def write_row(self, key: bytes, pairs: list[tuple[bytes, bytes]]) -> None:
         """The row becomes `pairs`. As the script does: one HSET first, kept when it added every
         field or the key holds exactly these fields; otherwise DEL and HSET. So a stored hash
-        whose fields are all absent from `pairs` keeps them (see docs/_reference_section.md)."""
+        whose fields are all absent from `pairs` keeps them (docs/mirror.md, "The reference executor")."""
         c = len(pairs)
         if 0 < c <= 500:
             try:

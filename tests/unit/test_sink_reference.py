@@ -10,6 +10,7 @@ import pytest
 from service.sink.fks import set_name
 from service.sink.ir import (
     AppendChange,
+    ApplyCall,
     ApplyHeader,
     BeginResync,
     CarryResync,
@@ -36,7 +37,7 @@ from service.sink.ir import (
     WriteRow,
 )
 from service.sink.keys import KeyLayout
-from service.sink.reference import ScriptError, apply_call, changed_columns
+from service.sink.reference import ScriptError, apply_call, changed_columns, execute
 from service.sink.reference_keyspace import Keyspace, members, merge_json
 
 LAY = KeyLayout("m")
@@ -263,3 +264,13 @@ def test_flat_json_members_and_merge_copy_raw_text() -> None:
         merge_json(doc, b'{"a":null,"g":[]}')
         == doc[:-1].replace(b"18446744073709551615", b"null") + b',"g":[]}'
     )
+
+
+def test_execute_runs_a_call_s_ops_then_its_tail() -> None:
+    ks = fresh()
+    tail = (SetFields(LAY.checkpoint_key, (("id", "f.1:10"),)),)
+    call = ApplyCall(header(), [WriteRow(T, "1", {"id": 1})], tail)
+    assert execute(ks, call, LAY) == 1
+    assert ks.hgetall(LAY.checkpoint_key.encode()) == {b"id": b"f.1:10"}
+    with pytest.raises(ScriptError, match="^CHECKPOINT_MOVED expected  found f.1:10$"):
+        execute(ks, call, LAY)
