@@ -14,9 +14,10 @@ import redis as redis_sync
 
 from service.sink import ir
 from service.sink.keys import KeyLayout
+from service.sink.plain import plain_call
 from service.sink.reference import Reply, ScriptError, execute
 from service.sink.reference_keyspace import Arg, Dump, Keyspace
-from service.sink.scripts import APPLY
+from service.sink.scripts import APPLY, GUARD
 
 Encode = Callable[[ir.ApplyCall], list[Arg]]
 Outcome = tuple[str, object]  # ("reply", int | bytes) or ("error", message)
@@ -107,3 +108,22 @@ class Twin:
                 k: (ref.get(k), real.get(k)) for k in real.keys() | ref.keys() if real.get(k) != ref.get(k)
             }
             raise AssertionError(f"keyspaces differ (key: (reference, Lua)): {diff!r}")
+
+
+def plain_form(r: redis_sync.Redis, layout: KeyLayout, call: ir.ApplyCall) -> Outcome | None:
+    """`call` in its plain MULTI/EXEC form (service/sink/plain.py) on `r`, as ScriptChannel sends
+    it: ("reply", first sequence number), ("refused", the guard's reason), or None when the call
+    has no plain form."""
+    plain = plain_call(call, layout.tables_key, r.script_load(GUARD), layout.guard_key, layout.fence_key, ())
+    if plain is None:
+        return None
+    conn = r.connection_pool.get_connection()
+    try:
+        conn.send_packed_command([plain.packed])
+        replies = [conn.read_response(disable_decoding=True) for _ in range(plain.replies)]
+    finally:
+        r.connection_pool.release(conn)
+    executed = replies[-1]
+    if executed is None:  # the guard refused: the EXEC wrote nothing
+        return ("refused", replies[1])
+    return ("reply", executed[0] - call.header.nseq + 1)
