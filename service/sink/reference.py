@@ -53,6 +53,7 @@ from service.sink.ir import (
     WriteRow,
 )
 from service.sink.keys import KeyLayout
+from service.sink.reference_checks import check_call
 from service.sink.reference_fk import Cascades
 from service.sink.reference_keyspace import Keyspace, ScriptError, as_bytes, merge_json
 from service.sink.values import hash_text, json_document, same_text
@@ -311,40 +312,6 @@ _ROW_OPS = (WriteRow, MergeRow, UpdateRow, UpdateChanged, DeleteRow, MoveRow, Re
 _ACTIONS = (AddMember, RemoveMember, BeginResync, RestartResync, CarryResync)  # as codec.py's
 
 
-def _fence(ks: Keyspace, lease_key: bytes, token: str) -> None:
-    if token == "":
-        return
-    if token.startswith("#"):  # a cluster group: a fencing number, not the lease's token
-        n, seen = int(token[1:]), int(ks.get(lease_key) or b"0")
-        if seen > n:
-            raise ScriptError(f"LEASE_LOST a newer writer (fencing number {seen}) wrote here")
-        if seen < n:
-            ks.set(lease_key, str(n).encode())
-        return
-    holder = ks.get(lease_key)
-    if holder == token.encode():
-        return
-    if holder is None:
-        raise ScriptError("LEASE_LOST the writer lease is gone (expired, or Redis lost its keys)")
-    raise ScriptError("LEASE_LOST the writer lease is held by another instance")
-
-
-def _check_rows(ks: Keyspace, resync: bytes, ops: Sequence[Op]) -> None:
-    """The rows of UpdateChanged ops are stored and their tables not in resync (op Q), table by
-    table in their first op's order."""
-    rows: dict[str, list[bytes]] = {}
-    for op in ops:
-        if isinstance(op, UpdateChanged):
-            rows.setdefault(op.table.tid, []).append(as_bytes(op.table.base) + b":" + as_bytes(op.suffix))
-    for tid, keys in rows.items():
-        named = f"{len(tid.encode())}:{tid}"
-        if ks.hexists(resync, tid.encode()):
-            raise ScriptError(f"ROWS_MISSING resync {named}")
-        for key in keys:
-            if not ks.exists(key):
-                raise ScriptError(f"ROWS_MISSING row {named} {key.decode(errors='surrogateescape')}")
-
-
 def execute(ks: Keyspace, call: ApplyCall, layout: KeyLayout, json_mode: bool = False) -> Reply:
     """Run `call` over `ks` (its ops, then its tail), for a mirror of `layout` in the hash or the
     json layout: `apply_call`."""
@@ -363,24 +330,8 @@ def apply_call(
     `tables_key`: the layout's `__tables` set, which each row op's table joins (once per call);
     `json`: rows are JSON documents (the json layout) instead of hashes."""
     h = header
-    _fence(ks, as_bytes(h.lease_key), h.token)
-    prev = ks.hget(as_bytes(h.checkpoint_key), b"id") or b""
-    if prev != as_bytes(h.expected_prev):
-        raise ScriptError(f"CHECKPOINT_MOVED expected {h.expected_prev} found {prev.decode()}")
-    progress, txn = as_bytes(h.progress_key), as_bytes(h.txn_id)
-    first_chunk_seq: int | None = None
-    stale_progress = False
-    if h.chunk > 0:
-        p_txn, p_rows, p_first = ks.hmget(progress, [b"txn", b"rows", b"first"])
-        at = 0
-        if p_txn == txn:
-            at = _number(p_rows) or 0
-            first_chunk_seq = _number(p_first)
-        if at != h.done:
-            raise ScriptError(f"PROGRESS_MOVED {h.txn_id}: expected {h.done} rows done, found {at}")
-        stale_progress = p_txn != txn  # left by a transaction that never finished
-    resync = as_bytes(h.resync_key)
-    _check_rows(ks, resync, ops)
+    first_chunk_seq, stale_progress = check_call(ks, h, ops)
+    progress, txn, resync = as_bytes(h.progress_key), as_bytes(h.txn_id), as_bytes(h.resync_key)
     if stale_progress:
         ks.delete(progress)
     seq = ks.incrby(as_bytes(h.seq_key), h.nseq) - h.nseq + 1
@@ -396,13 +347,3 @@ def apply_call(
     elif h.chunk > 0:
         ks.delete(progress)
     return call.left if call.left is not None else first
-
-
-def _number(v: bytes | None) -> int | None:
-    """Lua's tonumber: None for a missing or non-numeric value."""
-    if v is None:
-        return None
-    try:
-        return int(v)
-    except ValueError:
-        return None
