@@ -40,6 +40,7 @@ from service.sink.ir import (
     RemoveMember,
     RereadRow,
     RestartResync,
+    ResyncHeader,
     SetFields,
     SkipSequence,
     TableKeys,
@@ -50,7 +51,16 @@ from service.sink.ir import (
 from service.sink.keys import KeyLayout
 from service.sink.values import hash_text, json_document, row_fields, same_text
 
-__all__ = ["HEADER_FIELDS", "Arg", "CallEncoder", "header_args", "len_values"]
+__all__ = [
+    "HEADER_FIELDS",
+    "Arg",
+    "CallEncoder",
+    "header_args",
+    "len_values",
+    "resync_finish_args",
+    "resync_reread_args",
+    "resync_rows_args",
+]
 
 Arg = str | bytes | int  # an apply call's argument
 
@@ -368,3 +378,46 @@ def fk_graph_args(g: FkGraph) -> list[Arg]:
         out += c.child_fields
         out += c.parent_fields
     return out
+
+
+# -- the resync scripts (lua/resync_rows.lua, resync_reread.lua, resync_finish.lua) ----------------
+def _copied_row(op: WriteRow, json_mode: bool) -> list[Arg]:
+    """A row read from the source: count f v ... (json: 1, '' and the document)."""
+    if json_mode:
+        return [1, "", json_document(op.row)]
+    fields = row_fields(op.row)
+    return [len(fields) // 2, *fields]
+
+
+def resync_rows_args(h: ResyncHeader, stale_key: str, json_mode: bool, rows: Sequence[WriteRow]) -> list[Arg]:
+    """RESYNC_ROWS: write the rows a resync read (those the stream did not write since)."""
+    t = h.table
+    out: list[Arg] = [h.lease_key, h.token, h.resync_key, t.tid, h.generation]
+    out += [t.touched, stale_key, t.index, t.base, "1" if json_mode else "0"]
+    for op in rows:
+        out.append(op.suffix)
+        out += _copied_row(op, json_mode)
+    return out
+
+
+def resync_reread_args(
+    h: ResyncHeader, json_mode: bool, entries: Sequence[tuple[str, str, WriteRow | None]]
+) -> list[Arg]:
+    """RESYNC_REREAD: each `__partial` entry (suffix, merges) with its row as read again (None:
+    the source no longer has it)."""
+    t = h.table
+    out: list[Arg] = [h.lease_key, h.token, h.resync_key, t.tid, h.generation]
+    out += [t.touched, t.index, t.base, "1" if json_mode else "0"]
+    for suffix, merges, op in entries:
+        out += [suffix, merges, 0, 0] if op is None else [suffix, merges, 1, *_copied_row(op, json_mode)]
+    return out
+
+
+def resync_finish_args(
+    h: ResyncHeader, stale_key: str, limit: int, settle_key: str, copied_at: str
+) -> list[Arg]:
+    """RESYNC_FINISH: remove up to `limit` stale rows; end the resync (and open its settle window
+    until `copied_at`, if not '') once none is left."""
+    t = h.table
+    out: list[Arg] = [h.lease_key, h.token, h.resync_key, t.tid, t.touched, stale_key, t.index, t.base]
+    return [*out, h.generation, limit, settle_key, copied_at]

@@ -49,6 +49,7 @@ __all__ = [
     "Op",
     "RemoveMember",
     "RereadRow",
+    "ResyncHeader",
     "RestartResync",
     "RowOp",
     "SetFields",
@@ -99,6 +100,18 @@ class ApplyHeader:
     nseq: int  # change sequence numbers the call takes
     resync_key: str
     done: int  # changes of a chunked transaction applied before this chunk
+
+
+@_op
+class ResyncHeader:
+    """What every call of a table's resync checks (lua/resync_*.lua): the lease, and that the
+    table's resync is still `generation` (a statement that restarts, moves or ends it moves it)."""
+
+    lease_key: str
+    token: str
+    resync_key: str
+    table: TableKeys
+    generation: int
 
 
 # -- row operations (relative to a table; each registers its table in `__tables` once per call) --

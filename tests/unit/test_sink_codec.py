@@ -14,7 +14,15 @@ import pytest
 from service.binlog.rowchange import EventSpan, Op, Row, RowChange
 from service.checkpoint import BinlogPosition, Checkpoint
 from service.sink import ir
-from service.sink.codec import HEADER_FIELDS, Arg, CallEncoder, len_values
+from service.sink.codec import (
+    HEADER_FIELDS,
+    Arg,
+    CallEncoder,
+    len_values,
+    resync_finish_args,
+    resync_reread_args,
+    resync_rows_args,
+)
 from service.sink.keys import KeyLayout
 from service.sink.plan import ActionKind, Planner, TableAction
 from service.sink.tablework import unit_ids, work_op
@@ -331,3 +339,24 @@ def test_planned_calls_are_the_argv_sent_before_the_ir(planned: dict[str, list[A
         assert hashlib.sha256(packed).hexdigest()[:16] == PINNED[name]
     else:
         assert hashlib.sha256(repr(_rows(args)).encode()).hexdigest()[:16] == ROWS_PINNED[name]
+
+
+def test_resync_calls() -> None:
+    """The resync scripts' ARGV: the lease, the generation, the table's keys, then rows as the
+    source gave them (count f v ..., NULLs not stored; json: 1, '' and the document)."""
+    h = ir.ResyncHeader("m:__lease", "tok", "m:__resync", T, 4)
+    row: Row = {"id": 1, "v": None, "b": b"\x00"}
+    ops = [ir.WriteRow(T, "1", row)]
+    head = ["m:__lease", "tok", "m:__resync", "db:t", 4]
+    assert resync_rows_args(h, "m:db:t:__stale", False, ops) == [
+        *head, "m:db:t:__touched", "m:db:t:__stale", "m:db:t:__keys", "m:db:t", "0",
+        "1", 2, "id", "1", "b", b"\x00",
+    ]  # fmt: skip
+    assert resync_rows_args(h, "s", True, ops)[-4:] == ["1", 1, "", b'{"id":1,"v":null,"b":"AA=="}']
+    assert resync_reread_args(h, False, [("1", "3", ops[0]), ("2", "1", None)]) == [
+        *head, "m:db:t:__touched", "m:db:t:__keys", "m:db:t", "0",
+        "1", "3", 1, 2, "id", "1", "b", b"\x00", "2", "1", 0, 0,
+    ]  # fmt: skip
+    assert resync_finish_args(h, "m:db:t:__stale", 500, "m:__settle", "") == [
+        *head[:4], "m:db:t:__touched", "m:db:t:__stale", "m:db:t:__keys", "m:db:t", 4, 500, "m:__settle", "",
+    ]  # fmt: skip

@@ -75,15 +75,12 @@ end
 local function flush()
   for set in pairs(pend) do flush_set(set) end
 end
-local function reason_of(mark_value)    -- "{generation} {reason}" or "- {reason}" -> reason
-  return string.match(mark_value, '^[%d-]+ (.*)$') or mark_value
-end
 local function mark(tid, reason, touched, stale)
   -- (re)start tid's resync: a new generation (resync calls of an older one are refused from now
   -- on), nothing touched yet. Its `__stale` was filled before (op CP), or is emptied (`stale`
   -- given: after a TRUNCATE, `__keys` is empty).
-  local gen = redis.call('HINCRBY', resync, '__gen', 1)
-  redis.call('HSET', resync, tid, gen .. ' ' .. reason)
+  local gen = redis.call('HINCRBY', resync, GENERATION_FIELD, 1)
+  redis.call('HSET', resync, tid, mark_value(gen, reason))
   redis.call('UNLINK', touched, partial_of(touched))  -- big sets are freed off the main thread
   if stale then redis.call('UNLINK', stale) end
   marks = {}
@@ -326,7 +323,7 @@ while i <= n do
       -- holds or reads from now on (the calls after this one refill `__stale`); the table's
       -- action then restarts, moves or ends it.
       local v = redis.call('HGET', resync, ARGV[i + 1])
-      if v then redis.call('HSET', resync, ARGV[i + 1], '- ' .. reason_of(v)) end
+      if v then redis.call('HSET', resync, ARGV[i + 1], mark_value(MARK_FENCED, reason_of(v))) end
       i = i + 2
     elseif op == 'RS' then               -- begin a resync: table_id reason touched (op CP filled __stale)
       mark(ARGV[i + 1], ARGV[i + 2], ARGV[i + 3])
