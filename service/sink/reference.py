@@ -52,7 +52,14 @@ from service.sink.ir import (
     UpdateRow,
     WriteRow,
 )
-from service.sink.keys import KeyLayout
+from service.sink.keys import (
+    GENERATION_FIELD,
+    MARK_FENCED,
+    PARTIAL_SUFFIX,
+    TOUCHED_SUFFIX,
+    KeyLayout,
+    resync_mark,
+)
 from service.sink.reference_checks import check_call
 from service.sink.reference_fk import Cascades
 from service.sink.reference_keyspace import Keyspace, ScriptError, as_bytes, merge_json
@@ -61,17 +68,28 @@ from service.sink.values import hash_text, json_document, same_text
 __all__ = ["Reply", "ScriptError", "apply_call", "changed_columns", "execute", "partial_key_of"]
 
 Reply = int | bytes  # the call's first sequence number, or a table-work unit's rows left/cursor
-_MARK = re.compile(rb"[0-9-]+ (.*)", re.S)  # "{generation} {reason}" or "- {reason}"
+_GENERATION = re.compile(rb"[0-9]+ (.*)", re.S)
+_FENCED = MARK_FENCED.encode() + b" "
 
 
 def _reason(mark: bytes) -> bytes:
-    m = _MARK.fullmatch(mark)
+    """The reason of a `__resync` value: "{generation} {reason}" or "- {reason}" (common.lua's
+    reason_of; anything else is its own reason)."""
+    if mark.startswith(_FENCED):
+        return mark[len(_FENCED) :]
+    m = _GENERATION.fullmatch(mark)
     return m.group(1) if m else mark
+
+
+def _mark(generation: int | str, reason: bytes) -> bytes:
+    """A `__resync` value (keys.resync_mark), for a reason of any bytes."""
+    text = resync_mark(generation, reason.decode("utf-8", "surrogateescape"))
+    return text.encode("utf-8", "surrogateescape")
 
 
 def partial_key_of(touched: str | bytes) -> bytes:
     """`{table}:__touched` -> `{table}:__partial` (common.lua's partial_of)."""
-    return as_bytes(touched)[:-9] + b"__partial"
+    return as_bytes(touched)[: -len(TOUCHED_SUFFIX)] + PARTIAL_SUFFIX.encode()
 
 
 def changed_columns(before: Row, after: Row) -> tuple[list[tuple[str, Any]], list[str]]:
@@ -144,8 +162,8 @@ class _Call:
 
     def mark(self, tid: str, reason: bytes, touched: str, stale: str | None = None) -> None:
         """(Re)start tid's resync: a new generation, nothing touched yet."""
-        gen = self.ks.hincrby(self.resync, b"__gen", 1)
-        self.ks.hset(self.resync, [(as_bytes(tid), b"%d %s" % (gen, reason))])
+        gen = self.ks.hincrby(self.resync, GENERATION_FIELD.encode(), 1)
+        self.ks.hset(self.resync, [(as_bytes(tid), _mark(gen, reason))])
         self.ks.delete(as_bytes(touched), partial_key_of(touched))
         if stale is not None:
             self.ks.delete(as_bytes(stale))
@@ -289,7 +307,7 @@ class _Call:
         elif isinstance(op, FenceResync):  # a resync in flight writes no more rows
             v = ks.hget(self.resync, as_bytes(op.tid))
             if v is not None:
-                ks.hset(self.resync, [(as_bytes(op.tid), b"- " + _reason(v))])
+                ks.hset(self.resync, [(as_bytes(op.tid), _mark(MARK_FENCED, _reason(v)))])
         elif isinstance(op, BeginResync):
             self.mark(op.tid, as_bytes(op.reason), op.touched)
         elif isinstance(op, RestartResync):  # TRUNCATE

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from service.sink.ir import CascadeDelete, CascadeUpdate, FkConstraint, FkGraph
+from service.sink.keys import FKDEFS_SUFFIX
 from service.sink.reference_keyspace import Keyspace, ScriptError, as_bytes, members, merge_json
 
 __all__ = ["Cascades", "MAX_DEPTH"]
@@ -173,7 +174,7 @@ class Cascades:
         if self.clear_json is None:
             return
         spec: list[tuple[bytes, list[bytes]]] = []
-        for prefix, enc in self.ks.hgetall(base + b":__fkdefs").items():
+        for prefix, enc in self.ks.hgetall(base + b":" + FKDEFS_SUFFIX.encode()).items():
             fields, at = [], 0
             while at < len(enc):
                 colon = enc.index(b":", at)

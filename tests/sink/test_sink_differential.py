@@ -318,7 +318,7 @@ def test_random_calls_leave_the_same_keyspace(sink_redis: redis_sync.Redis, json
 
 # -- paths random calls seldom take ----------------------------------------------------------------
 
-T, U = TABLES["t"], TABLES["u"]
+T, U, C, G = TABLES["t"], TABLES["u"], TABLES["c"], TABLES["g"]
 WIDE = {f"col{i}": i for i in range(600)}  # more than the script's 500 fields per HSET
 
 
@@ -357,6 +357,21 @@ EDGES: dict[str, tuple[bool, list[list[ir.Op]]]] = {
         [
             [ir.WriteRow(T, "1", {"id": 1, "a": 'q"u,o}t\\e', "b": {"x": [1, {"y": "]}"}]}})],
             [ir.MergeRow(T, "1", {"b": None, "c": "\u00e9\U0001f600", "a": "{["})],
+        ],
+    ),
+    "marks of every form": (  # common.lua's reason_of: "{generation} {reason}", "- {reason}", other
+        False,
+        [
+            [
+                ir.SetFields(
+                    LAY.resync_key,
+                    ((T.tid, "1-2 x"), (U.tid, "-- y"), (C.tid, "- 7 z"), (G.tid, "12 34")),
+                )
+            ],
+            [ir.FenceResync(T.tid), ir.FenceResync(U.tid), ir.FenceResync(C.tid)],
+            [ir.RestartResync(T.tid, LAY.stale_key("s", "t"), T.touched), ir.FenceResync(G.tid)],
+            [ir.CarryResync(G.tid, U.tid, LAY.stale_key("s", "u"), U.touched)],
+            [ir.RestartResync(C.tid, LAY.stale_key("s", "c"), C.touched)],
         ],
     ),
     "table work in many calls": (
