@@ -14,7 +14,7 @@ Pure: no I/O (an import-linter contract keeps redis out).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,9 +63,9 @@ from service.sink.keys import (
 from service.sink.reference_checks import check_call
 from service.sink.reference_fk import Cascades
 from service.sink.reference_keyspace import Keyspace, ScriptError, as_bytes, merge_json
-from service.sink.values import hash_text, json_document, same_text
+from service.sink.values import json_document, row_fields, same_text
 
-__all__ = ["Reply", "ScriptError", "apply_call", "changed_columns", "execute", "partial_key_of"]
+__all__ = ["Reply", "ScriptError", "apply_call", "changed_columns", "execute", "partial_key_of", "row_pairs"]
 
 Reply = int | bytes  # the call's first sequence number, or a table-work unit's rows left/cursor
 _GENERATION = re.compile(rb"[0-9]+ (.*)", re.S)
@@ -108,8 +108,10 @@ def changed_columns(before: Row, after: Row) -> tuple[list[tuple[str, Any]], lis
     return changed, nulled
 
 
-def _pairs(items: Iterable[tuple[str, Any]]) -> list[tuple[bytes, bytes]]:
-    return [(k.encode(), as_bytes(hash_text(v))) for k, v in items if v is not None]
+def row_pairs(row: Mapping[str, Any]) -> list[tuple[bytes, bytes]]:
+    """A row's non-NULL columns as a hash's (field, value) pairs (values.row_fields)."""
+    fields = row_fields(row)
+    return [(as_bytes(f), as_bytes(v)) for f, v in zip(fields[::2], fields[1::2], strict=True)]
 
 
 @dataclass(slots=True)
@@ -189,14 +191,14 @@ class _Call:
             if self.json:
                 self.ks.set(key, json_document(op.row))
             else:
-                self.write_row(key, _pairs(op.row.items()))
+                self.write_row(key, row_pairs(op.row))
             self.row_written(t, op.suffix, True)
         elif isinstance(op, MergeRow):
             key = base + as_bytes(op.suffix)
             if self.json:
                 self.ks.set(key, merge_json(self.ks.get(key), json_document(op.row)))
             else:
-                pairs = _pairs(op.row.items())
+                pairs = row_pairs(op.row)
                 if pairs:
                     self.ks.hset(key, pairs)
                 self.ks.hdel(key, [k.encode() for k, v in op.row.items() if v is None])
@@ -208,17 +210,17 @@ class _Call:
             key = base + as_bytes(op.suffix)
             changed, nulled = changed_columns(op.before, op.after)
             if self.in_resync(t) or not self.ks.exists(key):
-                self.write_row(key, _pairs(op.after.items()))
+                self.write_row(key, row_pairs(op.after))
                 self.row_written(t, op.suffix, True)
             else:
                 if changed:
-                    self.ks.hset(key, _pairs(changed))
+                    self.ks.hset(key, row_pairs(dict(changed)))
                 self.ks.hdel(key, [k.encode() for k in nulled])
         elif isinstance(op, UpdateChanged):  # the header's check found the row
             key = base + as_bytes(op.suffix)
             changed, nulled = changed_columns(op.before, op.after)
             if changed:
-                self.ks.hset(key, _pairs(changed))
+                self.ks.hset(key, row_pairs(dict(changed)))
             self.ks.hdel(key, [k.encode() for k in nulled])
         elif isinstance(op, DeleteRow):
             self.ks.delete(base + as_bytes(op.suffix))

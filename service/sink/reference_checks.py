@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from service.sink.ir import ApplyHeader, Op, UpdateChanged
 from service.sink.reference_keyspace import Keyspace, ScriptError, as_bytes
 
-__all__ = ["check_call"]
+__all__ = ["check_call", "fence"]
 
 
 def check_call(ks: Keyspace, h: ApplyHeader, ops: Sequence[Op]) -> tuple[int | None, bool]:
@@ -18,7 +18,7 @@ def check_call(ks: Keyspace, h: ApplyHeader, ops: Sequence[Op]) -> tuple[int | N
     ops (op Q), in the script's order; ScriptError with its text when one fails. Returns the
     first chunk's sequence number (a later chunk of a transaction replies it) and whether
     `__progress` was left by another transaction (the call drops it)."""
-    _fence(ks, as_bytes(h.lease_key), h.token)
+    fence(ks, as_bytes(h.lease_key), h.token)
     prev = ks.hget(as_bytes(h.checkpoint_key), b"id") or b""
     if prev != as_bytes(h.expected_prev):
         raise ScriptError(f"CHECKPOINT_MOVED expected {h.expected_prev} found {prev.decode()}")
@@ -38,7 +38,7 @@ def check_call(ks: Keyspace, h: ApplyHeader, ops: Sequence[Op]) -> tuple[int | N
     return first_chunk_seq, stale_progress
 
 
-def _fence(ks: Keyspace, lease_key: bytes, token: str) -> None:
+def fence(ks: Keyspace, lease_key: bytes, token: str) -> None:
     if token == "":
         return
     if token.startswith("#"):  # a cluster group: a fencing number, not the lease's token
