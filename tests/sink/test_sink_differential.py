@@ -276,7 +276,8 @@ def start(r: redis_sync.Redis, json_mode: bool) -> Twin:
     return twin
 
 
-def drive(twin: Twin, plan: list[Txn | Unit], json_mode: bool, rules: Rules) -> None:
+def drive(twin: Twin, plan: list[Txn | Unit], json_mode: bool, rules: Rules) -> str:
+    """Runs `plan`; returns the last checkpoint id stored."""
     prev = ""
     for n, step in enumerate(plan, 1):
         txn = f"f.1:{n}"
@@ -304,6 +305,7 @@ def drive(twin: Twin, plan: list[Txn | Unit], json_mode: bool, rules: Rules) -> 
             done += nseq
             if final:
                 prev = txn
+    return prev
 
 
 @pytest.mark.parametrize("json_mode", [False, True], ids=["hash", "json"])
