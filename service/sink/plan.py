@@ -5,7 +5,6 @@ No I/O here, so the whole mapping from row changes to Redis writes is unit-teste
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -14,8 +13,9 @@ from typing import Any
 from service.binlog.rowchange import Op, Row, RowChange
 from service.checkpoint import BinlogPosition
 from service.sink.cascades import CascadePlan
-from service.sink.fks import defs_key
+from service.sink.fks import ForeignKeys, defs_key
 from service.sink.keys import KeyLayout, escape
+from service.sink.marks import TableMarks
 from service.sink.tablework import Arg, TableWork
 from service.sink.values import hash_text as _text
 from service.sink.values import json_document, key_text
@@ -65,18 +65,11 @@ class Planner:
     changelog_maxlen: int | None = None  # None: no change-log stream
     plain_rows: bool = False  # hash INSERTs as field-value pairs (op WP) for the plain form
     skipped: SkipCounter = field(default_factory=SkipCounter)
-    # Tables whose updates carry whole rows (op U) instead of their changed columns (op UL): a
-    # resync is in flight (rows may be absent or lack a new column), or an UL met no row (the
-    # mirror had a gap: whole rows fill the gap in as they change). By table id; RedisMirror
-    # keeps them in step with Redis.
-    resyncing: set[str] = field(default_factory=set)
-    gaps: set[str] = field(default_factory=set)
-    # table id -> the source's end of binlog when its last resync finished reading: the copy
-    # brought rows forward to that point, so until the stream passes it, older events arrive
-    # for rows it already moved on (one deleted later is missing): whole rows too. `__settle`
-    # in Redis; each entry ends (HDEL) in the call of the first transaction past it.
-    settling: dict[str, BinlogPosition] = field(default_factory=dict)
-    resyncs_planned: Counter[str] = field(default_factory=Counter)  # resyncs begun (or moved) per table
+    # Which tables' updates carry whole rows (resync, gap, settle marks): the writer gives it, and
+    # the apply replies and resyncs change it too (service/sink/marks.py)
+    marks: TableMarks = field(default_factory=TableMarks)
+    # The foreign keys between mirrored tables, as the catalog last read them (cascades.py)
+    foreign_keys: Callable[[], ForeignKeys] | None = None
     # (schema, table) -> (row key base, index key, table id, touched key): built once per table
     _table_keys: dict[tuple[str, str], tuple[str, str, str, str]] = field(default_factory=dict, repr=False)
     # Per script call (reset by `begin_call`): non-NULL column names -> shape id (op K); the
@@ -104,6 +97,8 @@ class Planner:
 
     def __post_init__(self) -> None:
         self.cascades = CascadePlan(self.layout, self.key_columns, self.json_mode, self._suffix)
+        if self.foreign_keys is not None:
+            self.cascades.foreign_keys = self.foreign_keys
 
     # -- row changes -----------------------------------------------------------------------------
     def _keys(self, schema: str, table: str) -> tuple[str, str, str, str]:
@@ -325,13 +320,7 @@ class Planner:
             assert ch.after is not None
             if op is Op.UPDATE and full and old == new and ch.before is not None and not self.json_mode:
                 base, _, tid, _ = self._keys(ch.schema, ch.table)
-                if (
-                    self._acted
-                    or tid in self.resyncing
-                    or tid in self.gaps
-                    or tid in self.settling
-                    or (ch.schema, ch.table, new) in self._written
-                ):
+                if self._acted or self.marks.whole_rows(tid) or (ch.schema, ch.table, new) in self._written:
                     self._written.add((ch.schema, ch.table, new))  # it may have been absent
                     self._update_row(out, new, ch.before, ch.after)
                 else:
@@ -380,35 +369,21 @@ class Planner:
         # a resync in flight continues under the new name (the moved rows are not all re-read
         # yet); its `__stale` was filled before (op CP). So does a settle window.
         out += ["RC", tid, new, lay.stale_key(ns, nt), lay.touched_key(ns, nt)]
-        at = self.settling.get(new)
+        at = self.marks.settle_at(new)
         out += ["X", lay.settle_key, 1, new] if at is None else ["H", lay.settle_key, 1, new, str(at)]
         return out + fkdefs + self._end_resync(a.schema, a.table)
 
     def _track_marks(self, a: TableAction, tid: str) -> None:
-        """`resyncing`, `gaps` and `settling` after `a` (the ops of `action` change them in Redis)."""
+        """The marks after `a` (the ops of `action` change them in Redis)."""
         if a.kind is ActionKind.RESYNC:
-            self.resyncing.add(tid)
-            self.resyncs_planned[tid] += 1
+            self.marks.begin_resync(tid)
         elif a.kind is ActionKind.TRUNCATE:
-            self.gaps.discard(tid)  # no rows, no gap
-        elif a.kind is not ActionKind.REGISTER:  # DROP, RENAME: the marks go, or move (op RC)
-            in_resync, gap = tid in self.resyncing, tid in self.gaps
-            self.resyncing.discard(tid)
-            self.gaps.discard(tid)
-            settle = self.settling.pop(tid, None)
-            if a.kind is ActionKind.RENAME:
-                assert a.new_schema is not None and a.new_table is not None
-                new = self.layout.table_id(a.new_schema, a.new_table)
-                self.resyncing.discard(new)
-                self.gaps.discard(new)
-                self.settling.pop(new, None)
-                if in_resync:
-                    self.resyncing.add(new)
-                    self.resyncs_planned[new] += 1
-                if gap:
-                    self.gaps.add(new)
-                if settle is not None:
-                    self.settling[new] = settle
+            self.marks.truncated(tid)
+        elif a.kind is ActionKind.RENAME:  # the marks move (op RC)
+            assert a.new_schema is not None and a.new_table is not None
+            self.marks.renamed(tid, self.layout.table_id(a.new_schema, a.new_table))
+        elif a.kind is not ActionKind.REGISTER:  # DROP: the marks go
+            self.marks.dropped(tid)
 
     def table_work(self, actions: Sequence[TableAction]) -> tuple[list[Arg], list[TableWork]]:
         """The work of `actions` on whole tables, in order: the rows of a dropped or truncated
@@ -479,16 +454,14 @@ class Planner:
     def transaction(self, out: list[Arg], txn: Transaction, actions: Sequence[TableAction]) -> None:
         """Append the ops of a whole transaction (its table actions first) to the current call,
         after other transactions' ops: several small transactions share one atomic call."""
-        if self.settling:
+        if self.marks.settling:
             self._settle(out, txn.end.position)
         self._actions(out, actions)
         self._changes(out, txn, range(len(txn.changes)))
 
     def _settle(self, out: list[Arg], end: BinlogPosition) -> None:
         """End the settle windows that a transaction ending at `end` is past (`settling`)."""
-        done = [tid for tid, at in self.settling.items() if end > at]
-        for tid in done:
-            del self.settling[tid]
+        done = self.marks.settled_by(end)
         if done:
             out += ["X", self.layout.settle_key, len(done), *done]
 
@@ -508,7 +481,7 @@ class Planner:
             self.begin_call()
             cur: list[Arg] = []
             if at == 0:
-                if self.settling:
+                if self.marks.settling:
                     self._settle(cur, txn.end.position)
                 self._actions(cur, actions)
             part = todo[at : at + chunk_size]
