@@ -72,9 +72,7 @@ def plain_call(
     base = ""
     members: list[str] = []
     for op in chain(call.ops, call.tail):
-        cls = type(op)
-        if cls is WriteRow:
-            assert isinstance(op, WriteRow)
+        if isinstance(op, WriteRow):
             t = op.table
             if t is not table and t != table:
                 if t.tid in avoid:
@@ -98,7 +96,7 @@ def plain_call(
                     writes.append(hiredis.pack_command(cast(Any, ("HSET", key, *fields))))
                 hsets += 1
             members.append(op.suffix)
-        elif cls is AddMember or cls is SetFields:
+        elif isinstance(op, AddMember | SetFields):
             _flush(cmds, dels, writes, in_run, sets)
             if isinstance(op, AddMember):
                 cmds.append(("SADD", op.set, op.member))
