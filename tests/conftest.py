@@ -1,14 +1,74 @@
 """Shared fixtures. The servers are real and started once per session: the local stack (mariadbd +
 redis-server) for `integration` tests, a redis-server alone (`redis_url`) or a Redis Cluster alone
-(`redis_cluster`) for `redis` tests."""
+(`redis_cluster`) for `redis` tests. A test that starts a server without its marker fails
+(tests/server_markers.py), so `pytest -m "not integration and ..."` (make check) never starts one."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import sys
+from collections.abc import Generator, Iterator
+from typing import Any
 
 import pytest
+from server_markers import FIXTURE_MARKERS, SERVER_MARKERS, missing_markers, started_programs
 
 from service.devtools.stack import LocalStack
+
+# The test being run (set up, called, torn down), whose markers allow or refuse a server start.
+_running: pytest.Item | None = None
+_refused = pytest.StashKey[list[str]]()
+
+
+def _audit(event: str, args: tuple[Any, ...]) -> None:
+    """Refuses the start of a server program in a test without the marker for it. Called for every
+    audited event of the process (opens, imports): the first test returns at once."""
+    if event != "subprocess.Popen" and event != "os.posix_spawn" or _running is None:
+        return
+    programs = started_programs(args[1])
+    if not programs:
+        return
+    missing = missing_markers(SERVER_MARKERS, programs, {m.name for m in _running.iter_markers()})
+    if missing:
+        message = f"this test starts a server without its marker: {', '.join(missing)}"
+        _running.stash.setdefault(_refused, []).append(message)
+        raise RuntimeError(message)
+
+
+sys.addaudithook(_audit)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, object]:
+    global _running
+    _running = item
+    try:
+        return (yield)
+    finally:
+        _running = None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test that asks for a server fixture carries its marker (checked before any fixture runs)."""
+    missing = missing_markers(
+        FIXTURE_MARKERS, getattr(item, "fixturenames", ()), {m.name for m in item.iter_markers()}
+    )
+    if missing:
+        pytest.fail(
+            f"this test uses a server fixture without its marker: {', '.join(missing)}", pytrace=False
+        )
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """A refused server start fails the test even when the test swallowed the error."""
+    report = yield
+    refused = item.stash.get(_refused, [])
+    item.stash[_refused] = []  # said once, in the phase that refused it
+    if refused and report.passed:
+        report.outcome = "failed"
+        report.longrepr = "\n".join(refused)
+    return report
 
 
 @pytest.fixture(scope="session")
