@@ -6,13 +6,49 @@ redis-server) for `integration` tests, a redis-server alone (`redis_url`) or a R
 from __future__ import annotations
 
 import sys
-from collections.abc import Generator, Iterator
-from typing import Any
+from collections.abc import Callable, Generator, Iterator
+from importlib import machinery
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from server_markers import FIXTURE_MARKERS, SERVER_MARKERS, missing_markers, started_programs
 
-from service.devtools.stack import LocalStack
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _import_sources_first() -> None:
+    """Under coverage (make check: pytest --cov), the project's modules are imported from their .py
+    even where a compiled build (mypyc, `make`) left a .so beside them: coverage sees only Python
+    code. The .py is the reference the .so is built from; test_compiled_build runs the unit tests
+    on the compiled build (make test)."""
+    source_first = machinery.FileFinder.path_hook(
+        (machinery.SourceFileLoader, machinery.SOURCE_SUFFIXES),
+        (machinery.ExtensionFileLoader, machinery.EXTENSION_SUFFIXES),
+        (machinery.SourcelessFileLoader, machinery.BYTECODE_SUFFIXES),
+    )
+    packages = [ROOT / "service", ROOT / "api"]
+
+    def hook(path: str) -> Callable[..., Any]:
+        if not any(Path(path).resolve().is_relative_to(p) for p in packages):
+            raise ImportError  # not ours: the next hook finds it as usual
+        return source_first(path)
+
+    sys.path_hooks.insert(0, hook)
+    sys.path_importer_cache.clear()
+
+
+if TYPE_CHECKING:
+    from service.devtools.stack import LocalStack
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # pytest-cov measures from here on (a worker of xdist: from its session start), and nothing has
+    # imported the project yet: the fixtures import it when they run
+    if config.pluginmanager.has_plugin("_cov") and not getattr(config.option, "no_cov", False):
+        assert "service" not in sys.modules, "the project was imported before its sources could be preferred"
+        _import_sources_first()
+
 
 # The test being run (set up, called, torn down), whose markers allow or refuse a server start.
 _running: pytest.Item | None = None
@@ -74,6 +110,8 @@ def pytest_runtest_makereport(item: pytest.Item) -> Generator[None, pytest.TestR
 @pytest.fixture(scope="session")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
     """A running local stack in a temp dir; every process it started is stopped at the end."""
+    from service.devtools.stack import LocalStack
+
     local = LocalStack(tmp_path_factory.mktemp("stack"))
     local.up()
     try:
@@ -86,6 +124,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
 def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The URL of a redis-server of the session's own, configured as the stack's (AOF), with no
     mariadbd. Tests share it: each keeps to a key prefix of its own."""
+    from service.devtools.stack import LocalStack
+
     local = LocalStack(tmp_path_factory.mktemp("redis"))
     local.start_redis()
     try:
@@ -101,6 +141,8 @@ def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSta
     """A stack whose only servers are a Redis Cluster of three masters (no mariadbd): its
     `load().redis_url` is `redis+cluster://...`, and a test may stop and start a master through it.
     Tests share it: each keeps to a key prefix of its own."""
+    from service.devtools.stack import LocalStack
+
     local = LocalStack(tmp_path_factory.mktemp("redis-cluster"), redis_cluster=True)
     local.start_redis_cluster()
     try:
