@@ -57,7 +57,7 @@ _refused = pytest.StashKey[list[str]]()
 
 def _audit(event: str, args: tuple[Any, ...]) -> None:
     """Refuses the start of a server program in a test without the marker for it. Called for every
-    audited event of the process (opens, imports): the first test returns at once."""
+    audited event of the process (opens, imports, ...): all but process starts return at once."""
     if event != "subprocess.Popen" and event != "os.posix_spawn" or _running is None:
         return
     programs = started_programs(args[1])
