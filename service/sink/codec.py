@@ -113,6 +113,7 @@ class CallEncoder:
         "_run_at",
         "_run_end",
         "_run_out",
+        "_run_rows",
         "_shapes",
         "_table",
         "_tables_key",
@@ -127,7 +128,8 @@ class CallEncoder:
         self._table: TableKeys | None = None
         self._lean: dict[str, list[Arg]] = {}
         self._run_out: list[Arg] | None = None
-        self._run_at = 0
+        self._run_at = 0  # the run's row count: its index in the call's ARGV, and its value
+        self._run_rows = 0
         self._run_end = -1
 
     def encode(self, call: ApplyCall) -> list[Arg]:
@@ -155,20 +157,17 @@ class CallEncoder:
     def _ops(self, out: list[Arg], ops: Sequence[Op]) -> None:
         append = out.append
         for op in ops:
-            cls = type(op)
-            if cls is WriteRow:  # most ops of a load: inline
-                assert isinstance(op, WriteRow)
+            if isinstance(op, WriteRow):  # most ops of a load: inline
                 t = op.table
                 if t is not self._table:
                     self._use(out, t)
                 row = op.row
                 if self._json:  # in a run (op WJN) while no other op came between its rows
                     if out is self._run_out and len(out) == self._run_end:
-                        count = out[self._run_at]
-                        assert isinstance(count, int)
-                        out[self._run_at] = count + 1
+                        self._run_rows += 1
+                        out[self._run_at] = self._run_rows
                     else:
-                        self._run_at = len(out) + 1
+                        self._run_at, self._run_rows = len(out) + 1, 1
                         out += ("WJN", 1)
                     out += (op.suffix, json_document(row))
                     self._run_out, self._run_end = out, len(out)
@@ -188,31 +187,25 @@ class CallEncoder:
                     for v in row.values():
                         if v is not None:
                             append(hash_text(v))
-            elif cls is UpdateChanged:
-                assert isinstance(op, UpdateChanged)
+            elif isinstance(op, UpdateChanged):
                 self._row(out, op.table)
                 self._update_changed(out, op)
-            elif cls is UpdateRow:
-                assert isinstance(op, UpdateRow)
+            elif isinstance(op, UpdateRow):
                 self._row(out, op.table)
                 if self._json:
                     out += ("WJN", 1, op.suffix, json_document(op.after))
                 else:
                     self._update_row(out, op.suffix, op.before, op.after)
-            elif cls is DeleteRow:
-                assert isinstance(op, DeleteRow)
+            elif isinstance(op, DeleteRow):
                 self._row(out, op.table)
                 out += ("E", op.suffix)
-            elif cls is MergeRow:
-                assert isinstance(op, MergeRow)
+            elif isinstance(op, MergeRow):
                 self._row(out, op.table)
                 self._merge_row(out, op)
-            elif cls is MoveRow:
-                assert isinstance(op, MoveRow)
+            elif isinstance(op, MoveRow):
                 self._row(out, op.table)
                 out += ("MV", op.old, op.new)
-            elif cls is RereadRow:
-                assert isinstance(op, RereadRow)
+            elif isinstance(op, RereadRow):
                 self._row(out, op.table)
                 out += ("N", op.suffix)
             else:

@@ -36,8 +36,9 @@ from typing import Any, Final, cast
 
 import hiredis
 
+from service.binlog.rowchange import Row
 from service.sink.ir import AddMember, ApplyCall, SetFields, TableKeys, WriteRow
-from service.sink.values import row_fields
+from service.sink.values import hash_text, row_fields
 
 __all__ = ["PlainCall", "plain_call"]
 
@@ -72,9 +73,7 @@ def plain_call(
     base = ""
     members: list[str] = []
     for op in chain(call.ops, call.tail):
-        cls = type(op)
-        if cls is WriteRow:
-            assert isinstance(op, WriteRow)
+        if isinstance(op, WriteRow):
             t = op.table
             if t is not table and t != table:
                 if t.tid in avoid:
@@ -92,13 +91,14 @@ def plain_call(
                 _end_run(cmds, dels, writes, in_run)
             in_run.add(key)
             dels.append(key)
-            fields = row_fields(op.row)
-            if fields:
-                if not _hset(writes, key, fields):
-                    writes.append(hiredis.pack_command(cast(Any, ("HSET", key, *fields))))
+            pairs = _hset(writes, key, op.row)
+            if pairs < 0:  # left to hiredis (never from the decoder's values)
+                fields = row_fields(op.row)
+                writes.append(hiredis.pack_command(cast(Any, ("HSET", key, *fields))))
+            if pairs:
                 hsets += 1
             members.append(op.suffix)
-        elif cls is AddMember or cls is SetFields:
+        elif isinstance(op, AddMember | SetFields):
             _flush(cmds, dels, writes, in_run, sets)
             if isinstance(op, AddMember):
                 cmds.append(("SADD", op.set, op.member))
@@ -137,23 +137,26 @@ def _bulk(data: bytes) -> bytes:
     return (_LENGTHS[n] if n < 1024 else b"$%d\r\n" % n) + data + b"\r\n"
 
 
-def _hset(out: list[bytes], key: str, fields: list[str | bytes]) -> bool:
-    """Append to `out` the RESP of HSET key and the field-value pairs `fields`: the same bytes as
-    hiredis.pack_command (tests/unit/test_sink_plain.py). False (nothing appended) for a pair of
-    another type than a str name and a str or bytes value (none from row_fields) or a lone
-    surrogate: hiredis packs those."""
-    n = 2 + len(fields)
+def _hset(out: list[bytes], key: str, row: Row) -> int:
+    """Append to `out` the RESP of HSET key and the row's field-value pairs (values.row_fields,
+    read straight from the row: no list of pairs per row): the same bytes as hiredis.pack_command
+    (tests/unit/test_sink_plain.py). Returns the pairs (0: nothing appended, a row of NULLs has no
+    HSET), or -1 (nothing appended) for a name that is not a str, a value whose text is not a str
+    or bytes, or a lone surrogate: hiredis packs those."""
     mark = len(out)
-    out.append(_ARRAYS[n] if n < 1024 else b"*%d\r\n" % n)
+    out.append(b"")  # the array's length, once the pairs are counted
     out.append(_HSET)
+    pairs = 0
     try:
         out.append(_bulk(key.encode()))
         names = _names
-        for j in range(0, len(fields), 2):
-            name, value = fields[j], fields[j + 1]
+        for name, v in row.items():
+            if v is None:
+                continue
+            value = hash_text(v)
             if not isinstance(name, str):
                 del out[mark:]
-                return False
+                return -1
             chunk = names.get(name)
             if chunk is None:
                 if len(names) >= 4096:
@@ -166,15 +169,21 @@ def _hset(out: list[bytes], key: str, fields: list[str | bytes]) -> bool:
                 data = value
             else:
                 del out[mark:]
-                return False
+                return -1
             m = len(data)
             out.append(_LENGTHS[m] if m < 1024 else b"$%d\r\n" % m)
             out.append(data)
             out.append(b"\r\n")
+            pairs += 1
     except UnicodeEncodeError:
         del out[mark:]
-        return False
-    return True
+        return -1
+    if not pairs:
+        del out[mark:]
+        return 0
+    n = 2 + 2 * pairs
+    out[mark] = _ARRAYS[n] if n < 1024 else b"*%d\r\n" % n
+    return pairs
 
 
 def _flush(

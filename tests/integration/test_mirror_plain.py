@@ -20,7 +20,6 @@ from service.sink.bulk import write_rows
 from service.sink.client import redis_client
 from service.sink.keys import KeyLayout
 from service.sink.mirror import MirrorOptions, RedisMirror
-from tests.integration.mirror_helpers import stack_redis_url
 from tests.integration.test_mirror_sink import _prefix, dele, ins, keys_of, txn
 
 pytestmark = pytest.mark.redis
@@ -106,7 +105,7 @@ async def test_a_refused_call_and_the_calls_after_it_apply_as_scripts(redis: Red
     assert await redis.scard(f"{p}:db:a:__touched") == 10
     assert await m.load_checkpoint() == batch[-1][0].end
     # the planner knows of the mark now: such calls go as the script from the start
-    m.planner.resyncing.add("db:a")
+    m.marks.resync_in_flight("db:a")
     await m.apply([(txn(ins("a", id=20, v="z")), [])])
     assert m._channel.plain_calls == 5 and await redis.sismember(f"{p}:db:a:__touched", "20")
 
@@ -175,7 +174,7 @@ async def test_a_call_with_other_ops_goes_as_the_script(redis: Redis) -> None:
 
 @pytest.mark.parametrize("json_mode", [False, True], ids=["hash", "json"])
 async def test_the_bulk_copy_writes_rows_as_the_apply_does(
-    redis: Redis, stack: LocalStack, json_mode: bool
+    redis: Redis, redis_url: str, json_mode: bool
 ) -> None:
     """service/sink/bulk.py (the snapshot's Lua-free writes) and the apply store the same row
     keys, values and `__keys` (one "write a whole row" in Python: values.row_fields)."""
@@ -187,7 +186,7 @@ async def test_the_bulk_copy_writes_rows_as_the_apply_does(
     applied, copied = _prefix(), _prefix()
     m = await _mirror(redis, applied, json_mode=json_mode)
     await m.apply([(txn(*(ins("a", **r) for r in rows)), [])])
-    client = redis_sync.Redis.from_url(stack_redis_url(stack))
+    client = redis_sync.Redis.from_url(redis_url)
     write_rows(client, KeyLayout(copied), "db", "a", ["id"], rows, json_mode=json_mode)
     client.close()
     ours, theirs = await _dump(redis, applied), await _dump(redis, copied)

@@ -4,15 +4,16 @@ Redis is proven against the script in tests/integration/test_mirror_plain.py).""
 from __future__ import annotations
 
 import random
+from decimal import Decimal
 
 import hiredis
 
 from service.binlog.rowchange import EventSpan, Op, RowChange
-from service.sink.codec import Arg
 from service.sink.ir import ApplyCall, ApplyHeader
 from service.sink.keys import KeyLayout
 from service.sink.plain import _hset, plain_call
 from service.sink.plan import IrOp, Planner, checkpoint_op
+from service.sink.values import row_fields
 
 LAYOUT = KeyLayout("m")
 T = LAYOUT.tables_key
@@ -93,21 +94,27 @@ def test_a_rows_hset_is_packed_as_hiredis_packs_it() -> None:
     rnd = random.Random(30)
     alphabet = "ab\r\n\x00é€😀 :"
     for _ in range(500):
-        pairs: list[Arg] = []
+        row: dict[str, object] = {}
         for k in range(rnd.randrange(1, 12)):
             name = rnd.choice(("id", "v", f"col{k}", "ñame", "x" * rnd.choice((1, 1023, 1030))))
-            value: Arg = "".join(rnd.choice(alphabet) for _ in range(rnd.choice((0, 1, 7, 400, 1100))))
+            value: object = "".join(rnd.choice(alphabet) for _ in range(rnd.choice((0, 1, 7, 400, 1100))))
             if rnd.randrange(4) == 0:
                 value = rnd.randbytes(rnd.choice((0, 3, 1021, 1030)))
-            pairs += [name, value]
+            elif rnd.randrange(4) == 0:
+                value = rnd.choice((None, 7, -1.5, Decimal("1.50")))  # NULL: not stored
+            row[name] = value
         key = "m:db:a:" + "".join(rnd.choice(alphabet) for _ in range(rnd.randrange(1, 40)))
         out = [b"before"]
-        assert _hset(out, key, pairs)
+        pairs = row_fields(row)
+        assert _hset(out, key, row) == len(pairs) // 2
         assert out[0] == b"before"
-        assert b"".join(out[1:]) == hiredis.pack_command(("HSET", key, *pairs))  # type: ignore[arg-type]
-    for pair in (["f", 1], ["f", "\ud800"], [1, "v"]):  # left to hiredis, nothing appended
+        if pairs:
+            assert b"".join(out[1:]) == hiredis.pack_command(("HSET", key, *pairs))  # type: ignore[arg-type]
+        else:
+            assert out == [b"before"]  # a row of NULLs: no HSET
+    for bad in ({"f": "\ud800"}, {1: "v"}):  # left to hiredis, nothing appended
         out = [b"before"]
-        assert not _hset(out, "k", pair) and out == [b"before"]  # type: ignore[arg-type]
+        assert _hset(out, "k", bad) == -1 and out == [b"before"]  # type: ignore[arg-type]
     # a call's replies count each HSET, packed in one piece
     args = _call(*(_row(Op.INSERT, "a", id=i, v="x" * i) for i in range(5)), _row(Op.INSERT, "a", id=1, v=1))
     plain = plain_call(args, "m:__tables", "sha", "g", "f", set())
