@@ -14,7 +14,6 @@ import pytest
 import redis as redis_sync
 from redis.asyncio import Redis
 
-from service.devtools.stack import LocalStack
 from service.errors import LeaseLost
 from service.sink.bulk import write_rows
 from service.sink.client import redis_client
