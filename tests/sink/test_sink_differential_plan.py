@@ -174,7 +174,8 @@ def send(twin: Twin, planner: Planner, txn: Transaction, acts: list[TableAction]
             if kind == "reply":
                 break
             assert isinstance(reply, str) and reply.startswith("ROWS_MISSING"), reply
-            planner.gaps.update(planner.table_ids(txn))  # the mirror had a gap: whole rows
+            for tid in planner.table_ids(txn):  # the mirror had a gap: whole rows (replies.py)
+                planner.marks.gap(tid)
         done += n
 
 
