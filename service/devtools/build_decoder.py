@@ -66,6 +66,7 @@ STREAM_MODULES = (
     "service/transport/packets.py",
     "service/transport/pump.py",
     "service/sink/keys.py",
+    "service/sink/marks.py",
     "service/sink/plain.py",
     "service/sink/plan.py",
     "service/sink/tablework.py",
