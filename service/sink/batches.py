@@ -12,7 +12,7 @@ from redis.asyncio import Redis
 from service.errors import SinkError
 from service.sink.chain import ApplyChain
 from service.sink.checkpoint_store import Progress
-from service.sink.plan import Arg, Planner, TableAction
+from service.sink.plan import IrOp, Planner, TableAction
 from service.sink.replies import SentBatch
 from service.sink.tablerun import TableWorkRunner
 from service.transactions import Transaction
@@ -42,7 +42,7 @@ class BatchWriter:
         chain = self.chain
         sent = SentBatch(chain.channel, chain.channel.epoch, self.planner, redis=self.redis)
         limit = self.chunk_size
-        group: list[Arg] = []  # ops of the call being planned
+        group: list[IrOp] = []  # ops of the call being planned
         offsets: list[int] = []  # of its transactions' first changes
         size = 0
         last: Transaction | None = None  # its last transaction

@@ -15,8 +15,9 @@ from typing import Any
 from service.sink.channel import ScriptChannel
 from service.sink.checkpoint_store import Progress
 from service.sink.checkpoints import checkpoint_fields
+from service.sink.ir import ApplyCall, ApplyHeader, SetFields
 from service.sink.keys import KeyLayout
-from service.sink.plan import Arg, Planner, TableAction, checkpoint_args
+from service.sink.plan import IrOp, Planner, TableAction, checkpoint_op
 from service.sink.replies import SentBatch, map_redis_errors
 from service.transactions import Transaction
 
@@ -48,9 +49,9 @@ class ApplyChain:
     def fields(self, txn: Transaction) -> dict[str, str]:
         return checkpoint_fields(txn.end, txn.gtid, self.values, txn.ts)
 
-    def header(self, txn_id: str, chunk: int, final: bool, nseq: int, done: int = 0) -> list[Arg]:
+    def header(self, txn_id: str, chunk: int, final: bool, nseq: int, done: int = 0) -> ApplyHeader:
         lay = self.layout
-        return [
+        return ApplyHeader(
             lay.lease_key,
             self.token,
             lay.checkpoint_key,
@@ -58,30 +59,30 @@ class ApplyChain:
             lay.progress_key,
             txn_id,
             chunk,
-            "1" if final else "0",
+            final,
             lay.seq_key,
             nseq,
             lay.resync_key,
             done,
-        ]
+        )
 
-    async def send(self, sent: SentBatch, args: list[Arg], what: str, offsets: Sequence[int]) -> None:
+    async def send(self, sent: SentBatch, call: ApplyCall, what: str, offsets: Sequence[int]) -> None:
         with map_redis_errors(what):
-            await self.channel.send(args)
+            await self.channel.send(call)
         sent.calls.append((what, offsets))
 
-    async def call(self, args: list[Arg]) -> Any:
+    async def call(self, call: ApplyCall) -> Any:
         """One call, waited for (whole-table work); the caller maps Redis errors."""
-        return await self.channel.call(args)
+        return await self.channel.call(call)
 
     async def send_group(
-        self, sent: SentBatch, ops: list[Arg], offsets: list[int], size: int, last: Transaction
+        self, sent: SentBatch, ops: list[IrOp], offsets: list[int], size: int, last: Transaction
     ) -> None:
         txn_id = str(last.end.position)
-        args = self.header(txn_id, 0, True, size) + self.planner.checks() + ops
-        args += checkpoint_args(self.layout, self.fields(last))
+        tail = [checkpoint_op(self.layout, self.fields(last))]
+        call = ApplyCall(self.header(txn_id, 0, True, size), ops, tail)
         many = f"{len(offsets)} transactions up to " if len(offsets) > 1 else "transaction "
-        await self.send(sent, args, f"applying {many}{txn_id}", offsets)
+        await self.send(sent, call, f"applying {many}{txn_id}", offsets)
         self.prev = txn_id
 
     async def send_chunked(
@@ -91,7 +92,7 @@ class ApplyChain:
         `__progress` how many changes of each table are done. Planned one chunk ahead, never
         whole: a transaction of millions of rows would otherwise hold every row's arguments."""
         txn_id = str(txn.end.position)
-        cp = checkpoint_args(self.layout, self.fields(txn))
+        cp = [checkpoint_op(self.layout, self.fields(txn))]
         size = self.chunk_size
         todo: Sequence[int] = range(len(txn.changes))
         if resume is not None:  # its table actions went with its first chunk
@@ -115,13 +116,12 @@ class ApplyChain:
             if not final:
                 for tid, k in Counter(map(tids.__getitem__, todo[at : at + n])).items():
                     done[tid] = done.get(tid, 0) + k
-                tail = ["H", self.layout.progress_key, len(done)]
-                for tid, k in done.items():
-                    tail += [f"t:{tid}", k]
-            args = self.header(txn_id, i, final, n, rows) + ops + tail
+                counts = tuple((f"t:{t}", str(k)) for t, k in done.items())
+                tail = [SetFields(self.layout.progress_key, counts)]
+            call = ApplyCall(self.header(txn_id, i, final, n, rows), ops, tail)
             what = f"applying chunk {i} (to change {at + n} of {len(todo)}) of transaction {txn_id}"
             # every chunk returns the transaction's first sequence number: keep the last's
-            await self.send(sent, args, what, (0,) if final else ())
+            await self.send(sent, call, what, (0,) if final else ())
             rows += n
             at += n
         self.prev = txn_id

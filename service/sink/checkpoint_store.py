@@ -11,7 +11,7 @@ from redis.asyncio import Redis
 from service.checkpoint import BinlogPosition, Checkpoint
 from service.errors import ConfigError
 from service.sink.checkpoints import decode_checkpoint, recopy_reason
-from service.sink.keys import KeyLayout
+from service.sink.keys import GENERATION_FIELD, KeyLayout
 from service.sink.replies import map_redis_errors
 
 __all__ = ["CheckpointStore", "LoadedCheckpoint", "Progress", "as_str"]
@@ -61,7 +61,7 @@ class CheckpointStore:
             progress = await self.redis.hgetall(self.layout.progress_key)
             marks = await self.redis.hkeys(self.layout.resync_key)
             settle = await self.redis.hgetall(self.layout.settle_key)
-        resyncing = {as_str(k) for k in marks} - {"__gen"}
+        resyncing = {as_str(k) for k in marks} - {GENERATION_FIELD}
         settling = {as_str(k): BinlogPosition.parse(as_str(v)) for k, v in settle.items()}
         resume = Progress.parse({as_str(k): as_str(v) for k, v in progress.items()})
         stored = decode_checkpoint(raw)

@@ -35,11 +35,13 @@ from service.sink.batches import BatchWriter
 from service.sink.chain import ApplyChain
 from service.sink.channel import PlainSetup, ScriptChannel
 from service.sink.checkpoint_store import CheckpointStore, as_str
+from service.sink.codec import CallEncoder
 from service.sink.fks import ForeignKeys
+from service.sink.ir import ApplyCall, ApplyHeader
 from service.sink.keys import KeyLayout
 from service.sink.lease import WriterLease, ping
 from service.sink.marks import TableMarks
-from service.sink.plan import Arg, KeyColumns, Planner, SkipCounter, TableAction
+from service.sink.plan import KeyColumns, Planner, SkipCounter, TableAction
 from service.sink.replies import SentBatch, map_redis_errors, redis_access_denied
 from service.sink.resyncs import ResyncWriter
 from service.sink.scripts import APPLY
@@ -90,15 +92,16 @@ class RedisMirror:
             json_mode=opts.json_mode,
             full_images=opts.full_images,
             changelog_maxlen=opts.changelog_maxlen,
-            plain_rows=opts.plain_inserts and not opts.json_mode,
             skipped=skipped or SkipCounter(),
             marks=marks,
             foreign_keys=foreign_keys,
         )
+        plain_rows = opts.plain_inserts and not opts.json_mode
+        self.encoder = CallEncoder(layout, json_mode=opts.json_mode, plain_rows=plain_rows)
         plain = None
-        if self.planner.plain_rows:  # not json rows: one MSET per 500 already (op WJN)
-            plain = PlainSetup(layout.guard_key, layout.fence_key, lambda: marks.resyncs)
-        channel = ScriptChannel(redis, APPLY, plain)
+        if plain_rows:  # not json rows: one MSET per 500 already (op WJN)
+            plain = PlainSetup(layout.guard_key, layout.fence_key, layout.tables_key, lambda: marks.resyncs)
+        channel = ScriptChannel(redis, APPLY, plain, self.encoder)
         self.chain = ApplyChain(
             layout, self.planner, channel, token or secrets.token_hex(8), values, opts.chunk_size
         )
@@ -151,11 +154,11 @@ class RedisMirror:
     def _renew(self) -> AsyncScript:
         return self.lease.renew_script
 
-    def _header(self, txn_id: str, chunk: int, final: bool, nseq: int, done: int = 0) -> list[Arg]:
+    def _header(self, txn_id: str, chunk: int, final: bool, nseq: int, done: int = 0) -> ApplyHeader:
         return self.chain.header(txn_id, chunk, final, nseq, done)
 
-    async def _send(self, sent: SentBatch, args: list[Arg], what: str, offsets: Sequence[int]) -> None:
-        await self.chain.send(sent, args, what, offsets)
+    async def _send(self, sent: SentBatch, call: ApplyCall, what: str, offsets: Sequence[int]) -> None:
+        await self.chain.send(sent, call, what, offsets)
 
     @property
     def plain_counts(self) -> tuple[int, int]:

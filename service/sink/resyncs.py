@@ -6,7 +6,7 @@ moves it, and the script refuses the write (docs/mirror.md, "Resync")."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, cast
 
 from redis.asyncio import Redis
@@ -14,14 +14,15 @@ from redis.asyncio import Redis
 from service.checkpoint import BinlogPosition
 from service.sink.chain import ApplyChain
 from service.sink.checkpoint_store import as_str
-from service.sink.keys import KeyLayout
+from service.sink.codec import resync_finish_args, resync_reread_args, resync_rows_args
+from service.sink.ir import ResyncHeader, TableKeys, WriteRow
+from service.sink.keys import GENERATION_FIELD, KeyLayout, parse_mark
 from service.sink.marks import TableMarks
-from service.sink.plan import Arg, Planner
+from service.sink.plan import Planner
 from service.sink.replies import map_redis_errors
 from service.sink.scripts import RESYNC_FINISH, RESYNC_REREAD, RESYNC_ROWS
-from service.sink.values import field_value, json_document
 
-__all__ = ["ResyncWriter", "parse_mark"]
+__all__ = ["ResyncWriter"]
 
 
 class ResyncWriter:
@@ -73,36 +74,21 @@ class ResyncWriter:
         cols = self.planner.key_columns(schema, table)
         if not cols:
             return 0
-        lay = self.layout
-        args: list[Arg] = [
-            lay.lease_key,
-            self.chain.token,
-            lay.resync_key,
-            lay.table_id(schema, table),
-            generation,
-        ]
-        args.append(lay.touched_key(schema, table))
-        args += [lay.stale_key(schema, table), lay.index_key(schema, table), lay.table_base(schema, table)]
-        args.append("1" if self.json_mode else "0")
+        t = self.planner.table_keys(schema, table)
+        ops = []
         for row in rows:
             suffix = self.planner._suffix(cols, row)
             if suffix is not None:
-                args.append(suffix)
-                args += self._row_args(row)
+                ops.append(WriteRow(t, suffix, row))
+        stale = self.layout.stale_key(schema, table)
+        args = resync_rows_args(self._header(t, generation), stale, self.json_mode, ops)
         with map_redis_errors(f"resyncing {schema}.{table}"):
             written = int(await self.rows_script(keys=self.route, args=args))
         return None if written < 0 else written
 
-    def _row_args(self, row: Mapping[str, Any]) -> list[Arg]:
-        """A row read from the source, for RESYNC_ROWS / RESYNC_REREAD: count f v ..."""
-        if self.json_mode:
-            return [1, "", json_document(row)]
-        out: list[Arg] = [0]
-        for k, v in row.items():
-            if v is not None:
-                out += [k, field_value(v)]
-        out[0] = len(out) // 2
-        return out
+    def _header(self, t: TableKeys, generation: int) -> ResyncHeader:
+        lay = self.layout
+        return ResyncHeader(lay.lease_key, self.chain.token, lay.resync_key, t, generation)
 
     async def finish(
         self,
@@ -120,11 +106,10 @@ class ResyncWriter:
         None: refused, `generation` is no longer the table's resync."""
         lay = self.layout
         tid = lay.table_id(schema, table)
-        args: list[Arg] = [lay.lease_key, self.chain.token, lay.resync_key, tid]
-        args += [lay.touched_key(schema, table), lay.stale_key(schema, table)]
-        args += [lay.index_key(schema, table), lay.table_base(schema, table), generation]
+        h = self._header(self.planner.table_keys(schema, table), generation)
         at = await copied_at() if copied_at else None
-        args += [self.table_step, lay.settle_key, str(at or "")]
+        stale = lay.stale_key(schema, table)
+        args = resync_finish_args(h, stale, self.table_step, lay.settle_key, str(at or ""))
         removed, cursor = 0, 0
         while True:  # `table_step` stale rows per call: Redis serves other clients in between
             with map_redis_errors(f"finishing the resync of {schema}.{table}"):
@@ -162,21 +147,14 @@ class ResyncWriter:
         """Write whole the rows of `entries` (from `__partial`) as read again (`rows`, those the
         source still has), each unless a merge came since its entry was read. Returns the entries
         done; None: refused, `generation` is no longer the table's resync."""
-        lay = self.layout
         cols = self.planner.key_columns(schema, table) or ()
         found = {self.planner._suffix(cols, row): row for row in rows}
-        args: list[Arg] = [
-            lay.lease_key,
-            self.chain.token,
-            lay.resync_key,
-            lay.table_id(schema, table),
-            generation,
-        ]
-        args += [lay.touched_key(schema, table), lay.index_key(schema, table), lay.table_base(schema, table)]
-        args.append("1" if self.json_mode else "0")
+        t = self.planner.table_keys(schema, table)
+        read: list[tuple[str, str, WriteRow | None]] = []
         for suffix, merges in entries:
             row = found.get(suffix)
-            args += [suffix, merges, 0, 0] if row is None else [suffix, merges, 1, *self._row_args(row)]
+            read.append((suffix, merges, None if row is None else WriteRow(t, suffix, row)))
+        args = resync_reread_args(self._header(t, generation), self.json_mode, read)
         with map_redis_errors(f"resyncing {schema}.{table} (rows read again)"):
             done = int(await self.reread_script(keys=self.route, args=args))
         return None if done < 0 else done
@@ -185,13 +163,4 @@ class ResyncWriter:
         """table_id -> reason for every resync in flight (survives restarts)."""
         with map_redis_errors("reading pending resyncs"):
             raw = await self.redis.hgetall(self.layout.resync_key)
-        return {as_str(k): parse_mark(as_str(v))[1] for k, v in raw.items() if as_str(k) != "__gen"}
-
-
-def parse_mark(value: str) -> tuple[int | None, str]:
-    """A `__resync` value "{generation} {reason}" (a mark without a generation counts as 0), or
-    "- {reason}": fenced by a statement whose call is not applied yet (generation None)."""
-    gen, sep, reason = value.partition(" ")
-    if not sep:
-        return 0, value
-    return (int(gen), reason) if gen.isdigit() else (None, reason) if gen == "-" else (0, value)
+        return {as_str(k): parse_mark(as_str(v))[1] for k, v in raw.items() if as_str(k) != GENERATION_FIELD}

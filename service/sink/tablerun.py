@@ -11,8 +11,9 @@ from redis.asyncio import Redis
 
 from service.sink.chain import ApplyChain
 from service.sink.checkpoint_store import as_str
+from service.sink.ir import ApplyCall
 from service.sink.keys import KeyLayout
-from service.sink.plan import Arg
+from service.sink.plan import IrOp
 from service.sink.replies import map_redis_errors
 from service.sink.tablework import TableWork, unit_ids, work_op
 
@@ -28,7 +29,7 @@ class TableWorkRunner:
         self.chain = chain
         self.table_step = table_step  # rows per call
 
-    async def run(self, txn_id: str, fence: list[Arg], work: Sequence[TableWork]) -> None:
+    async def run(self, txn_id: str, fence: list[IrOp], work: Sequence[TableWork]) -> None:
         """The whole-table work of a transaction's DROP/TRUNCATE/RENAME and resync starts, before
         the transaction's own call: `table_step` rows per call, each call waited for before the
         next is written, so Redis serves its other clients in between (one script over a table of
@@ -50,16 +51,17 @@ class TableWorkRunner:
         ops = list(fence)
         noted = started = time.monotonic()
         for uid, w in zip(ids, work, strict=True):
-            cursor: Arg = ""
+            cursor = ""
             while True:
                 ops += work_op(key, uid, w, step, cursor)
                 calls += 1
                 with map_redis_errors(f"table work (DROP/TRUNCATE/RENAME/resync) of {txn_id}, call {calls}"):
-                    reply = await self.chain.call(header + ops)
+                    reply = await self.chain.call(ApplyCall(header, ops))
                 ops = []
                 if reply == 0 or reply == b"0":
                     break
-                cursor = reply  # op CP: where its SSCAN goes on
+                # CopyMembers: where its SSCAN goes on
+                cursor = reply.decode() if isinstance(reply, bytes) else str(reply)
                 if time.monotonic() - noted > 10:  # a table of millions of rows: show progress
                     noted = time.monotonic()
                     left = "" if w.op == "CP" else f", {int(reply):,} rows left"
