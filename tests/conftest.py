@@ -1,19 +1,150 @@
-"""Shared fixtures. The local stack (real mariadbd + redis-server) is started once per session."""
+"""Shared fixtures. The servers are real and started once per session: the local stack (mariadbd +
+redis-server) for `integration` tests, a redis-server alone (`redis_url`) or a Redis Cluster alone
+(`redis_cluster`) for `redis` tests. A test that starts a server without its marker fails
+(tests/server_markers.py), so `pytest -m "not integration and ..."` (make check) never starts one."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import sys
+from collections.abc import Callable, Generator, Iterator
+from importlib import machinery
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
+from server_markers import FIXTURE_MARKERS, SERVER_MARKERS, missing_markers, started_programs
 
-from service.devtools.stack import LocalStack
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _import_sources_first() -> None:
+    """Under coverage (make check: pytest --cov), the project's modules are imported from their .py
+    even where a compiled build (mypyc, `make`) left a .so beside them: coverage sees only Python
+    code. The .py is the reference the .so is built from; test_compiled_build runs the unit tests
+    on the compiled build (make test)."""
+    source_first = machinery.FileFinder.path_hook(
+        (machinery.SourceFileLoader, machinery.SOURCE_SUFFIXES),
+        (machinery.ExtensionFileLoader, machinery.EXTENSION_SUFFIXES),
+        (machinery.SourcelessFileLoader, machinery.BYTECODE_SUFFIXES),
+    )
+    packages = [ROOT / "service", ROOT / "api"]
+
+    def hook(path: str) -> Callable[..., Any]:
+        if not any(Path(path).resolve().is_relative_to(p) for p in packages):
+            raise ImportError  # not ours: the next hook finds it as usual
+        return source_first(path)
+
+    sys.path_hooks.insert(0, hook)
+    sys.path_importer_cache.clear()
+
+
+if TYPE_CHECKING:
+    from service.devtools.stack import LocalStack
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # pytest-cov measures from here on (a worker of xdist: from its session start), and nothing has
+    # imported the project yet: the fixtures import it when they run
+    if config.pluginmanager.has_plugin("_cov") and not getattr(config.option, "no_cov", False):
+        assert "service" not in sys.modules, "the project was imported before its sources could be preferred"
+        _import_sources_first()
+
+
+# The test being run (set up, called, torn down), whose markers allow or refuse a server start.
+_running: pytest.Item | None = None
+_refused = pytest.StashKey[list[str]]()
+
+
+def _audit(event: str, args: tuple[Any, ...]) -> None:
+    """Refuses the start of a server program in a test without the marker for it. Called for every
+    audited event of the process (opens, imports, ...): all but process starts return at once."""
+    if event != "subprocess.Popen" and event != "os.posix_spawn" or _running is None:
+        return
+    programs = started_programs(args[1])
+    if not programs:
+        return
+    missing = missing_markers(SERVER_MARKERS, programs, {m.name for m in _running.iter_markers()})
+    if missing:
+        message = f"this test starts a server without its marker: {', '.join(missing)}"
+        _running.stash.setdefault(_refused, []).append(message)
+        raise RuntimeError(message)
+
+
+sys.addaudithook(_audit)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, object]:
+    global _running
+    _running = item
+    try:
+        return (yield)
+    finally:
+        _running = None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test that asks for a server fixture carries its marker (checked before any fixture runs)."""
+    missing = missing_markers(
+        FIXTURE_MARKERS, getattr(item, "fixturenames", ()), {m.name for m in item.iter_markers()}
+    )
+    if missing:
+        pytest.fail(
+            f"this test uses a server fixture without its marker: {', '.join(missing)}", pytrace=False
+        )
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """A refused server start fails the test even when the test swallowed the error."""
+    report = yield
+    refused = item.stash.get(_refused, [])
+    item.stash[_refused] = []  # said once, in the phase that refused it
+    if refused and report.passed:
+        report.outcome = "failed"
+        report.longrepr = "\n".join(refused)
+    return report
 
 
 @pytest.fixture(scope="session")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
     """A running local stack in a temp dir; every process it started is stopped at the end."""
+    from service.devtools.stack import LocalStack
+
     local = LocalStack(tmp_path_factory.mktemp("stack"))
     local.up()
+    try:
+        yield local
+    finally:
+        local.down()
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The URL of a redis-server of the session's own, configured as the stack's (AOF), with no
+    mariadbd. Tests share it: each keeps to a key prefix of its own."""
+    from service.devtools.stack import LocalStack
+
+    local = LocalStack(tmp_path_factory.mktemp("redis"))
+    local.start_redis()
+    try:
+        info = local.load()
+        assert info is not None
+        yield info.redis_url
+    finally:
+        local.down()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    """A stack whose only servers are a Redis Cluster of three masters (no mariadbd): its
+    `load().redis_url` is `redis+cluster://...`, and a test may stop and start a master through it.
+    Tests share it: each keeps to a key prefix of its own."""
+    from service.devtools.stack import LocalStack
+
+    local = LocalStack(tmp_path_factory.mktemp("redis-cluster"), redis_cluster=True)
+    local.start_redis_cluster()
     try:
         yield local
     finally:

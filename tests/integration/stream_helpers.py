@@ -115,7 +115,9 @@ def expected_changes(db: str, start: int, count: int) -> list[tuple[str, str, An
 
 
 class Proxy:
-    """A TCP proxy in front of mariadbd that can drop or silently stall its connections."""
+    """A TCP proxy in front of mariadbd that can drop or silently stall its connections, or switch
+    to another server (a failover, as a VIP, DNS or MaxScale would). A connection while the server
+    is down is closed at once."""
 
     def __init__(self, port: int) -> None:
         self.upstream = port
@@ -144,7 +146,11 @@ class Proxy:
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
-        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream)
+        try:
+            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream)
+        except OSError:
+            writer.transport.abort()
+            return
         self._pairs.append((writer, up_writer))
         for src, dst, downstream in ((reader, up_writer, False), (up_reader, writer, True)):
             task = asyncio.create_task(self._pipe(src, dst, downstream))
@@ -179,6 +185,11 @@ class Proxy:
             for w in (a, b):
                 w.transport.abort()
         self._pairs.clear()
+
+    def switch(self, port: int) -> None:
+        """New connections go to `port`; every current one is dropped."""
+        self.upstream = port
+        self.drop()
 
     def url(self, user: str, password: str) -> str:
         return f"mysql://{user}:{password}@127.0.0.1:{self.port}"

@@ -26,7 +26,7 @@ from service.settings import Settings
 from tests.api.apihelpers import StatusDouble, streaming_status
 from tests.integration.test_api import TOKEN, Running, running
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.browser]
 
 pw_api = pytest.importorskip("playwright.async_api")  # dev extra
 Browser, Page, expect = pw_api.Browser, pw_api.Page, pw_api.expect

@@ -29,14 +29,12 @@ from api.server import ApiServer
 from service.pipeline.replicator import Replicator
 from service.settings import load_settings
 from service.sink.keys import KeyLayout
-from tests.integration.mirror_helpers import redis_server
+from tests.integration.mirror_helpers import unique_names
 
 TOKEN = "roles-token"
 READ_TOKEN = "roles-read-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
-PREFIX = "roles"
-
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.redis  # one redis-server (redis_url); the source is never reached
 
 
 def metric(text: str, name: str) -> float:
@@ -48,11 +46,13 @@ def metric(text: str, name: str) -> float:
 
 
 @contextlib.asynccontextmanager
-async def serving(redis_url: str, **overrides: Any) -> AsyncIterator[tuple[httpx.AsyncClient, int]]:
+async def serving(
+    redis_url: str, prefix: str, **overrides: Any
+) -> AsyncIterator[tuple[httpx.AsyncClient, int]]:
     values: dict[str, Any] = {
         "mysql": "mysql://mirror:pw@127.0.0.1:9",  # nothing listens: only a leader would connect
         "redis": redis_url,
-        "key_prefix": PREFIX,
+        "key_prefix": prefix,
         "lease_ttl_seconds": 1.0,
         "api_port": 0,
         "api_token": TOKEN,
@@ -82,12 +82,12 @@ async def until(http: httpx.AsyncClient, path: str, code: int, timeout: float = 
     return r
 
 
-async def test_a_standby_is_ready_and_takes_over_as_leader(tmp_path: Path) -> None:
-    with redis_server(tmp_path / "redis") as redis_url:
-        r = redis_sync.Redis.from_url(redis_url, decode_responses=True)
-        lease = KeyLayout(PREFIX).lease_key
+async def test_a_standby_is_ready_and_takes_over_as_leader(redis_url: str) -> None:
+    prefix = unique_names()[1]
+    with redis_sync.Redis.from_url(redis_url, decode_responses=True) as r:
+        lease = KeyLayout(prefix).lease_key
         r.set(lease, "another-instance", px=60_000)
-        async with serving(redis_url) as (http, port):
+        async with serving(redis_url, prefix) as (http, port):
             ready = (await until(http, "/health/ready", 200)).json()
             assert ready["role"] == "standby" and ready["reasons"] == []
             leader = await http.get("/health/leader")
@@ -134,24 +134,22 @@ async def test_a_standby_is_ready_and_takes_over_as_leader(tmp_path: Path) -> No
             await until(http, "/health/leader", 200)
             metrics = (await http.get("/metrics", headers=AUTH)).text
             assert metric(metrics, "binlog_mirror_lease_acquisitions_total") == 2
-        r.close()
 
 
-async def test_a_public_address_without_a_token_serves_health_and_metrics_only(tmp_path: Path) -> None:
+async def test_a_public_address_without_a_token_serves_health_and_metrics_only(redis_url: str) -> None:
     """The image's default: bound to 0.0.0.0 with no token. A real uvicorn on every address."""
-    with redis_server(tmp_path / "redis") as redis_url:
-        async with serving(redis_url, api_host="0.0.0.0", api_token=None) as (http, port):
-            assert (await http.get("/health/live")).status_code == 200
-            assert (await http.get("/health/ready")).status_code in (200, 503)  # open either way
-            assert (await http.get("/metrics")).status_code == 200
-            for path in ("/position", "/lag", "/tables"):
-                r = await http.get(path)
-                assert r.status_code == 403 and "api_allow_unauthenticated" in r.json()["detail"], path
-            assert (await http.post("/control/pause")).status_code == 403
-            async with connect(f"ws://127.0.0.1:{port}/ws/events?tables=a.*") as ws:
-                with pytest.raises(ConnectionClosed) as closed:
-                    await ws.recv()
-            assert closed.value.rcvd is not None and closed.value.rcvd.code == CLOSE_FORBIDDEN
+    async with serving(redis_url, unique_names()[1], api_host="0.0.0.0", api_token=None) as (http, port):
+        assert (await http.get("/health/live")).status_code == 200
+        assert (await http.get("/health/ready")).status_code in (200, 503)  # open either way
+        assert (await http.get("/metrics")).status_code == 200
+        for path in ("/position", "/lag", "/tables"):
+            r = await http.get(path)
+            assert r.status_code == 403 and "api_allow_unauthenticated" in r.json()["detail"], path
+        assert (await http.post("/control/pause")).status_code == 403
+        async with connect(f"ws://127.0.0.1:{port}/ws/events?tables=a.*") as ws:
+            with pytest.raises(ConnectionClosed) as closed:
+                await ws.recv()
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == CLOSE_FORBIDDEN
 
 
 def ctl(port: int, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
@@ -162,14 +160,14 @@ def ctl(port: int, env: dict[str, str], *args: str) -> subprocess.CompletedProce
     return subprocess.run(cmd, cwd=root, env={**clean, **env}, capture_output=True, text=True, timeout=60)
 
 
-async def test_ctl_against_a_standby_with_scoped_tokens(tmp_path: Path) -> None:
+async def test_ctl_against_a_standby_with_scoped_tokens(redis_url: str, tmp_path: Path) -> None:
     """ctl pause on a standby fails with the reason; ctl status works with the read token alone
     (from a file) and shows the role; the read token cannot pause."""
     (tmp_path / "read").write_text(READ_TOKEN + "\n")
-    with redis_server(tmp_path / "redis") as redis_url:
-        r = redis_sync.Redis.from_url(redis_url)
-        r.set(KeyLayout(PREFIX).lease_key, "another-instance", px=60_000)
-        async with serving(redis_url, api_read_token=READ_TOKEN) as (http, port):
+    prefix = unique_names()[1]
+    with redis_sync.Redis.from_url(redis_url) as r:
+        r.set(KeyLayout(prefix).lease_key, "another-instance", px=60_000)
+        async with serving(redis_url, prefix, api_read_token=READ_TOKEN) as (http, port):
             await until(http, "/health/ready", 200)
             control = {"BINLOG_MIRROR_API_TOKEN": TOKEN}
             paused = await asyncio.to_thread(ctl, port, control, "pause")
@@ -180,4 +178,3 @@ async def test_ctl_against_a_standby_with_scoped_tokens(tmp_path: Path) -> None:
             assert json.loads(status.stdout)["ready"]["role"] == "standby"
             refused = await asyncio.to_thread(ctl, port, {"BINLOG_MIRROR_API_TOKEN": READ_TOKEN}, "pause")
             assert refused.returncode == 1 and "403" in refused.stderr and "may only read" in refused.stderr
-        r.close()

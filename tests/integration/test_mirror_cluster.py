@@ -42,8 +42,6 @@ from tests.integration.mirror_helpers import (
 from tests.integration.mirror_helpers import unique_names as _names
 from tests.integration.test_mirror_crash import _start, _stop, _Writer
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.fixture(scope="module")
 def cluster_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
@@ -128,6 +126,7 @@ def _node_of(stack: LocalStack, key: str) -> int:
     return info.cluster_ports.index(int(port))
 
 
+@pytest.mark.integration
 def test_cluster_sigkills_and_a_master_restart(cluster_stack: LocalStack, tmp_path: Path) -> None:
     """10 SIGKILLs of the mirror while the workload commits (PK changes, ALTER resyncs, TRUNCATE,
     RENAME, binlog rotations), and the master of the global group (lease, checkpoint, change log)
@@ -192,10 +191,11 @@ def _txn(table: str, i: int, pos: int) -> Transaction:
     return Transaction((ch,), (), None, 1, Checkpoint(BinlogPosition("mysql-bin.000001", pos), "", 0))
 
 
-async def test_fencing_refuses_the_old_writer_on_every_group(cluster_stack: LocalStack) -> None:
+@pytest.mark.redis  # the Cluster alone
+async def test_fencing_refuses_the_old_writer_on_every_group(redis_cluster: LocalStack) -> None:
     """The lease is in the global slot; a writer whose lease expired and was taken over cannot
     write a group the new writer wrote (its fencing number is older), nor the global group."""
-    info = cluster_stack.load()
+    info = redis_cluster.load()
     assert info is not None
     _, prefix = _names()
     opts = MirrorOptions(lease_ttl=0.5)
@@ -216,15 +216,15 @@ async def test_fencing_refuses_the_old_writer_on_every_group(cluster_stack: Loca
         # t3 was never written by b: a's group call passes the fence, its global call does not
         with pytest.raises(LeaseLost):
             await a.apply([(_txn("t3", 1, 400), ())])
-        with _client(cluster_stack) as rc:
+        with _client(redis_cluster) as rc:
             g1 = group_layout(prefix, "db", "t1")
             assert sorted(rc.smembers(g1.index_key("db", "t1"))) == [b"1", b"2"]
-            assert _stored(cluster_stack, prefix) == BinlogPosition("mysql-bin.000001", 300)
+            assert _stored(redis_cluster, prefix) == BinlogPosition("mysql-bin.000001", 300)
         # b goes on: a's call wrote to t3 the transaction b applies next (the same change),
         # which t3 skips; the global call moves the checkpoint
         await b.apply([(_txn("t3", 1, 400), ())])
-        assert _stored(cluster_stack, prefix) == BinlogPosition("mysql-bin.000001", 400)
-        with _client(cluster_stack) as rc:
+        assert _stored(redis_cluster, prefix) == BinlogPosition("mysql-bin.000001", 400)
+        with _client(redis_cluster) as rc:
             g3 = group_layout(prefix, "db", "t3")
             assert rc.smembers(g3.index_key("db", "t3")) == {b"1"}
             assert rc.hget(g3.checkpoint_key, "id") == b"mysql-bin.000001:400"
@@ -235,11 +235,12 @@ async def test_fencing_refuses_the_old_writer_on_every_group(cluster_stack: Loca
         await b.cluster.aclose()
 
 
-async def test_a_group_whose_master_lost_writes_is_replayed(cluster_stack: LocalStack) -> None:
+@pytest.mark.redis  # the Cluster alone
+async def test_a_group_whose_master_lost_writes_is_replayed(redis_cluster: LocalStack) -> None:
     """A group behind the head the global call recorded for it (its master lost acknowledged
     writes) makes the restart resume from its checkpoint; the others, and the change log, skip
     what they hold. A group that lost every key leaves `__tables` (the bootstrap copies it)."""
-    info = cluster_stack.load()
+    info = redis_cluster.load()
     assert info is not None
     _, prefix = _names()
     opts = MirrorOptions(changelog_maxlen=1000)
@@ -251,7 +252,7 @@ async def test_a_group_whose_master_lost_writes_is_replayed(cluster_stack: Local
         await m.load_checkpoint()
         await m.apply([(both, ()), (second, ())])
         g1, g2 = group_layout(prefix, "db", "t1"), group_layout(prefix, "db", "t2")
-        with _client(cluster_stack) as rc:
+        with _client(redis_cluster) as rc:
             # t1's master "loses" the second transaction: its row and its checkpoint go back
             cp = rc.hgetall(g1.checkpoint_key)
             rc.hset(g1.checkpoint_key, mapping={b"id": b"mysql-bin.000001:100", b"pos": b"100"})
@@ -261,7 +262,7 @@ async def test_a_group_whose_master_lost_writes_is_replayed(cluster_stack: Local
         resumed = await m.load_checkpoint()
         assert resumed is not None and resumed.position == BinlogPosition("mysql-bin.000001", 100)
         await m.apply([(second, ())])  # the stream replays it from there
-        with _client(cluster_stack) as rc:
+        with _client(redis_cluster) as rc:
             assert rc.smembers(g1.index_key("db", "t1")) == {b"1", b"2"}
             assert rc.smembers(g2.index_key("db", "t2")) == {b"1"}
             assert rc.xlen(cluster_layout(prefix).changes_key) == 3  # each change once
@@ -302,10 +303,11 @@ def _slots(r: redis_sync.Redis, my_id: str) -> list[tuple[int, int]]:
     return [(int(s[0]), int(s[1])) for s in r.execute_command("CLUSTER SLOTS") if s[2][2].decode() == my_id]
 
 
-async def test_a_group_moved_to_another_master_goes_on(cluster_stack: LocalStack) -> None:
+@pytest.mark.redis  # the Cluster alone
+async def test_a_group_moved_to_another_master_goes_on(redis_cluster: LocalStack) -> None:
     """Resharding under a running mirror: the calls of a group whose slot moved follow the MOVED
     redirect to its new master, where its checkpoint chain and rows are, and go on there."""
-    info = cluster_stack.load()
+    info = redis_cluster.load()
     assert info is not None
     _, prefix = _names()
     m = ClusterMirror(cluster_client(info.redis_url), prefix, lambda s, t: ("id",), MirrorOptions())
@@ -314,22 +316,23 @@ async def test_a_group_moved_to_another_master_goes_on(cluster_stack: LocalStack
         assert await m.acquire_lease()
         await m.load_checkpoint()
         await m.apply([(_txn("t1", 1, 100), ()), (_txn("t1", 2, 200), ())])
-        src, dst = _move_slot(cluster_stack, g.checkpoint_key)
+        src, dst = _move_slot(redis_cluster, g.checkpoint_key)
         await m.apply([(_txn("t1", 3, 300), ())])  # its client still maps the slot to `src`
         with redis_sync.Redis(port=dst) as r:
             assert r.smembers(g.index_key("db", "t1")) == {b"1", b"2", b"3"}
             assert r.hget(g.checkpoint_key, "id") == b"mysql-bin.000001:300"
-        assert _stored(cluster_stack, prefix) == BinlogPosition("mysql-bin.000001", 300)
+        assert _stored(redis_cluster, prefix) == BinlogPosition("mysql-bin.000001", 300)
         assert src != dst
     finally:
         await m.close()
         await m.cluster.aclose()
 
 
-async def test_json_mode_runs_of_inserts_in_every_group(cluster_stack: LocalStack) -> None:
+@pytest.mark.redis  # the Cluster alone
+async def test_json_mode_runs_of_inserts_in_every_group(redis_cluster: LocalStack) -> None:
     """json mode writes a table's consecutive INSERTs with MSET (op WJN): every key of a run is in
     its table's slot group, so the MSET is never cross-slot, with two groups in one transaction."""
-    info = cluster_stack.load()
+    info = redis_cluster.load()
     assert info is not None
     _, prefix = _names()
     m = ClusterMirror(
@@ -346,17 +349,18 @@ async def test_json_mode_runs_of_inserts_in_every_group(cluster_stack: LocalStac
         assert await m.acquire_lease()
         await m.load_checkpoint()
         await m.apply([(txn, ())])
-        with _client(cluster_stack) as rc:
+        with _client(redis_cluster) as rc:
             for t in ("t1", "t2"):
                 g = group_layout(prefix, "db", t)
                 assert rc.scard(g.index_key("db", t)) == 600
                 assert rc.get(f"{g.table_base('db', t)}:599") == b'{"id":599,"v":"%s"}' % t.encode()
-        assert _stored(cluster_stack, prefix) == BinlogPosition("mysql-bin.000001", 500)
+        assert _stored(redis_cluster, prefix) == BinlogPosition("mysql-bin.000001", 500)
     finally:
         await m.close()
         await m.cluster.aclose()
 
 
+@pytest.mark.integration
 async def test_cascading_foreign_keys_are_refused(cluster_stack: LocalStack) -> None:
     """A cascade's child rows live in other slot groups than the parent's change: the mirror stops
     with a message naming the constraint and the ways out, never applies the parent alone."""

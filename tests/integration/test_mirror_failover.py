@@ -29,7 +29,6 @@ from service.errors import HistoryMismatch, SourceBehind
 from service.pipeline.replicator import Replicator
 from service.pipeline.status import State
 from service.sink.checkpoints import StoredCheckpoint, decode_checkpoint
-from tests.integration.failover_helpers import SwitchingProxy
 from tests.integration.mirror_helpers import (
     actual,
     expected,
@@ -38,6 +37,7 @@ from tests.integration.mirror_helpers import (
     stop_replicator,
     until,
 )
+from tests.integration.stream_helpers import Proxy
 
 pytestmark = pytest.mark.integration
 
@@ -119,7 +119,7 @@ async def test_a_promoted_replica_is_followed_by_gtid_without_a_table_copy(
     mirrored transaction: the checkpoint is the new file's start, carrying that transaction."""
     primary, replica, info = pair
     caplog.set_level(logging.INFO)
-    async with SwitchingProxy(info.mysql_port) as proxy:
+    async with Proxy(info.mysql_port) as proxy:
         settings = mirror_settings(primary, DB, PREFIX, mysql=proxy.url("mirror", info.repl_password))
         rep = Replicator(settings)
         task = asyncio.create_task(rep.run())
@@ -181,7 +181,7 @@ async def test_a_replica_that_missed_mirrored_transactions_is_not_followed(
     pair: tuple[LocalStack, LocalStack, StackInfo],
 ) -> None:
     primary, replica, info = pair
-    async with SwitchingProxy(info.mysql_port) as proxy:
+    async with Proxy(info.mysql_port) as proxy:
         settings = mirror_settings(primary, DB, PREFIX, mysql=proxy.url("mirror", info.repl_password))
         rep = Replicator(settings)
         task = asyncio.create_task(rep.run())
@@ -274,7 +274,7 @@ async def test_a_redis_cluster_mirror_stops_at_a_failover_instead_of_following_i
     """Its slot groups order transactions by binlog position (service/sink/cluster.py), which the
     new server's binlog does not continue: following it could skip transactions silently."""
     with _pair(tmp_path, redis_cluster=True) as (primary, replica, info):
-        async with SwitchingProxy(info.mysql_port) as proxy:
+        async with Proxy(info.mysql_port) as proxy:
             url = proxy.url("mirror", info.repl_password)
             rep = Replicator(mirror_settings(primary, DB, PREFIX, mysql=url))
             task = asyncio.create_task(rep.run())

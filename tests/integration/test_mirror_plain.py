@@ -14,25 +14,21 @@ import pytest
 import redis as redis_sync
 from redis.asyncio import Redis
 
-from service.devtools.stack import LocalStack
 from service.errors import LeaseLost
 from service.sink.bulk import write_rows
 from service.sink.client import redis_client
 from service.sink.keys import KeyLayout
 from service.sink.mirror import MirrorOptions, RedisMirror
-from tests.integration.mirror_helpers import stack_redis_url
 from tests.integration.test_mirror_sink import _prefix, dele, ins, keys_of, txn
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.redis
 
 EXEC = b"*1\r\n$4\r\nEXEC\r\n"
 
 
 @pytest.fixture
-async def redis(stack: LocalStack) -> AsyncIterator[Redis]:
-    info = stack.load()
-    assert info is not None
-    client = redis_client(info.redis_url)  # the service's client: hiredis replies, as in production
+async def redis(redis_url: str) -> AsyncIterator[Redis]:
+    client = redis_client(redis_url)  # the service's client: hiredis replies, as in production
     yield client
     await client.aclose()
 
@@ -177,7 +173,7 @@ async def test_a_call_with_other_ops_goes_as_the_script(redis: Redis) -> None:
 
 @pytest.mark.parametrize("json_mode", [False, True], ids=["hash", "json"])
 async def test_the_bulk_copy_writes_rows_as_the_apply_does(
-    redis: Redis, stack: LocalStack, json_mode: bool
+    redis: Redis, redis_url: str, json_mode: bool
 ) -> None:
     """service/sink/bulk.py (the snapshot's Lua-free writes) and the apply store the same row
     keys, values and `__keys` (one "write a whole row" in Python: values.row_fields)."""
@@ -189,7 +185,7 @@ async def test_the_bulk_copy_writes_rows_as_the_apply_does(
     applied, copied = _prefix(), _prefix()
     m = await _mirror(redis, applied, json_mode=json_mode)
     await m.apply([(txn(*(ins("a", **r) for r in rows)), [])])
-    client = redis_sync.Redis.from_url(stack_redis_url(stack))
+    client = redis_sync.Redis.from_url(redis_url)
     write_rows(client, KeyLayout(copied), "db", "a", ["id"], rows, json_mode=json_mode)
     client.close()
     ours, theirs = await _dump(redis, applied), await _dump(redis, copied)

@@ -21,21 +21,18 @@ from redis.asyncio import Redis
 from service.binlog.canonical import row_to_json
 from service.binlog.rowchange import EventSpan, Op, RowChange
 from service.checkpoint import BinlogPosition, Checkpoint
-from service.devtools.stack import LocalStack
 from service.errors import ConfigError, LeaseLost, RowsMissing, SinkError
 from service.sink.keys import KeyLayout
 from service.sink.mirror import MirrorOptions, RedisMirror
 from service.sink.plan import ActionKind, TableAction
 from service.transactions import Transaction
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.redis  # redis_url: a redis-server alone; the sink needs no source
 
 
 @pytest.fixture
-async def redis(stack: LocalStack) -> AsyncIterator[Redis]:
-    info = stack.load()
-    assert info is not None
-    client = Redis.from_url(info.redis_url)
+async def redis(redis_url: str) -> AsyncIterator[Redis]:
+    client = Redis.from_url(redis_url)
     yield client
     await client.aclose()
 

@@ -21,18 +21,15 @@ from pathlib import Path
 import pytest
 from redis import exceptions as rexc
 
-from service.devtools.stack import LocalStack
 from service.sink import channel as channel_module
 from service.sink.channel import ScriptChannel
 from service.sink.client import redis_client
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.redis
 
 
-async def test_a_task_cancelled_during_a_command_always_stops(stack: LocalStack) -> None:
-    info = stack.load()
-    assert info is not None
-    redis = redis_client(info.redis_url, socket_timeout=10)  # the replicator's setting
+async def test_a_task_cancelled_during_a_command_always_stops(redis_url: str) -> None:
+    redis = redis_client(redis_url, socket_timeout=10)  # the replicator's setting
     carried_on = 0
 
     async def commands() -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -31,7 +31,9 @@ from service.table_info import TableInfo
 from service.transactions import TableFilter, Transaction, TransactionAssembler
 from service.transport.connection import BinlogRoom, ServerInfo
 from service.transport.source import SourceStats
-from tests.integration.mirror_helpers import redis_server, until
+from tests.integration.mirror_helpers import until
+
+pytestmark = pytest.mark.redis  # redis_url: a redis-server alone, no mariadbd
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "binlog" / "mariadb-10.11"
 KEYS: dict[str, tuple[str, ...] | None] = {  # the tables' keys, as information_schema would say
@@ -139,13 +141,6 @@ class FixedDefinitions:
     async def foreign_keys(self) -> ForeignKeys:
         self.catalog.foreign_keys = ForeignKeys()  # the recording has none
         return self.catalog.foreign_keys
-
-
-@pytest.fixture(scope="module")
-def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A redis-server of its own (no mariadbd: nothing here reads a source)."""
-    with redis_server(tmp_path_factory.mktemp("redis-only")) as url:
-        yield url
 
 
 def _final_ids(txns: list[Transaction], table: str) -> set[str]:

@@ -12,7 +12,6 @@ from importlib.resources import files
 import pytest
 from redis import Redis
 
-from service.devtools.stack import LocalStack
 from service.sink import scripts
 
 SCRIPTS = ("APPLY", "RELEASE", "RENEW", "RESYNC_FINISH", "RESYNC_REREAD", "RESYNC_ROWS")
@@ -31,11 +30,9 @@ def test_every_lua_file_is_loaded() -> None:
         )
 
 
-@pytest.mark.integration
+@pytest.mark.redis
 @pytest.mark.parametrize("name", SCRIPTS)
-def test_each_script_compiles_on_redis(stack: LocalStack, name: str) -> None:
-    info = stack.load()
-    assert info is not None
-    with Redis.from_url(info.redis_url) as client:
+def test_each_script_compiles_on_redis(redis_url: str, name: str) -> None:
+    with Redis.from_url(redis_url) as client:
         sha = client.script_load(getattr(scripts, name))  # a Lua syntax error is refused here
         assert client.script_exists(sha) == [True]

@@ -46,6 +46,7 @@ def _copy(tmp_path: Path) -> Path:
     (copy / "deploy").mkdir()
     for name in (
         "tests/conftest.py",
+        "tests/server_markers.py",  # the conftest's marker rule
         "pyproject.toml",
         "constraints.txt",
         "setup.py",
