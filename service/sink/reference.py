@@ -148,16 +148,15 @@ class _Call:
             self.ks.hincrby(partial_key_of(t.touched), as_bytes(suffix), 1)
 
     def write_row(self, key: bytes, pairs: list[tuple[bytes, bytes]]) -> None:
-        """The row becomes `pairs`. As the script does: one HSET first, kept when it added every
-        field or the key holds exactly these fields; otherwise DEL and HSET. So a stored hash
-        whose fields are all absent from `pairs` keeps them (docs/mirror.md, "The reference executor")."""
+        """The row becomes `pairs`. As the script does: one HSET first, kept when the key then
+        holds exactly these fields; otherwise DEL and HSET."""
         c = len(pairs)
         if 0 < c <= 500:
             try:
                 added = self.ks.hset(key, pairs)
             except ScriptError:  # another type: redis.pcall
                 added = -1
-            if added == c or added >= 0 and self.ks.hlen(key) == c:
+            if added >= 0 and self.ks.hlen(key) == c:
                 return
         self.ks.delete(key)
         self.ks.hset(key, pairs)

@@ -454,11 +454,6 @@ def checkpoint(txn: str) -> ir.SetFields:
     return ir.SetFields(LAY.checkpoint_key, (("id", txn),))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="apply.lua's write_row keeps a stored hash's other fields when the row's HSET added every "
-    "field; the plain form (DEL + HSET) replaces them (reported on issue 38)",
-)
 def test_the_script_and_the_plain_form_replace_a_row_alike(sink_redis: redis_sync.Redis) -> None:
     row_key = f"{T.base}:1"
     write = ir.WriteRow(T, "1", {"id": 1, "a": 2, "b": None})
