@@ -29,7 +29,7 @@ import asyncio
 import logging
 import math
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
@@ -47,7 +47,7 @@ from service.sink.fks import ACTING, ForeignKeys
 from service.sink.ir import AddMember, AppendChange, ApplyCall, RemoveMember, SetFields, SkipSequence, Text
 from service.sink.keys import GroupLayout, KeyLayout, group_layout, split_key
 from service.sink.mirror import MirrorOptions, RedisMirror
-from service.sink.plan import ActionKind, IrOp, KeyColumns, TableAction, checkpoint_op
+from service.sink.plan import ActionKind, IrOp, KeyColumns, SkipCounter, TableAction, checkpoint_op
 from service.sink.replies import SentBatch, map_redis_errors
 from service.sink.scripts import APPLY, FENCE
 from service.sink.server import check_info
@@ -118,11 +118,16 @@ class _GroupMirror(RedisMirror):
     """One table's slot group: the single-node mirror on the table's `GroupLayout` keys."""
 
     def __init__(
-        self, cluster: RedisCluster, layout: GroupLayout, key_columns: KeyColumns, options: MirrorOptions
+        self,
+        cluster: RedisCluster,
+        layout: GroupLayout,
+        key_columns: KeyColumns,
+        options: MirrorOptions,
+        skipped: SkipCounter,
     ) -> None:
         # the change log and `__seq` are the global group's (a group's own `__seq` only counts)
         opts = replace(options, changelog_maxlen=None, plain_inserts=False)  # one script per call
-        super().__init__(cast(Redis, cluster), layout, key_columns, opts, token="#0")
+        super().__init__(cast(Redis, cluster), layout, key_columns, opts, token="#0", skipped=skipped)
         self._channel = ClusterChannel(cluster, APPLY, layout.checkpoint_key, self.encoder)
         self._route = [layout.checkpoint_key]
         self.at: Checkpoint | None = None  # the group's stored checkpoint: what it has applied
@@ -151,8 +156,10 @@ class ClusterMirror(RedisMirror):
         key_columns: KeyColumns,
         options: MirrorOptions | None = None,
         token: str | None = None,
+        foreign_keys: Callable[[], ForeignKeys] | None = None,
     ) -> None:
-        super().__init__(cast(Redis, cluster), cluster_layout(prefix), key_columns, options, token)
+        layout = cluster_layout(prefix)
+        super().__init__(cast(Redis, cluster), layout, key_columns, options, token, foreign_keys=foreign_keys)
         self.cluster = cluster
         self.prefix = prefix
         self._channel = ClusterChannel(cluster, APPLY, self.layout.checkpoint_key, self.encoder)
@@ -236,8 +243,9 @@ class ClusterMirror(RedisMirror):
             if len(parts) != 2:
                 raise ValueError(f"not a table id: {tid!r}")
             layout = group_layout(self.prefix, parts[0], parts[1])
-            g = _GroupMirror(self.cluster, layout, self.planner.key_columns, self.options)
-            g.planner.skipped = self.planner.skipped
+            g = _GroupMirror(
+                self.cluster, layout, self.planner.key_columns, self.options, self.planner.skipped
+            )
             g.token = f"#{self._fence or 0}"
             g.at = await g.load_checkpoint()
             self._groups[tid] = g

@@ -40,7 +40,8 @@ from service.sink.fks import ForeignKeys
 from service.sink.ir import ApplyCall, ApplyHeader
 from service.sink.keys import KeyLayout
 from service.sink.lease import WriterLease, ping
-from service.sink.plan import KeyColumns, Planner, TableAction
+from service.sink.marks import TableMarks
+from service.sink.plan import KeyColumns, Planner, SkipCounter, TableAction
 from service.sink.replies import SentBatch, map_redis_errors, redis_access_denied
 from service.sink.resyncs import ResyncWriter
 from service.sink.scripts import APPLY
@@ -72,25 +73,34 @@ class RedisMirror:
         key_columns: KeyColumns,
         options: MirrorOptions | None = None,
         token: str | None = None,
+        *,
+        foreign_keys: Callable[[], ForeignKeys] | None = None,
+        skipped: SkipCounter | None = None,
     ) -> None:
+        """`foreign_keys`: the constraints between mirrored tables, as the catalog last read them
+        (their cascades are applied, service/sink/cascades.py); `skipped`: the counter of rows
+        without a usable key, when another mirror shares it (a Redis Cluster's slot groups)."""
         self.redis = redis
         self.layout = layout
         self.options = opts = options or MirrorOptions()
         self.ping_error: str | None = None  # why the last ping() failed (for the log)
         values = "json" if opts.json_mode else "hash"  # the value mode, as the checkpoint says
+        self.marks = marks = TableMarks()
         self.planner = Planner(
             layout,
             key_columns,
             json_mode=opts.json_mode,
             full_images=opts.full_images,
             changelog_maxlen=opts.changelog_maxlen,
+            skipped=skipped or SkipCounter(),
+            marks=marks,
+            foreign_keys=foreign_keys,
         )
         plain_rows = opts.plain_inserts and not opts.json_mode
         self.encoder = CallEncoder(layout, json_mode=opts.json_mode, plain_rows=plain_rows)
         plain = None
         if plain_rows:  # not json rows: one MSET per 500 already (op WJN)
-            lay = layout
-            plain = PlainSetup(lay.guard_key, lay.fence_key, lay.tables_key, lambda: self.planner.resyncing)
+            plain = PlainSetup(layout.guard_key, layout.fence_key, layout.tables_key, lambda: marks.resyncs)
         channel = ScriptChannel(redis, APPLY, plain, self.encoder)
         self.chain = ApplyChain(
             layout, self.planner, channel, token or secrets.token_hex(8), values, opts.chunk_size
@@ -99,7 +109,9 @@ class RedisMirror:
         self.lease = WriterLease(redis, layout, self.chain, opts.lease_ttl)
         self.table_work = TableWorkRunner(redis, layout, self.chain, opts.table_step)
         self.batches = BatchWriter(redis, self.planner, self.chain, self.table_work, opts.chunk_size)
-        self.resyncs = ResyncWriter(redis, layout, self.planner, self.chain, opts.json_mode, opts.table_step)
+        self.resyncs = ResyncWriter(
+            redis, layout, self.planner, marks, self.chain, opts.json_mode, opts.table_step
+        )
         self._warned_aof = False
         # why the selected tables must be copied again (the checkpoint hash's recopy marker, read
         # by load_checkpoint; cleared in Redis by the next apply's checkpoint)
@@ -161,8 +173,7 @@ class RedisMirror:
         await self._channel.close()
         await self.check_server()
         loaded = await self.checkpoints.load()
-        self.planner.resyncing = loaded.resyncing
-        self.planner.settling = loaded.settling
+        self.marks.restore(loaded.resyncing, loaded.settling)
         self.batches.resume = loaded.resume
         self.recopy = loaded.recopy
         self.chain.prev = loaded.chain_id

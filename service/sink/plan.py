@@ -7,7 +7,6 @@ without a server.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -16,7 +15,7 @@ from typing import Any
 from service.binlog.rowchange import Op, Row, RowChange
 from service.checkpoint import BinlogPosition
 from service.sink.cascades import CascadePlan
-from service.sink.fks import defs_key
+from service.sink.fks import ForeignKeys, defs_key
 from service.sink.ir import (
     AddMember,
     AppendChange,
@@ -41,6 +40,7 @@ from service.sink.ir import (
 )
 from service.sink.ir import Op as IrOp
 from service.sink.keys import KeyLayout, escape
+from service.sink.marks import TableMarks
 from service.sink.tablework import TableWork
 from service.sink.values import json_document, key_text
 from service.transactions import Transaction
@@ -87,18 +87,12 @@ class Planner:
     full_images: bool = True  # source logs FULL row images: inserts/updates replace the whole row
     changelog_maxlen: int | None = None  # None: no change-log stream
     skipped: SkipCounter = field(default_factory=SkipCounter)
-    # Tables whose updates carry whole rows (UpdateRow) instead of their changed columns
-    # (UpdateChanged): a resync is in flight (rows may be absent or lack a new column), or an
-    # UpdateChanged met no row (the mirror had a gap: whole rows fill the gap in as they change).
-    # By table id; RedisMirror keeps them in step with Redis.
-    resyncing: set[str] = field(default_factory=set)
-    gaps: set[str] = field(default_factory=set)
-    # table id -> the source's end of binlog when its last resync finished reading: the copy
-    # brought rows forward to that point, so until the stream passes it, older events arrive
-    # for rows it already moved on (one deleted later is missing): whole rows too. `__settle`
-    # in Redis; each entry ends (HDEL) in the call of the first transaction past it.
-    settling: dict[str, BinlogPosition] = field(default_factory=dict)
-    resyncs_planned: Counter[str] = field(default_factory=Counter)  # resyncs begun (or moved) per table
+    # Which tables' updates carry whole rows (UpdateRow) instead of their changed columns
+    # (UpdateChanged): resync, gap and settle marks. The writer gives it; the apply replies and
+    # the resyncs change it too (service/sink/marks.py)
+    marks: TableMarks = field(default_factory=TableMarks)
+    # The foreign keys between mirrored tables, as the catalog last read them (cascades.py)
+    foreign_keys: Callable[[], ForeignKeys] | None = None
     # (schema, table) -> its keys: built once per table
     _table_keys: dict[tuple[str, str], TableKeys] = field(default_factory=dict, repr=False)
     # Per call (reset by `begin_call`): rows an earlier op of the call wrote (their update in the
@@ -114,6 +108,8 @@ class Planner:
 
     def __post_init__(self) -> None:
         self.cascades = CascadePlan(self.layout, self.key_columns, self.json_mode, self._suffix)
+        if self.foreign_keys is not None:
+            self.cascades.foreign_keys = self.foreign_keys
 
     # -- row changes -----------------------------------------------------------------------------
     def table_keys(self, schema: str, table: str) -> TableKeys:
@@ -214,13 +210,7 @@ class Planner:
             assert after is not None
             if op is Op.UPDATE and full and old == new and ch.before is not None and not self.json_mode:
                 tid = t.tid
-                if (
-                    self._acted
-                    or tid in self.resyncing
-                    or tid in self.gaps
-                    or tid in self.settling
-                    or (ch.schema, ch.table, new) in self._written
-                ):
+                if self._acted or self.marks.whole_rows(tid) or (ch.schema, ch.table, new) in self._written:
                     self._written.add((ch.schema, ch.table, new))  # it may have been absent
                     out.append(UpdateRow(t, new, ch.before, after))
                 else:
@@ -274,7 +264,7 @@ class Planner:
         # a resync in flight continues under the new name (the moved rows are not all re-read
         # yet); its `__stale` was filled before (CopyMembers). So does a settle window.
         out.append(CarryResync(tid, new, lay.stale_key(ns, nt), lay.touched_key(ns, nt)))
-        at = self.settling.get(new)
+        at = self.marks.settle_at(new)
         out.append(
             DeleteFields(lay.settle_key, (new,))
             if at is None
@@ -283,30 +273,18 @@ class Planner:
         return out + fkdefs + self._end_resync(a.schema, a.table)
 
     def _track_marks(self, a: TableAction, tid: str) -> None:
-        """`resyncing`, `gaps` and `settling` after `a` (the ops of `action` change them in Redis)."""
+        """The marks after `a` (the ops of `action` change them in Redis)."""
         if a.kind is ActionKind.RESYNC:
-            self.resyncing.add(tid)
-            self.resyncs_planned[tid] += 1
+            self.marks.begin_resync(tid)
         elif a.kind is ActionKind.TRUNCATE:
-            self.gaps.discard(tid)  # no rows, no gap
-        elif a.kind is not ActionKind.REGISTER:  # DROP, RENAME: the marks go, or move (CarryResync)
-            in_resync, gap = tid in self.resyncing, tid in self.gaps
-            self.resyncing.discard(tid)
-            self.gaps.discard(tid)
-            settle = self.settling.pop(tid, None)
-            if a.kind is ActionKind.RENAME:
-                assert a.new_schema is not None and a.new_table is not None
-                new = self.layout.table_id(a.new_schema, a.new_table)
-                self.resyncing.discard(new)
-                self.gaps.discard(new)
-                self.settling.pop(new, None)
-                if in_resync:
-                    self.resyncing.add(new)
-                    self.resyncs_planned[new] += 1
-                if gap:
-                    self.gaps.add(new)
-                if settle is not None:
-                    self.settling[new] = settle
+            self.marks.truncated(tid)
+        elif a.kind is ActionKind.RENAME:  # the marks move (CarryResync)
+            assert a.new_schema is not None and a.new_table is not None
+            self.marks.renamed(tid, self.layout.table_id(a.new_schema, a.new_table))
+        elif a.kind is not ActionKind.REGISTER:  # DROP: the marks go
+            self.marks.dropped(tid)
+
+    def table_work(self, actions: Sequence[TableAction]) -> tuple[list[IrOp], list[TableWork]]:
 
     def table_work(self, actions: Sequence[TableAction]) -> tuple[list[IrOp], list[TableWork]]:
         """The work of `actions` on whole tables, in order: the rows of a dropped or truncated
@@ -372,16 +350,14 @@ class Planner:
     def transaction(self, out: list[IrOp], txn: Transaction, actions: Sequence[TableAction]) -> None:
         """Append the ops of a whole transaction (its table actions first) to the current call,
         after other transactions' ops: several small transactions share one atomic call."""
-        if self.settling:
+        if self.marks.settling:
             self._settle(out, txn.end.position)
         self._actions(out, actions)
         self._changes(out, txn, range(len(txn.changes)))
 
     def _settle(self, out: list[IrOp], end: BinlogPosition) -> None:
         """End the settle windows that a transaction ending at `end` is past (`settling`)."""
-        done = [tid for tid, at in self.settling.items() if end > at]
-        for tid in done:
-            del self.settling[tid]
+        done = self.marks.settled_by(end)
         if done:
             out.append(DeleteFields(self.layout.settle_key, tuple(done)))
 
@@ -401,7 +377,7 @@ class Planner:
             self.begin_call()
             cur: list[IrOp] = []
             if at == 0:
-                if self.settling:
+                if self.marks.settling:
                     self._settle(cur, txn.end.position)
                 self._actions(cur, actions)
             part = todo[at : at + chunk_size]

@@ -17,6 +17,7 @@ from service.sink.checkpoint_store import as_str
 from service.sink.codec import resync_finish_args, resync_reread_args, resync_rows_args
 from service.sink.ir import ResyncHeader, TableKeys, WriteRow
 from service.sink.keys import GENERATION_FIELD, KeyLayout, parse_mark
+from service.sink.marks import TableMarks
 from service.sink.plan import Planner
 from service.sink.replies import map_redis_errors
 from service.sink.scripts import RESYNC_FINISH, RESYNC_REREAD, RESYNC_ROWS
@@ -30,13 +31,15 @@ class ResyncWriter:
         redis: Redis,
         layout: KeyLayout,
         planner: Planner,
+        marks: TableMarks,
         chain: ApplyChain,
         json_mode: bool,
         table_step: int,
     ) -> None:
         self.redis = redis
         self.layout = layout
-        self.planner = planner
+        self.planner = planner  # row keys of the rows written
+        self.marks = marks
         self.chain = chain  # its token is the writer's
         self.json_mode = json_mode
         self.table_step = table_step  # stale rows removed per finishing call
@@ -44,7 +47,7 @@ class ResyncWriter:
         self.finish_script = redis.register_script(RESYNC_FINISH)
         self.reread_script = redis.register_script(RESYNC_REREAD)
         self.route: list[str] = []  # KEYS of the resync calls: a Redis Cluster routes by them
-        # table id -> (generation, planner.resyncs_planned) as its resync read them at its start
+        # table id -> (generation, marks.resyncs_planned) as its resync read them at its start
         self._planned_at: dict[str, tuple[int, int]] = {}
 
     async def generation(self, schema: str, table: str) -> int | None:
@@ -54,7 +57,7 @@ class ResyncWriter:
         a change that restarts or ends the resync (TRUNCATE, DROP, RENAME, a newer ALTER) moves
         it, and the writes are refused."""
         tid = self.layout.table_id(schema, table)
-        planned = self.planner.resyncs_planned[tid]
+        planned = self.marks.resyncs_planned(tid)
         with map_redis_errors(f"reading the resync mark of {schema}.{table}"):
             raw = await self.redis.hget(self.layout.resync_key, tid)
         generation = None if raw is None else parse_mark(as_str(raw))[0]
@@ -99,7 +102,7 @@ class ResyncWriter:
         `reread` reads again the rows that partial images changed during the copy (`__partial`,
         (suffix, merges) in batches; False: refused) and `resync_reread`s them. `copied_at` reads
         the source's end of binlog, after the copy's (and each reread's) last SELECT; the table's
-        updates carry whole rows until the stream passes it (`Planner.settling`).
+        updates carry whole rows until the stream passes it (TableMarks.settling).
         None: refused, `generation` is no longer the table's resync."""
         lay = self.layout
         tid = lay.table_id(schema, table)
@@ -127,14 +130,10 @@ class ResyncWriter:
                     args[-1] = str(at or "")
                 continue
             if int(reply[1]) == 0:
-                planner = self.planner
-                if at is not None:  # as the script stored it
-                    planner.settling[tid] = at
                 # Whole rows no more (once settled), unless a newer resync was planned since this
                 # one read its generation (its mark is set by a call not applied yet, or already)
-                if self._planned_at.pop(tid, None) == (generation, planner.resyncs_planned[tid]):
-                    planner.resyncing.discard(tid)
-                    planner.gaps.discard(tid)  # every row was read again
+                current = self._planned_at.pop(tid, None) == (generation, self.marks.resyncs_planned(tid))
+                self.marks.resync_done(tid, at, current)
                 return removed
 
     async def reread(

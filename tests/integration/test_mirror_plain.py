@@ -108,7 +108,7 @@ async def test_a_refused_call_and_the_calls_after_it_apply_as_scripts(redis: Red
     assert await redis.scard(f"{p}:db:a:__touched") == 10
     assert await m.load_checkpoint() == batch[-1][0].end
     # the planner knows of the mark now: such calls go as the script from the start
-    m.planner.resyncing.add("db:a")
+    m.marks.resync_in_flight("db:a")
     await m.apply([(txn(ins("a", id=20, v="z")), [])])
     assert m._channel.plain_calls == 5 and await redis.sismember(f"{p}:db:a:__touched", "20")
 

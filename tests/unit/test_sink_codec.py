@@ -210,7 +210,7 @@ def _scenarios() -> Iterator[tuple[str, list[Arg]]]:
         _ch(Op.UPDATE, b, a, "u"),
     ]
     p.transaction(out, _tx(*changes), [])
-    p.resyncing.add("db:u")
+    p.marks.resync_in_flight("db:u")
     p.transaction(out, _tx(_ch(Op.UPDATE, b, a, "u")), [])
     yield "updates", enc.body(out)
     # partial images (MINIMAL): moves, merges, an INSERT read again
@@ -256,9 +256,10 @@ def _scenarios() -> Iterator[tuple[str, list[Arg]]]:
 def _action_scenarios() -> Iterator[tuple[str, list[Arg]]]:
     """Table actions (and their whole-table work) then rows; settle windows; chunked calls."""
     p, enc = _planner()
-    p.settling["db:t"] = BinlogPosition("mysql-bin.000001", 50)
-    p.settling["db:s"] = BinlogPosition("mysql-bin.000009", 50)
-    p.resyncing.add("db:a")
+    p.marks.restore(
+        ["db:a"],
+        {"db:t": BinlogPosition("mysql-bin.000001", 50), "db:s": BinlogPosition("mysql-bin.000009", 50)},
+    )
     acts = [
         TableAction(ActionKind.RENAME, "db", "s", "db", "s2"),
         TableAction(ActionKind.RENAME, "db", "a", "db", "b"),

@@ -23,9 +23,7 @@ KEYS = {"parent": ("id",), "child": ("id",), "side": ("id",), "grand": ("id",), 
 
 
 def _planner(fks: ForeignKeys, json_mode: bool = False) -> Planner:
-    p = Planner(LAY, lambda s, t: KEYS.get(t, ("id",)), json_mode=json_mode)
-    p.cascades.foreign_keys = lambda: fks
-    return p
+    return Planner(LAY, lambda s, t: KEYS.get(t, ("id",)), json_mode=json_mode, foreign_keys=lambda: fks)
 
 
 def _change(

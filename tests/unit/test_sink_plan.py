@@ -78,7 +78,7 @@ def test_plan_update_of_a_table_in_resync_carries_the_whole_row() -> None:
     changed values, and the unchanged ones packed in one argument (`len:value`, lengths in
     bytes), for a row that may be absent or lack a column: its table is being resynced."""
     p = Planner(KeyLayout("m"), lambda s, t: ("id",))
-    p.resyncing.add("db:t")
+    p.marks.begin_resync("db:t")
     before = {"id": 7, "v": "ké:pt", "n": 1, "f": 0.0, "g": 2.5, "b": b"\x00:", "z": None, "gone": "x"}
     after = {"id": 7, "v": "ké:pt", "n": True, "f": -0.0, "g": 2.5, "b": b"\x00:", "z": "new", "gone": None}
     ops = p.change(_change(Op.UPDATE, before, after))
@@ -118,21 +118,21 @@ def test_plan_whole_rows_when_op_q_cannot_check_the_row() -> None:
     p.transaction(out, _txn(upd), [TableAction(ActionKind.REGISTER, "db", "other")])
     assert _args(p, out)[:5] == ["Q", 1, "db:t", 1, "m:db:t:1"]  # the UL before the action only
     p.begin_call()
-    p.gaps.add("db:t")
+    p.marks.gap("db:t")
     assert op(p.change(upd)) == "U"
 
 
 def test_plan_tracks_resyncs_and_gaps_through_table_actions() -> None:
     p = Planner(KeyLayout("m"), lambda s, t: ("id",))
     p.action(TableAction(ActionKind.RESYNC, "db", "a"))
-    p.gaps.add("db:b")
-    assert (p.resyncing, p.gaps) == ({"db:a"}, {"db:b"})
+    p.marks.gap("db:b")
+    assert (p.marks.resyncs, p.marks.gaps) == ({"db:a"}, {"db:b"})
     p.action(TableAction(ActionKind.RENAME, "db", "a", "db", "x"))  # op RC carries the mark
     p.action(TableAction(ActionKind.RENAME, "db", "b", "db", "y"))
-    assert (p.resyncing, p.gaps) == ({"db:x"}, {"db:y"})
+    assert (p.marks.resyncs, p.marks.gaps) == ({"db:x"}, {"db:y"})
     p.action(TableAction(ActionKind.TRUNCATE, "db", "y"))  # no rows: no gap
     p.action(TableAction(ActionKind.DROP, "db", "x"))
-    assert (p.resyncing, p.gaps) == (set(), set())
+    assert (p.marks.resyncs, p.marks.gaps) == (set(), set())
 
 
 def test_plan_whole_rows_until_the_stream_passes_a_finished_resync_s_copy() -> None:
@@ -142,28 +142,28 @@ def test_plan_whole_rows_until_the_stream_passes_a_finished_resync_s_copy() -> N
     in its call); a RENAME carries a window, a DROP ends it."""
     p = Planner(KeyLayout("m"), lambda s, t: ("id",))
     upd = _change(Op.UPDATE, {"id": 1, "v": "a"}, {"id": 1, "v": "b"})
-    p.settling["db:t"] = BinlogPosition("mysql-bin.000001", 100)  # _txn ends there: not past it
+    p.marks.restore((), {"db:t": BinlogPosition("mysql-bin.000001", 100)})  # _txn ends there: not past it
     out: list[IrOp] = []
     p.transaction(out, _txn(upd), [])
     assert "U" in (args := _args(p, out)) and "UL" not in args and "Q" not in args
-    p.settling["db:t"] = BinlogPosition("mysql-bin.000001", 99)
+    p.marks.restore((), {"db:t": BinlogPosition("mysql-bin.000001", 99)})
     out = []
     p.transaction(out, _txn(upd), [])  # the same call: the row the U wrote may have been absent
     args = _args(p, out)
-    assert args[:4] == ["X", "m:__settle", 1, "db:t"] and "U" in args and p.settling == {}
+    assert args[:4] == ["X", "m:__settle", 1, "db:t"] and "U" in args and p.marks.settling == {}
     p.begin_call()
     out = []
     p.transaction(out, _txn(upd), [])
     args = _args(p, out)
     assert "UL" in args and args[:5] == ["Q", 1, "db:t", 1, "m:db:t:1"]
     at = BinlogPosition("mysql-bin.000009", 4)
-    p.settling["db:t"] = at
+    p.marks.restore((), {"db:t": at})
     args = _args(p, p.action(TableAction(ActionKind.RENAME, "db", "t", "db", "u")))
     assert args[args.index("H") :][:5] == ["H", "m:__settle", 1, "db:u", str(at)]
     assert args[-4:] == ["X", "m:__settle", 1, "db:t"]
-    assert p.settling == {"db:u": at}
+    assert p.marks.settling == {"db:u": at}
     assert _args(p, p.action(TableAction(ActionKind.DROP, "db", "u")))[-4:] == ["X", "m:__settle", 1, "db:u"]
-    assert p.settling == {}
+    assert p.marks.settling == {}
 
 
 def test_plan_minimal_image_merges_and_moves() -> None:
