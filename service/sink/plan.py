@@ -285,8 +285,6 @@ class Planner:
             self.marks.dropped(tid)
 
     def table_work(self, actions: Sequence[TableAction]) -> tuple[list[IrOp], list[TableWork]]:
-
-    def table_work(self, actions: Sequence[TableAction]) -> tuple[list[IrOp], list[TableWork]]:
         """The work of `actions` on whole tables, in order: the rows of a dropped or truncated
         table go; a renamed table's rows move after whatever its new name held went (and, if its
         resync is running, are copied to the new name's `__stale`); a table whose resync begins
