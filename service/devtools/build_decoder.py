@@ -65,6 +65,7 @@ STREAM_MODULES = (
     "service/transactions.py",
     "service/transport/packets.py",
     "service/transport/pump.py",
+    "service/sink/codec.py",
     "service/sink/keys.py",
     "service/sink/plain.py",
     "service/sink/plan.py",

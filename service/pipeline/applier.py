@@ -202,7 +202,7 @@ class Applier:
         `binlog-mirror snapshot`, or before cascades were kept): copied again, once. A table in
         resync is left to it (its copy fills them)."""
         tables, self._fk_unfilled = self._fk_unfilled, []
-        resyncing = self.mirror.planner.resyncing
+        resyncing = self.mirror.marks.resyncs
         out = [
             TableAction(ActionKind.RESYNC, s, t, reason="filling its foreign-key sets")
             for s, t in tables

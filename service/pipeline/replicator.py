@@ -109,13 +109,14 @@ class Replicator:
             lease_ttl=settings.lease_ttl_seconds,
             plain_inserts=settings.plain_inserts,
         )
-        key_columns = self.catalog.key_columns
+        key_columns, fks = self.catalog.key_columns, self.catalog.fk_graph  # cascades (fks.py)
         self.mirror = (
-            ClusterMirror(cast(RedisCluster, self.redis), settings.key_prefix, key_columns, options)
+            ClusterMirror(
+                cast(RedisCluster, self.redis), settings.key_prefix, key_columns, options, foreign_keys=fks
+            )
             if cluster
-            else RedisMirror(self.redis, self.layout, key_columns, options)
+            else RedisMirror(self.redis, self.layout, key_columns, options, foreign_keys=fks)
         )
-        self.mirror.planner.cascades.foreign_keys = self.catalog.fk_graph  # cascades (fks.py)
         self._stop = asyncio.Event()
         self._recopy: str | None = None  # why the next session copies the selected tables again
         self._source: TransactionSource | None = None

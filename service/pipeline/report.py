@@ -83,7 +83,7 @@ def build_status(
     maps = {**past.maps, **(stats.table_maps if stats else {})}
     names_from = stats.column_names if stats else "binlog"
     planner = mirror.planner
-    settling = planner.settling
+    settling = mirror.marks.settling
     tables = []
     for key in sorted(set(progress.tables) | progress.mirrored):
         c = progress.tables.get(key, TableCounters())

@@ -14,10 +14,11 @@ from typing import Any
 
 import redis as redis_sync
 
+from service.sink.ir import TableKeys, WriteRow
 from service.sink.keys import KeyLayout
-from service.sink.values import field_value, json_document
+from service.sink.values import json_document, row_fields
 
-__all__ = ["clear_table", "write_rows"]
+__all__ = ["clear_table", "write_ops", "write_rows"]
 
 
 def write_rows(
@@ -32,21 +33,35 @@ def write_rows(
 ) -> None:
     """Write whole rows (as SELECT gives them, TIMESTAMPs aware UTC) and index their keys, in
     one pipeline; a row replaces what its key held."""
-    base, index = layout.table_base(schema, table), layout.index_key(schema, table)
+    t = TableKeys(
+        schema,
+        table,
+        layout.table_base(schema, table),
+        layout.index_key(schema, table),
+        layout.table_id(schema, table),
+        layout.touched_key(schema, table),
+    )
+    write_ops(
+        r, [WriteRow(t, layout.row_suffix([row[c] for c in key]), row) for row in rows], json_mode=json_mode
+    )
+
+
+def write_ops(r: redis_sync.Redis, ops: Sequence[WriteRow], *, json_mode: bool) -> None:
+    """The IR's whole-row writes as plain commands in one pipeline, without the apply script
+    (no lease check, no resync marks: a copy into a mirror no stream writes yet)."""
     pipe = r.pipeline(transaction=False)
-    suffixes = []
-    for row in rows:
-        suffix = layout.row_suffix([row[c] for c in key])
-        suffixes.append(suffix)
-        row_key = f"{base}:{suffix}"
+    indexes: dict[str, list[str]] = {}
+    for op in ops:
+        row_key = f"{op.table.base}:{op.suffix}"
+        indexes.setdefault(op.table.index, []).append(op.suffix)
         if json_mode:
-            pipe.set(row_key, json_document(row))
+            pipe.set(row_key, json_document(op.row))
             continue
         pipe.delete(row_key)
-        present = {k: field_value(v) for k, v in row.items() if v is not None}
-        if present:
-            pipe.hset(row_key, mapping=present)  # type: ignore[arg-type]
-    if suffixes:
+        fields = row_fields(op.row)
+        if fields:
+            pipe.hset(row_key, items=fields)
+    for index, suffixes in indexes.items():
         pipe.sadd(index, *suffixes)
     pipe.execute()
 

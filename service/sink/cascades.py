@@ -11,7 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from service.binlog.rowchange import Op, Row, RowChange
+from service.binlog.rowchange import Op as Change
+from service.binlog.rowchange import Row, RowChange
 from service.sink.fks import (
     ACTING,
     ForeignKey,
@@ -23,12 +24,22 @@ from service.sink.fks import (
     set_name,
     set_prefix,
 )
+from service.sink.ir import (
+    CascadeDelete,
+    CascadeUpdate,
+    ClearFkMemberships,
+    FkConstraint,
+    FkGraph,
+    JoinFkSet,
+    LeaveFkSet,
+    Op,
+    TableKeys,
+)
 from service.sink.keys import KeyLayout
 from service.transactions import Transaction
 
 __all__ = ["CascadePlan"]
 
-Arg = str | bytes | int
 _NO_FKS = ForeignKeys()
 
 
@@ -44,19 +55,20 @@ class CascadePlan:
     suffix: Callable[[tuple[str, ...], Row | None], str | None]  # the planner's row-key suffix
     # The foreign keys between mirrored tables, as the catalog last read them
     foreign_keys: Callable[[], ForeignKeys] = _no_fks
-    # op F of a graph (built once per graph) and its constraint ids; whether the call has it
-    _graph: tuple[ForeignKeys | None, list[Arg], dict[ForeignKey, str]] = field(
-        default=(None, [], {}), repr=False
+    # the FkGraph op of a graph (built once per graph) and its constraint ids; whether the call has it
+    _graph: tuple[ForeignKeys | None, FkGraph | None, dict[ForeignKey, str]] = field(
+        default=(None, None, {}), repr=False
     )
     _sent: bool = field(default=False, repr=False)
 
     def begin_call(self) -> None:
         self._sent = False
 
-    def ops(self, out: list[Arg], ch: RowChange, partial: bool, fks: ForeignKeys) -> None:
-        """After a row's ops: its memberships in the sets of its foreign keys' values (FR, FA),
-        and, for a parent row deleted or whose referenced columns changed, the cascade (FD, FU)
-        that the script applies to the child rows it finds in those sets."""
+    def ops(self, out: list[Op], ch: RowChange, partial: bool, fks: ForeignKeys) -> None:
+        """After a row's ops: its memberships in the sets of its foreign keys' values (LeaveFkSet,
+        JoinFkSet), and, for a parent row deleted or whose referenced columns changed, the cascade
+        (CascadeDelete, CascadeUpdate) that the script applies to the child rows it finds in those
+        sets."""
         key = (ch.schema, ch.table)
         json_mode = self.json_mode
         cols = self.key_columns(*key) or ()
@@ -71,12 +83,12 @@ class CascadePlan:
                 continue
             prefix = set_prefix(self.layout, fk)
             if o is not None:
-                out += ("FR", set_name(prefix, o), old_s or "")
+                out.append(LeaveFkSet(set_name(prefix, o), old_s or ""))
             if n is not None:
-                out += ("FA", set_name(prefix, n), new_s or "")
-        if ch.op is Op.INSERT:
+                out.append(JoinFkSet(set_name(prefix, n), new_s or ""))
+        if ch.op is Change.INSERT:
             return
-        deleted = ch.op is Op.DELETE
+        deleted = ch.op is Change.DELETE
         for fk in fks.by_parent.get(key, ()):
             if (fk.on_delete if deleted else fk.on_update) not in ACTING:
                 continue
@@ -86,40 +98,55 @@ class CascadePlan:
                 continue  # not resolvable here: the applier has the child table copied again
             if deleted:
                 self._graph_op(out, fks)
-                out += ("FD", cid, o)
+                out.append(CascadeDelete(cid, o))
                 continue
             assert after is not None
             vals = [after.get(c) for c in fk.ref_columns]
             if fk_value(after, fk.ref_columns, json_mode) == o:
                 continue
             self._graph_op(out, fks)
-            mask = "".join("0" if v is None else "1" for v in vals)
-            out += ("FU", cid, o, mask, *(b"" if v is None else fk_text(v, json_mode) for v in vals))
+            out.append(
+                CascadeUpdate(cid, o, tuple(None if v is None else fk_text(v, json_mode) for v in vals))
+            )
 
     def _ids(self, fks: ForeignKeys) -> dict[ForeignKey, str]:
         """The constraints the script can apply (`ForeignKeys.resolvable`, child rows keyed), by
-        their id in op F; built once per graph."""
+        their id in the FkGraph op; built once per graph."""
         if self._graph[0] is not fks:
             json_mode, lay = self.json_mode, self.layout
-            args: list[Arg] = []
+            constraints: list[FkConstraint] = []
             ids: dict[ForeignKey, str] = {}
             for fk in fks.keys:
                 if not self.key_columns(*fk.child) or not fks.resolvable(fk, self.key_columns):
                     continue
                 ids[fk] = cid = str(len(ids) + 1)
-                args += (cid, lay.table_id(*fk.parent), lay.table_id(*fk.child))
-                args += (lay.table_base(*fk.child), lay.index_key(*fk.child), lay.touched_key(*fk.child))
-                args += (set_prefix(lay, fk), fk.on_delete, fk.on_update, len(fk.columns))
-                args += [fk_field(c, json_mode) for c in fk.columns]
-                args += [fk_field(c, json_mode) for c in fk.ref_columns]
-            self._graph = (fks, ["F", self.layout.resync_key, int(json_mode), len(ids), *args], ids)
+                s, t = fk.child
+                child = TableKeys(
+                    s, t, lay.table_base(s, t), lay.index_key(s, t), lay.table_id(s, t), lay.touched_key(s, t)
+                )
+                constraints.append(
+                    FkConstraint(
+                        cid,
+                        lay.table_id(*fk.parent),
+                        child,
+                        set_prefix(lay, fk),
+                        fk.on_delete,
+                        fk.on_update,
+                        tuple(fk_field(c, json_mode) for c in fk.columns),
+                        tuple(fk_field(c, json_mode) for c in fk.ref_columns),
+                    )
+                )
+            self._graph = (fks, FkGraph(lay.resync_key, json_mode, tuple(constraints)), ids)
         return self._graph[2]
 
-    def _graph_op(self, out: list[Arg], fks: ForeignKeys) -> None:
-        """Op F (the constraints the cascade ops follow), once per call, before its first FD/FU."""
+    def _graph_op(self, out: list[Op], fks: ForeignKeys) -> None:
+        """The FkGraph op (the constraints the cascade ops follow), once per call, before its
+        first cascade."""
         if not self._sent:
             self._ids(fks)
-            out += self._graph[1]
+            graph = self._graph[1]
+            assert graph is not None
+            out.append(graph)
             self._sent = True
 
     def resyncs(self, txn: Transaction) -> list[tuple[str, str]]:
@@ -134,9 +161,9 @@ class CascadePlan:
         out: list[tuple[str, str]] = []
         for i, ch in enumerate(txn.changes):
             parents = fks.by_parent.get((ch.schema, ch.table))
-            if not parents or ch.op is Op.INSERT or not self.key_columns(ch.schema, ch.table):
+            if not parents or ch.op is Change.INSERT or not self.key_columns(ch.schema, ch.table):
                 continue
-            deleted = ch.op is Op.DELETE
+            deleted = ch.op is Change.DELETE
             after = ch.after
             if i in txn.partial and ch.before is not None and after is not None:
                 after = {**ch.before, **after}
@@ -154,14 +181,14 @@ class CascadePlan:
                     out.append(fk.child)
         return fks.descendants(dict.fromkeys(out)) if out else []
 
-    def clear_op(self) -> tuple[Arg, ...]:
-        """Op FC for a unit of whole-table work: the rows a DROP or TRUNCATE removes (or a RENAME
+    def clear_op(self) -> tuple[Op, ...]:
+        """ClearFkMemberships for a unit of whole-table work: the rows a DROP or TRUNCATE removes (or a RENAME
         moves away) leave the sets their table's `__fkdefs` names. Read in Redis, not from the
         graph: the catalog reads the source's present, where a renamed or dropped table is gone
         already. () when the source has no foreign keys between mirrored tables."""
         if not self.foreign_keys().keys:
             return ()
-        return ("FC", int(self.json_mode))
+        return (ClearFkMemberships(self.json_mode),)
 
     def defs(self) -> dict[str, dict[str, bytes]]:
         """`__fkdefs` of each child table: set prefix -> its fields (`len:field` each), what op FC

@@ -31,8 +31,9 @@ from redis._parsers import hiredis as redis_hiredis
 from redis.asyncio import Redis
 from redis.asyncio.connection import AbstractConnection
 
+from service.sink.codec import Arg, CallEncoder
+from service.sink.ir import ApplyCall
 from service.sink.plain import plain_call
-from service.sink.plan import Arg
 from service.sink.scripts import GUARD
 
 __all__ = ["PlainSetup", "ScriptChannel"]
@@ -51,19 +52,23 @@ class PlainSetup:
 
     guard_key: str
     fence_key: str
+    tables_key: str
     avoid: Callable[[], Collection[str]]  # table ids whose calls go as the script (resyncs)
 
 
 @dataclass(slots=True)
 class _Sent:
-    args: Sequence[Arg]  # the apply call, to send again as the script when its plain form did not apply
+    call: ApplyCall | Sequence[Arg]  # to send again as the script when its plain form did not apply
     replies: int  # replies it gets: 1 as the script
     nseq: int = 0  # plain: the change count (its INCRBY's reply is the last sequence number)
 
 
 class ScriptChannel:
-    def __init__(self, redis: Redis, script: str, plain: PlainSetup | None = None) -> None:
+    def __init__(
+        self, redis: Redis, script: str, plain: PlainSetup | None = None, encoder: CallEncoder | None = None
+    ) -> None:
         self._redis = redis
+        self._encoder = encoder  # for the calls sent as IR (ApplyCall)
         self._script = script
         self._plain = plain
         self._sha = ""
@@ -96,24 +101,31 @@ class ScriptChannel:
         sha = await self._read()
         return sha.decode() if isinstance(sha, bytes) else str(sha)
 
-    async def send(self, args: Sequence[Arg]) -> None:
+    def _args(self, call: ApplyCall | Sequence[Arg]) -> Sequence[Arg]:
+        """The script's ARGV of a call."""
+        if isinstance(call, ApplyCall):
+            assert self._encoder is not None, "a channel for IR calls has an encoder"
+            return self._encoder.encode(call)
+        return call
+
+    async def send(self, call: ApplyCall | Sequence[Arg]) -> None:
         """Write one apply call (EVALSHA, no keys; or its plain form) without waiting for its reply."""
         conn = self._conn or await self._open()
         plain = None
-        if self._guard_sha:
+        if self._guard_sha and isinstance(call, ApplyCall):
             assert self._plain is not None
             setup = self._plain
-            listed = args if isinstance(args, list) else list(args)
-            plain = plain_call(listed, self._guard_sha, setup.guard_key, setup.fence_key, setup.avoid())
+            plain = plain_call(
+                call, setup.tables_key, self._guard_sha, setup.guard_key, setup.fence_key, setup.avoid()
+            )
         if plain is None:
-            command: Any = ("EVALSHA", self._sha, 0, *args)
+            command: Any = ("EVALSHA", self._sha, 0, *self._args(call))
             await self._write(conn, hiredis.pack_command(command))
-            self._sent.append(_Sent(args, 1))
+            self._sent.append(_Sent(call, 1))
             return
         await self._write(conn, plain.packed)
-        nseq = args[9]
-        assert isinstance(nseq, int)
-        self._sent.append(_Sent(args, plain.replies, nseq))
+        assert isinstance(call, ApplyCall)
+        self._sent.append(_Sent(call, plain.replies, call.header.nseq))
         self.plain_calls += 1
 
     async def _write(self, conn: AbstractConnection, packed: bytes) -> None:
@@ -125,7 +137,7 @@ class ScriptChannel:
             await self.close()
             raise
 
-    async def call(self, args: Sequence[Arg]) -> Any:
+    async def call(self, args: ApplyCall | Sequence[Arg]) -> Any:
         """Write one call and wait for its reply. The replies of the calls before it are kept for
         `reply`. For heavy calls: Redis runs every call it reads in one go back to back, so
         pipelined heavy calls would keep its other clients waiting for all of them."""
@@ -200,10 +212,10 @@ class ScriptChannel:
             await self._read_replies(sent.replies)
         self._sent.clear()
         assert self._conn is not None
-        for sent in redo:
-            command: Any = ("EVALSHA", self._sha, 0, *sent.args)
+        for sent in redo:  # encoded as the script now (a plain call had no ARGV)
+            command: Any = ("EVALSHA", self._sha, 0, *self._args(sent.call))
             await self._write(self._conn, hiredis.pack_command(command))
-            self._sent.append(_Sent(sent.args, 1))
+            self._sent.append(_Sent(sent.call, 1))
         self.plain_redone += len(redo)
         log.info(
             "a plain apply call was not applied (its check refused it, or a key it watched changed): "

@@ -29,7 +29,7 @@ import asyncio
 import logging
 import math
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
@@ -37,15 +37,17 @@ from redis import exceptions as rexc
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
-from service.binlog.rowchange import Op, RowChange
+from service.binlog.rowchange import RowChange
 from service.checkpoint import BinlogPosition, Checkpoint
 from service.errors import ConfigError
 from service.sink.channel import ScriptChannel
 from service.sink.checkpoints import checkpoint_fields, decode_checkpoint
+from service.sink.codec import Arg, CallEncoder
 from service.sink.fks import ACTING, ForeignKeys
+from service.sink.ir import AddMember, AppendChange, ApplyCall, RemoveMember, SetFields, SkipSequence, Text
 from service.sink.keys import GroupLayout, KeyLayout, group_layout, split_key
 from service.sink.mirror import MirrorOptions, RedisMirror
-from service.sink.plan import ActionKind, Arg, KeyColumns, TableAction, checkpoint_args
+from service.sink.plan import ActionKind, IrOp, KeyColumns, SkipCounter, TableAction, checkpoint_op
 from service.sink.replies import SentBatch, map_redis_errors
 from service.sink.scripts import APPLY, FENCE
 from service.sink.server import check_info
@@ -73,8 +75,8 @@ class ClusterChannel(ScriptChannel):
     Each call is waited for as it is written (no pipelining across a cluster client); its reply,
     or error reply, is kept for `reply` in order, as ScriptChannel does."""
 
-    def __init__(self, cluster: RedisCluster, script: str, key: str) -> None:
-        super().__init__(cast(Redis, cluster), script)
+    def __init__(self, cluster: RedisCluster, script: str, key: str, encoder: CallEncoder) -> None:
+        super().__init__(cast(Redis, cluster), script, encoder=encoder)
         self._cluster = cluster
         self._key = key
         self._replies: deque[Any] = deque()
@@ -88,9 +90,9 @@ class ClusterChannel(ScriptChannel):
             self._sha = _text(await self._cluster.script_load(self._script))
             return await self._cluster.evalsha(self._sha, 1, self._key, *args)
 
-    async def send(self, args: Sequence[Arg]) -> None:
+    async def send(self, call: ApplyCall | Sequence[Arg]) -> None:
         try:
-            value: Any = await self._eval(args)
+            value: Any = await self._eval(self._args(call))
         except rexc.ResponseError as exc:  # an error reply: raised by `reply`, in order
             value = exc
         except BaseException:
@@ -98,8 +100,8 @@ class ClusterChannel(ScriptChannel):
             raise
         self._replies.append(value)
 
-    async def call(self, args: Sequence[Arg]) -> Any:
-        return await self._eval(args)
+    async def call(self, args: ApplyCall | Sequence[Arg]) -> Any:
+        return await self._eval(self._args(args))
 
     async def reply(self) -> Any:
         value = self._replies.popleft()
@@ -116,12 +118,17 @@ class _GroupMirror(RedisMirror):
     """One table's slot group: the single-node mirror on the table's `GroupLayout` keys."""
 
     def __init__(
-        self, cluster: RedisCluster, layout: GroupLayout, key_columns: KeyColumns, options: MirrorOptions
+        self,
+        cluster: RedisCluster,
+        layout: GroupLayout,
+        key_columns: KeyColumns,
+        options: MirrorOptions,
+        skipped: SkipCounter,
     ) -> None:
         # the change log and `__seq` are the global group's (a group's own `__seq` only counts)
         opts = replace(options, changelog_maxlen=None, plain_inserts=False)  # one script per call
-        super().__init__(cast(Redis, cluster), layout, key_columns, opts, token="#0")
-        self._channel = ClusterChannel(cluster, APPLY, layout.checkpoint_key)
+        super().__init__(cast(Redis, cluster), layout, key_columns, opts, token="#0", skipped=skipped)
+        self._channel = ClusterChannel(cluster, APPLY, layout.checkpoint_key, self.encoder)
         self._route = [layout.checkpoint_key]
         self.at: Checkpoint | None = None  # the group's stored checkpoint: what it has applied
 
@@ -149,11 +156,13 @@ class ClusterMirror(RedisMirror):
         key_columns: KeyColumns,
         options: MirrorOptions | None = None,
         token: str | None = None,
+        foreign_keys: Callable[[], ForeignKeys] | None = None,
     ) -> None:
-        super().__init__(cast(Redis, cluster), cluster_layout(prefix), key_columns, options, token)
+        layout = cluster_layout(prefix)
+        super().__init__(cast(Redis, cluster), layout, key_columns, options, token, foreign_keys=foreign_keys)
         self.cluster = cluster
         self.prefix = prefix
-        self._channel = ClusterChannel(cluster, APPLY, self.layout.checkpoint_key)
+        self._channel = ClusterChannel(cluster, APPLY, self.layout.checkpoint_key, self.encoder)
         self._route = [self.layout.checkpoint_key]
         self._fence_script = cluster.register_script(FENCE)
         self._fence: int | None = None  # this writer's fencing number, while it holds the lease
@@ -234,8 +243,9 @@ class ClusterMirror(RedisMirror):
             if len(parts) != 2:
                 raise ValueError(f"not a table id: {tid!r}")
             layout = group_layout(self.prefix, parts[0], parts[1])
-            g = _GroupMirror(self.cluster, layout, self.planner.key_columns, self.options)
-            g.planner.skipped = self.planner.skipped
+            g = _GroupMirror(
+                self.cluster, layout, self.planner.key_columns, self.options, self.planner.skipped
+            )
             g.token = f"#{self._fence or 0}"
             g.at = await g.load_checkpoint()
             self._groups[tid] = g
@@ -370,7 +380,7 @@ class ClusterMirror(RedisMirror):
         # without the change log a change adds nothing to the call: one call per batch
         logged = self.options.changelog_maxlen is not None
         limit = self.options.chunk_size if logged else math.inf
-        ops: list[Arg] = []
+        ops: list[IrOp] = []
         offsets: list[int] = []
         size = 0
         last: tuple[Checkpoint, str, int] | None = None  # end, gtid and ts of the call's last txn
@@ -396,11 +406,11 @@ class ClusterMirror(RedisMirror):
                 tid = self._tid(a.schema, a.table)
                 registered.discard(tid)
                 if a.kind is ActionKind.DROP:
-                    ops += ["R", tables, tid]
+                    ops.append(RemoveMember(tables, tid))
                 elif a.kind in (ActionKind.REGISTER, ActionKind.RESYNC):
-                    ops += ["A", tables, tid]
-            for ch in txn.changes:
-                ops += self._global_ops(ch, registered)
+                    ops.append(AddMember(tables, tid))
+            for i, ch in enumerate(txn.changes):
+                self._global_ops(ops, ch, i in txn.partial, registered)
         if last is not None:
             await self._global_call(sent, ops, offsets, size, last, groups)
         return sent
@@ -408,48 +418,51 @@ class ClusterMirror(RedisMirror):
     async def _global_call(
         self,
         sent: SentBatch,
-        ops: list[Arg],
+        ops: list[IrOp],
         offsets: Sequence[int],
         size: int,
         last: tuple[Checkpoint, str, int],
         groups: Sequence[str],
     ) -> None:
         end, gtid, ts = last
-        heads: list[Arg] = []
+        heads: list[tuple[str, Text]] = []
         for tid in groups:
             at = self._groups[tid].at
             if at is not None:
-                heads += [tid, str(at.position)]
-        if heads:
-            ops = ops + ["H", self.heads_key, len(heads) // 2, *heads]
+                heads.append((tid, str(at.position)))
+        tail: list[IrOp] = [SetFields(self.heads_key, tuple(heads))] if heads else []
         txn_id = str(end.position)
         values = "json" if self.options.json_mode else "hash"
-        ops = ops + checkpoint_args(self.layout, checkpoint_fields(end, gtid, values, ts))
+        tail.append(checkpoint_op(self.layout, checkpoint_fields(end, gtid, values, ts)))
         what = f"applying the global part of {len(offsets)} transaction(s) up to {txn_id}"
-        await self._send(sent, self._header(txn_id, 0, True, size) + ops, what, offsets)
+        await self._send(sent, ApplyCall(self._header(txn_id, 0, True, size), ops, tail), what, offsets)
         self._prev = txn_id
         self._global, self._global_gtid = end, gtid
 
-    def _global_ops(self, ch: RowChange, registered: set[str]) -> list[Arg]:
+    def _global_ops(self, out: list[IrOp], ch: RowChange, partial: bool, registered: set[str]) -> None:
         """A change's part in the global call: its table in `__tables` (once per call), its
         change-log entry (or just its sequence number, for a row without a usable key)."""
-        cols = self.planner.key_columns(ch.schema, ch.table)
-        suffix = _key_suffix(self.planner._suffix, cols, ch) if cols else None
-        logged = self.options.changelog_maxlen is not None
+        suffix = self.planner.change_key(ch, partial)
+        maxlen = self.options.changelog_maxlen
         if suffix is None:
-            return ["S"] if logged else []
-        out: list[Arg] = []
+            if maxlen is not None:
+                out.append(SkipSequence())
+            return
         tid = self._tid(ch.schema, ch.table)
         if tid not in registered:
             registered.add(tid)
-            out += ["A", self.layout.tables_key, tid]
-        if logged:
-            fields: list[Arg] = ["op", ch.op.value, "schema", ch.schema, "table", ch.table]
-            fields += ["key", suffix, "ts", ch.ts]
-            fields += ["before", json_document(ch.before), "after", json_document(ch.after)]
-            maxlen = self.options.changelog_maxlen or 0
-            out += ["XA", self.layout.changes_key, maxlen, len(fields) // 2, *fields]
-        return out
+            out.append(AddMember(self.layout.tables_key, tid))
+        if maxlen is not None:
+            fields: tuple[tuple[str, Text], ...] = (
+                ("op", ch.op.value),
+                ("schema", ch.schema),
+                ("table", ch.table),
+                ("key", suffix),
+                ("ts", str(ch.ts)),
+                ("before", json_document(ch.before)),
+                ("after", json_document(ch.after)),
+            )
+            out.append(AppendChange(self.layout.changes_key, maxlen, fields))
 
     # -- resync: each table's calls go to its group ----------------------------------------------
     async def resync_generation(self, schema: str, table: str) -> int | None:
@@ -490,16 +503,6 @@ def _without_renames(actions: Sequence[TableAction]) -> list[TableAction]:
         else:
             out.append(a)
     return out
-
-
-def _key_suffix(suffix: Any, cols: tuple[str, ...], ch: RowChange) -> str | None:
-    """The row key suffix a change-log entry names (the new key, else the old), as Planner.change."""
-    new = suffix(cols, ch.after) if ch.op is not Op.DELETE else None
-    if new is None and ch.op is Op.UPDATE and ch.before is not None and ch.after is not None:
-        new = suffix(cols, {**ch.before, **ch.after})
-    if new is not None:
-        return cast(str, new)
-    return cast("str | None", suffix(cols, ch.before)) if ch.op is not Op.INSERT else None
 
 
 def _text(value: bytes | str) -> str:

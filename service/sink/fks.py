@@ -30,7 +30,7 @@ from typing import Any
 import orjson
 
 from service.binlog.canonical import value_to_json
-from service.sink.keys import KeyLayout, escape
+from service.sink.keys import FKDEFS_SUFFIX, KeyLayout, escape
 from service.sink.values import TEXT_FORMS, field_value
 
 __all__ = [
@@ -164,7 +164,7 @@ def set_name(prefix: str, value: bytes) -> str:
 
 def defs_key(layout: KeyLayout, schema: str, table: str) -> str:
     """`{table}:__fkdefs`: hash of the table's set prefixes -> their columns, for op FC."""
-    return f"{layout.table_base(schema, table)}:__fkdefs"
+    return f"{layout.table_base(schema, table)}:{FKDEFS_SUFFIX}"
 
 
 def ready_key(layout: KeyLayout) -> str:

@@ -17,6 +17,7 @@ Immutable to the type checker (`frozen_default`); at run time a plain slots data
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TypeVar, dataclass_transform
 
@@ -24,6 +25,7 @@ from service.binlog.rowchange import Row
 
 __all__ = [
     "AddMember",
+    "ApplyCall",
     "ApplyHeader",
     "AppendChange",
     "BeginResync",
@@ -47,11 +49,13 @@ __all__ = [
     "Op",
     "RemoveMember",
     "RereadRow",
+    "ResyncHeader",
     "RestartResync",
     "RowOp",
     "SetFields",
     "SkipSequence",
     "TableKeys",
+    "Text",
     "UpdateChanged",
     "UpdateRow",
     "WriteRow",
@@ -96,6 +100,18 @@ class ApplyHeader:
     nseq: int  # change sequence numbers the call takes
     resync_key: str
     done: int  # changes of a chunked transaction applied before this chunk
+
+
+@_op
+class ResyncHeader:
+    """What every call of a table's resync checks (lua/resync_*.lua): the lease, and that the
+    table's resync is still `generation` (a statement that restarts, moves or ends it moves it)."""
+
+    lease_key: str
+    token: str
+    resync_key: str
+    table: TableKeys
+    generation: int
 
 
 # -- row operations (relative to a table; each registers its table in `__tables` once per call) --
@@ -375,3 +391,13 @@ Op = (
     | CascadeDelete
     | CascadeUpdate
 )
+
+
+@_op
+class ApplyCall:
+    """One atomic apply call: its header, its ops, and the ops that end it (the checkpoint, or a
+    chunk's `__progress`). `ops` is the planner's list (appended to while a call is planned)."""
+
+    header: ApplyHeader
+    ops: Sequence[Op]
+    tail: Sequence[Op] = ()

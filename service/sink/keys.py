@@ -38,11 +38,21 @@ from typing import Any
 from service.sink.values import key_text
 
 __all__ = [
+    "FKDEFS_SUFFIX",
+    "GENERATION_FIELD",
+    "INDEX_SUFFIX",
+    "LUA_CONSTANTS",
+    "MARK_FENCED",
+    "PARTIAL_SUFFIX",
+    "STALE_SUFFIX",
+    "TOUCHED_SUFFIX",
     "GroupLayout",
     "KeyLayout",
     "escape",
     "glob_literal",
     "group_layout",
+    "parse_mark",
+    "resync_mark",
     "row_suffix_of",
     "split_key",
     "unescape",
@@ -50,6 +60,42 @@ __all__ = [
 
 
 log = logging.getLogger(__name__)
+
+# -- layout constants: written once, here; the Lua scripts get them from `LUA_CONSTANTS` (prepended
+# by scripts.lua_prelude), so a script never spells a suffix or a mark's form itself
+INDEX_SUFFIX = "__keys"  # a table's set of row-key suffixes
+TOUCHED_SUFFIX = "__touched"  # rows the stream wrote during a resync
+STALE_SUFFIX = "__stale"  # rows a resync has not confirmed yet
+PARTIAL_SUFFIX = "__partial"  # rows a partial image merged during a resync (read again at its end)
+FKDEFS_SUFFIX = "__fkdefs"  # a child table's foreign-key sets (fks.py)
+GENERATION_FIELD = "__gen"  # the `__resync` field counting generations
+MARK_FENCED = "-"  # a fenced resync mark's generation: "- {reason}"
+
+# name in Lua -> value
+LUA_CONSTANTS = {
+    "INDEX_SUFFIX": INDEX_SUFFIX,
+    "TOUCHED_SUFFIX": TOUCHED_SUFFIX,
+    "STALE_SUFFIX": STALE_SUFFIX,
+    "PARTIAL_SUFFIX": PARTIAL_SUFFIX,
+    "FKDEFS_SUFFIX": FKDEFS_SUFFIX,
+    "GENERATION_FIELD": GENERATION_FIELD,
+    "MARK_FENCED": MARK_FENCED,
+}
+
+
+def resync_mark(generation: int | str, reason: str) -> str:
+    """A `__resync` value: "{generation} {reason}", or "- {reason}" when fenced (`MARK_FENCED`);
+    lua/common.lua's `mark_value`."""
+    return f"{generation} {reason}"
+
+
+def parse_mark(value: str) -> tuple[int | None, str]:
+    """A `__resync` value -> (generation, reason); a mark without a generation counts as 0, a
+    fenced one ("- {reason}": its statement's call is not applied yet) has None."""
+    gen, sep, reason = value.partition(" ")
+    if not sep:
+        return 0, value
+    return (int(gen), reason) if gen.isdigit() else (None, reason) if gen == MARK_FENCED else (0, value)
 
 
 def escape(part: str) -> str:
@@ -139,16 +185,16 @@ class KeyLayout:
         return f"{self.table_base(schema, table)}:{self.row_suffix(values)}"
 
     def index_key(self, schema: str, table: str) -> str:
-        return f"{self.table_base(schema, table)}:__keys"
+        return f"{self.table_base(schema, table)}:{INDEX_SUFFIX}"
 
     def touched_key(self, schema: str, table: str) -> str:
-        return f"{self.table_base(schema, table)}:__touched"
+        return f"{self.table_base(schema, table)}:{TOUCHED_SUFFIX}"
 
     def stale_key(self, schema: str, table: str) -> str:
-        return f"{self.table_base(schema, table)}:__stale"
+        return f"{self.table_base(schema, table)}:{STALE_SUFFIX}"
 
     def partial_key(self, schema: str, table: str) -> str:
-        return f"{self.table_base(schema, table)}:__partial"
+        return f"{self.table_base(schema, table)}:{PARTIAL_SUFFIX}"
 
     # -- global --------------------------------------------------------------------------------
     @property

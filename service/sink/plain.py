@@ -3,7 +3,8 @@
 Redis runs a row's HSET from the apply script for about twice its CPU as a plain command (each
 `redis.call` converts its arguments to Lua strings and back: docs/BENCHMARKS.md, "The apply").
 A load is almost only whole-row INSERTs, and their calls need none of the script's reads: so a
-call whose ops are only A, C, WP and H (a hash-layout load's) is sent as
+call (apply IR, ir.py) of whole hash rows (WriteRow), tables registered (AddMember) and the
+checkpoint (SetFields) is sent as
 
     WATCH {checkpoint} {resync} {fence} {guard}
     EVALSHA guard ...          the apply script's checks: lease, checkpoint chain, no resync mark
@@ -12,7 +13,7 @@ call whose ops are only A, C, WP and H (a hash-layout load's) is sent as
     INCRBY {seq} nseq          the call's reply: its first change's sequence number
     DEL row ...; HSET row ...  a run of rows: one DEL for the run (whole rows replace what was
                                there), one HSET each
-    SADD ...; HSET ...         the `__keys` members, ops A and H (the checkpoint), as the script
+    SADD ...; HSET ...         the `__keys` and `__tables` members and the checkpoint, as the script
     EXEC
 
 The EXEC applies all of it at one instant, or nothing: a guard that refused wrote `__guard`, a
@@ -22,23 +23,26 @@ the guard read is then still true when the EXEC writes, or the EXEC writes nothi
 guarantee as the script's. ScriptChannel sends a call that did not apply (and those after it, whose
 chain checks then failed) again as script calls, which say why, or apply it.
 
-Pure: args in, packed RESP out (unit-tested against the script in tests/integration).
+Pure: IR in, packed RESP out (unit-tested against the script in tests/integration). Built from the
+IR directly: no ARGV is encoded for a call that goes in this form.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any, Final, cast
 
 import hiredis
 
-from service.sink.plan import Arg
+from service.binlog.rowchange import Row
+from service.sink.ir import AddMember, ApplyCall, SetFields, TableKeys, WriteRow
+from service.sink.values import hash_text, row_fields
 
 __all__ = ["PlainCall", "plain_call"]
 
-# the apply call's header: lease token checkpoint prev progress txn chunk final seq nseq resync done
-_HEADER = 12
+Command = tuple[Any, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,82 +52,70 @@ class PlainCall:
 
 
 def plain_call(
-    args: list[Arg], guard_sha: str, guard_key: str, fence_key: str, avoid: Collection[str]
+    call: ApplyCall, tables_key: str, guard_sha: str, guard_key: str, fence_key: str, avoid: Collection[str]
 ) -> PlainCall | None:
-    """The plain form of the apply call `args`, or None when it is not an insert-only call of one
-    chunk (ops C, A, H and WP: the planner's `plain_rows`; the others go as the script). `avoid`:
+    """The plain form of the apply call `call` (hash rows), or None when it is not an insert-only
+    call of one chunk (WriteRow, AddMember, SetFields; the others go as the script). `avoid`:
     table ids whose calls go as the script (a resync in flight: its rows go to `__touched`)."""
-    if len(args) <= _HEADER or args[6] != 0 or args[11] != 0:  # chunk 0: not a chunked transaction
-        return None
-    lease, token, checkpoint, prev, _, _, _, _, seq, nseq, resync, _ = args[:_HEADER]
-    if not isinstance(token, str) or not token or token[0] == "#":  # unfenced, or a cluster's number
-        return None
-    cmds: list[tuple[Arg, ...] | bytes] = []  # a command, or the RESP of a run's HSETs
-    tids: list[Arg] = []
-    sets: dict[Arg, list[Arg]] = {}  # set -> members to add, in op order (op WP's `__keys`)
-    dels: list[Arg] = ["DEL"]  # the rows of the current run: one DEL, then their HSETs
+    h = call.header
+    token = h.token
+    if h.chunk != 0 or h.done != 0 or not token or token[0] == "#":
+        return None  # a chunked transaction; unfenced, or a cluster's fencing number
+    cmds: list[Command | bytes] = []  # a command, or the RESP of a run's HSETs
+    tids: list[str] = []
+    sets: dict[str, list[str]] = {}  # `__keys` set -> members to add, in op order
+    dels: list[str] = ["DEL"]  # the rows of the current run: one DEL, then their HSETs
     writes: list[bytes] = []  # the RESP of the run's HSETs, in pieces
     hsets = 0  # HSETs packed in `cmds`' RESP pieces (each one reply)
     in_run: set[str] = set()
-    base: str = ""
-    members: list[Arg] = []
-    i, n = _HEADER, len(args)
-    while i < n:
-        op = args[i]
-        if op == "WP":  # suffix count f v ...
-            suffix = args[i + 1]
-            c = args[i + 2]
-            assert isinstance(suffix, str) and isinstance(c, int)
-            key = base + suffix
+    registered: set[str] = set()  # tables added to `__tables` by the call (as the script does)
+    table: TableKeys | None = None
+    base = ""
+    members: list[str] = []
+    for op in chain(call.ops, call.tail):
+        if isinstance(op, WriteRow):
+            t = op.table
+            if t is not table and t != table:
+                if t.tid in avoid:
+                    return None
+                if t.tid not in registered:
+                    registered.add(t.tid)
+                    _flush(cmds, dels, writes, in_run, sets)
+                    cmds.append(("SADD", tables_key, t.tid))
+                base = t.base + ":"
+                members = sets.setdefault(t.index, [])
+                tids.append(t.tid)
+            table = t
+            key = base + op.suffix
             if key in in_run:  # the same row twice in a run: its DEL must come between (rare)
                 _end_run(cmds, dels, writes, in_run)
             in_run.add(key)
             dels.append(key)
-            if c:
-                if not _hset(writes, key, args, i + 3, c):
-                    writes.append(
-                        hiredis.pack_command(cast(Any, ("HSET", key, *args[i + 3 : i + 3 + 2 * c])))
-                    )
+            pairs = _hset(writes, key, op.row)
+            if pairs < 0:  # left to hiredis (never from the decoder's values)
+                fields = row_fields(op.row)
+                writes.append(hiredis.pack_command(cast(Any, ("HSET", key, *fields))))
+            if pairs:
                 hsets += 1
-            members.append(suffix)
-            i += 3 + 2 * c
-        elif op == "C":  # base index table_id touched
-            tid = args[i + 3]
-            if tid in avoid:
-                return None
-            b = args[i + 1]
-            assert isinstance(b, str)
-            base = b + ":"
-            members = sets.setdefault(args[i + 2], [])
-            tids.append(tid)
-            i += 5
-        elif op == "A" or op == "H":  # SADD set member; HSET key count f v ... (the checkpoint)
-            _end_run(cmds, dels, writes, in_run)
-            for set_key, ms in sets.items():  # the `__keys` noted before, as the script
-                if ms:
-                    cmds.append(("SADD", set_key, *ms))
-                    ms.clear()
-            if op == "A":
-                cmds.append(("SADD", args[i + 1], args[i + 2]))
-                i += 3
-            else:
-                c = int(args[i + 2])
-                if c:
-                    cmds.append(("HSET", args[i + 1], *args[i + 3 : i + 3 + 2 * c]))
-                i += 3 + 2 * c
+            members.append(op.suffix)
+        elif isinstance(op, AddMember | SetFields):
+            _flush(cmds, dels, writes, in_run, sets)
+            if isinstance(op, AddMember):
+                cmds.append(("SADD", op.set, op.member))
+                registered.clear()  # a table action: the script registers the tables again
+                table = None
+            elif isinstance(op, SetFields) and op.fields:
+                cmds.append(("HSET", op.key, *chain.from_iterable(op.fields)))
         else:
             return None
-    _end_run(cmds, dels, writes, in_run)
-    for set_key, ms in sets.items():
-        if ms:
-            cmds.append(("SADD", set_key, *ms))
+    _flush(cmds, dels, writes, in_run, sets)
     typed = sorted({str(c[1]) for c in cmds if isinstance(c, tuple) and c[0] == "SADD"})
-    guard = ("EVALSHA", guard_sha, 0, lease, token, checkpoint, prev, resync, guard_key, len(typed))
-    commands: list[tuple[Arg, ...] | bytes] = [
-        ("WATCH", checkpoint, resync, fence_key, guard_key),
-        (*guard, *typed, *dict.fromkeys(tids)),
+    guard = ("EVALSHA", guard_sha, 0, h.lease_key, token, h.checkpoint_key, h.expected_prev, h.resync_key)
+    commands: list[Command | bytes] = [
+        ("WATCH", h.checkpoint_key, h.resync_key, fence_key, guard_key),
+        (*guard, guard_key, len(typed), *typed, *dict.fromkeys(tids)),
         ("MULTI",),
-        ("INCRBY", seq, nseq),
+        ("INCRBY", h.seq_key, h.nseq),
         *cmds,
         ("EXEC",),
     ]
@@ -145,23 +137,26 @@ def _bulk(data: bytes) -> bytes:
     return (_LENGTHS[n] if n < 1024 else b"$%d\r\n" % n) + data + b"\r\n"
 
 
-def _hset(out: list[bytes], key: str, args: list[Arg], at: int, count: int) -> bool:
-    """Append to `out` the RESP of HSET key and the `count` field-value pairs at args[at:]: the
-    same bytes as hiredis.pack_command (tests/unit/test_sink_plain.py). False (nothing appended)
-    for a pair of another type than a str name and a str or bytes value (none from the planner)
-    or a lone surrogate: hiredis packs those."""
-    n = 2 + 2 * count
+def _hset(out: list[bytes], key: str, row: Row) -> int:
+    """Append to `out` the RESP of HSET key and the row's field-value pairs (values.row_fields,
+    read straight from the row: no list of pairs per row): the same bytes as hiredis.pack_command
+    (tests/unit/test_sink_plain.py). Returns the pairs (0: nothing appended, a row of NULLs has no
+    HSET), or -1 (nothing appended) for a name that is not a str, a value whose text is not a str
+    or bytes, or a lone surrogate: hiredis packs those."""
     mark = len(out)
-    out.append(_ARRAYS[n] if n < 1024 else b"*%d\r\n" % n)
+    out.append(b"")  # the array's length, once the pairs are counted
     out.append(_HSET)
+    pairs = 0
     try:
         out.append(_bulk(key.encode()))
         names = _names
-        for j in range(at, at + 2 * count, 2):
-            name, value = args[j], args[j + 1]
+        for name, v in row.items():
+            if v is None:
+                continue
+            value = hash_text(v)
             if not isinstance(name, str):
                 del out[mark:]
-                return False
+                return -1
             chunk = names.get(name)
             if chunk is None:
                 if len(names) >= 4096:
@@ -174,20 +169,40 @@ def _hset(out: list[bytes], key: str, args: list[Arg], at: int, count: int) -> b
                 data = value
             else:
                 del out[mark:]
-                return False
+                return -1
             m = len(data)
             out.append(_LENGTHS[m] if m < 1024 else b"$%d\r\n" % m)
             out.append(data)
             out.append(b"\r\n")
+            pairs += 1
     except UnicodeEncodeError:
         del out[mark:]
-        return False
-    return True
+        return -1
+    if not pairs:
+        del out[mark:]
+        return 0
+    n = 2 + 2 * pairs
+    out[mark] = _ARRAYS[n] if n < 1024 else b"*%d\r\n" % n
+    return pairs
 
 
-def _end_run(
-    cmds: list[tuple[Arg, ...] | bytes], dels: list[Arg], writes: list[bytes], in_run: set[str]
+def _flush(
+    cmds: list[Command | bytes],
+    dels: list[str],
+    writes: list[bytes],
+    in_run: set[str],
+    sets: dict[str, list[str]],
 ) -> None:
+    """End the run of rows, and add the `__keys` members noted before (as the script does before
+    an op that may read or change the sets)."""
+    _end_run(cmds, dels, writes, in_run)
+    for set_key, ms in sets.items():
+        if ms:
+            cmds.append(("SADD", set_key, *ms))
+            ms.clear()
+
+
+def _end_run(cmds: list[Command | bytes], dels: list[str], writes: list[bytes], in_run: set[str]) -> None:
     if len(dels) > 1:
         cmds.append(tuple(dels))
         if writes:  # one piece of RESP for the run's HSETs: one join, not one per row

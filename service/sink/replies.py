@@ -110,9 +110,9 @@ class SentBatch:
 async def _whole_rows_for(planner: Planner, exc: RowsMissing, redis: Redis | None) -> None:
     """After RowsMissing, the table's updates carry whole rows (until its resync ends)."""
     if exc.resync:
-        planner.resyncing.add(exc.table_id)
+        planner.marks.resync_in_flight(exc.table_id)
         return
-    planner.gaps.add(exc.table_id)
+    planner.marks.gap(exc.table_id)
     parts = split_key(exc.table_id)
     key = planner.key_columns(parts[0], parts[1]) if len(parts) == 2 else None
     if (

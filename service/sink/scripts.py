@@ -20,8 +20,11 @@ from __future__ import annotations
 
 from importlib.resources import files
 
+from service.sink.keys import LUA_CONSTANTS
+
 __all__ = [
     "ACQUIRE", "APPLY", "FENCE", "GUARD", "RELEASE", "RENEW", "RESYNC_FINISH", "RESYNC_REREAD", "RESYNC_ROWS",
+    "lua_prelude",
 ]  # fmt: skip
 
 LUA_FILES = (
@@ -34,7 +37,19 @@ def _load(name: str) -> str:
     return (files("service.sink") / "lua" / f"{name}.lua").read_text(encoding="utf-8")
 
 
-_COMMON = _load("common")
+def lua_prelude() -> str:
+    """The layout constants (keys.LUA_CONSTANTS) as Lua locals, first in every script that reads
+    rows' keys or resync marks: the Lua spells no suffix or mark form itself."""
+    names = ", ".join(LUA_CONSTANTS)
+    values = ", ".join(_lua_string(v) for v in LUA_CONSTANTS.values())
+    return f"-- layout constants: service/sink/keys.py\nlocal {names} = {values}\n"
+
+
+def _lua_string(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+_COMMON = lua_prelude() + _load("common")
 
 ACQUIRE = _load("acquire")
 RENEW = _load("renew")

@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["Arg", "TableWork", "unit_ids", "work_op"]
+from service.sink.ir import ClearRows, CopyMembers, MoveRows, Op
 
-Arg = str | bytes | int  # an apply call's argument
+__all__ = ["TableWork", "unit_ids", "work_op"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,7 +27,7 @@ class TableWork:
     to_index: str = ""  # MU: the new name's `__keys`; CP: the set copied into
     to_base: str = ""  # MU: the new name's row-key base
     if_resync: str = ""  # CP: copy only while this table id has a resync mark ("": always)
-    fk: tuple[Arg, ...] = ()  # CU, MU: op FC, the sets of foreign-key values the rows leave
+    fk: tuple[Op, ...] = ()  # CU, MU: ClearFkMemberships, the sets of foreign-key values the rows leave
 
 
 def unit_ids(work: Sequence[TableWork]) -> list[str]:
@@ -44,12 +44,12 @@ def unit_ids(work: Sequence[TableWork]) -> list[str]:
     return ids
 
 
-def work_op(key: str, uid: str, w: TableWork, limit: int, cursor: Arg = "") -> list[Arg]:
+def work_op(key: str, uid: str, w: TableWork, limit: int, cursor: str = "") -> list[Op]:
     """The op of the unit `uid` for up to `limit` rows (CP: `cursor` is the SSCAN cursor the
     previous call returned, "" at first). The call returns 0 (CP: cursor "0") once the unit is
     done, recorded in `key` (`__tableops`); otherwise what is left (CP: the next cursor)."""
     if w.op == "CU":
-        return [*w.fk, "CU", key, uid, limit, w.index, w.base]
+        return [*w.fk, ClearRows(key, uid, limit, w.index, w.base)]
     if w.op == "MU":
-        return [*w.fk, "MU", key, uid, limit, w.index, w.base, w.to_index, w.to_base]
-    return ["CP", key, uid, limit, cursor, w.index, w.to_index, w.if_resync]
+        return [*w.fk, MoveRows(key, uid, limit, w.index, w.base, w.to_index, w.to_base)]
+    return [CopyMembers(key, uid, limit, cursor, w.index, w.to_index, w.if_resync)]

@@ -34,7 +34,7 @@ from service.binlog.jsonb import JsonNull
 from service.binlog.utctext import UtcText
 from service.jsonlines import row_json
 
-__all__ = ["TEXT_FORMS", "field_value", "hash_text", "json_document", "key_text", "same_text"]
+__all__ = ["TEXT_FORMS", "field_value", "hash_text", "json_document", "key_text", "row_fields", "same_text"]
 
 
 def _timedelta(value: dt.timedelta) -> str:
@@ -134,6 +134,18 @@ def hash_text(v: object) -> str | bytes:
         return str(v)  # int.__repr__, without the lookup
     form = TEXT_FORMS.get(t)
     return form(v) if form is not None else field_value(v)
+
+
+def row_fields(row: Mapping[str, Any]) -> list[str | bytes]:
+    """A whole row as its hash's field-value pairs, flat; NULL columns are not stored. The one
+    form of a hash row in Python: the codec's op WP, the plain form's HSET, the bulk copy's."""
+    out: list[str | bytes] = []
+    append = out.append
+    for k, v in row.items():
+        if v is not None:
+            append(k)
+            append(hash_text(v))
+    return out
 
 
 def same_text(v: object, b: object) -> bool:

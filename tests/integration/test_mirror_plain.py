@@ -5,13 +5,17 @@ changes between their WATCH and their EXEC."""
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 from collections.abc import AsyncIterator, Awaitable, Callable
+from decimal import Decimal
 from typing import Any
 
 import pytest
+import redis as redis_sync
 from redis.asyncio import Redis
 
 from service.errors import LeaseLost
+from service.sink.bulk import write_rows
 from service.sink.client import redis_client
 from service.sink.keys import KeyLayout
 from service.sink.mirror import MirrorOptions, RedisMirror
@@ -104,7 +108,7 @@ async def test_a_refused_call_and_the_calls_after_it_apply_as_scripts(redis: Red
     assert await redis.scard(f"{p}:db:a:__touched") == 10
     assert await m.load_checkpoint() == batch[-1][0].end
     # the planner knows of the mark now: such calls go as the script from the start
-    m.planner.resyncing.add("db:a")
+    m.marks.resync_in_flight("db:a")
     await m.apply([(txn(ins("a", id=20, v="z")), [])])
     assert m._channel.plain_calls == 5 and await redis.sismember(f"{p}:db:a:__touched", "20")
 
@@ -169,3 +173,25 @@ async def test_a_call_with_other_ops_goes_as_the_script(redis: Redis) -> None:
     await m.apply([(txn(ins("a", id=1, v="x"), dele("a", id=1, v="x")), [])])
     assert m._channel.plain_calls == 0
     assert await redis.exists(f"{p}:db:a:1") == 0
+
+
+@pytest.mark.parametrize("json_mode", [False, True], ids=["hash", "json"])
+async def test_the_bulk_copy_writes_rows_as_the_apply_does(
+    redis: Redis, redis_url: str, json_mode: bool
+) -> None:
+    """service/sink/bulk.py (the snapshot's Lua-free writes) and the apply store the same row
+    keys, values and `__keys` (one "write a whole row" in Python: values.row_fields)."""
+    rows: list[dict[str, Any]] = [
+        {"id": 1, "v": "x", "n": None},
+        {"id": 2, "v": b"\x00\xff", "n": 3},
+        {"id": 3, "v": "é:", "n": Decimal("1.50"), "t": dt.datetime(2024, 1, 2, 3, 4, 5)},
+    ]
+    applied, copied = _prefix(), _prefix()
+    m = await _mirror(redis, applied, json_mode=json_mode)
+    await m.apply([(txn(*(ins("a", **r) for r in rows)), [])])
+    client = redis_sync.Redis.from_url(redis_url)
+    write_rows(client, KeyLayout(copied), "db", "a", ["id"], rows, json_mode=json_mode)
+    client.close()
+    ours, theirs = await _dump(redis, applied), await _dump(redis, copied)
+    assert {k: v for k, v in ours.items() if k.startswith("db:a:")} == theirs
+    assert len(theirs) == 4

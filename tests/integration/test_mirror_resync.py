@@ -63,7 +63,7 @@ async def test_ddl_applied_while_a_resync_chunk_is_in_flight(stack: LocalStack, 
     # The first start copies `big` (a resync). The script call writing its third chunk is held
     # after the SELECT, as if on its way to Redis: the copy task may be cancelled meanwhile, the
     # write still lands.
-    real = rep.mirror._resync_rows
+    real = rep.mirror.resyncs.rows_script
     calls = 0
     paused, gate = asyncio.Event(), asyncio.Event()
     late: list[asyncio.Task[Any]] = []
@@ -81,7 +81,7 @@ async def test_ddl_applied_while_a_resync_chunk_is_in_flight(stack: LocalStack, 
             return await asyncio.shield(late[0])
         return await real(**kwargs)
 
-    rep.mirror._resync_rows = held  # type: ignore[assignment]
+    rep.mirror.resyncs.rows_script = held  # type: ignore[assignment]
     task = asyncio.create_task(rep.run())
     try:
         await asyncio.wait_for(paused.wait(), 30)

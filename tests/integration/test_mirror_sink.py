@@ -468,7 +468,7 @@ async def test_a_mark_fenced_by_a_statement_in_flight_is_taken_up_by_no_copy(red
     assert await m.resync_finish("db", "a", old) is None  # the older copy is refused
     again = RedisMirror(redis, KeyLayout(p), keys_of, MirrorOptions(table_step=1), m.token)
     await again.load_checkpoint()
-    assert again.planner.resyncing == {"db:a"}
+    assert again.marks.resyncs == {"db:a"}
     await again.apply([alter])
     now = await again.resync_generation("db", "a")
     assert now is not None and now > old and await again.pending_resyncs() == {"db:a": "ALTER 2"}
@@ -553,7 +553,7 @@ async def test_json_mode_runs_of_inserts_replace_whatever_the_keys_held(redis: R
     await redis.hset(f"{p}:db:a:1", mapping={"id": "1", "v": "old"})
     await redis.set(f"{p}:db:a:2", b'{"id":2,"gone":1}')
     await redis.hset(f"{p}:__resync", "db:b", "1 test")  # as a resync's start leaves it
-    m.planner.resyncing.add("db:b")
+    m.marks.resync_in_flight("db:b")
     changes = [ins("a", id=i, v=f"x{i}", n=None) for i in range(1, 1202)]
     changes += [ins("b", id=1, v="b1"), ins("a", id=5000, v="y"), ins("b", id=2, v="b2")]
     await m.apply([(txn(*changes), [])])
@@ -808,7 +808,7 @@ async def test_update_writes_only_changed_values_of_the_stored_row(redis: Redis)
     assert await redis.smembers(f"{p}:db:a:__touched") == {b"1"}
     generation = await m.resync_generation("db", "a")
     assert generation is not None and await m.resync_finish("db", "a", generation) == 0
-    assert m.planner.resyncing == set()  # the resync is over: changed values only again
+    assert m.marks.resyncs == set()  # the resync is over: changed values only again
 
 
 async def test_rows_partial_images_change_during_a_resync_are_read_again_at_its_end(redis: Redis) -> None:
@@ -876,7 +876,7 @@ async def test_updates_older_than_a_finished_resync_s_copy_carry_whole_rows(redi
     assert await m.resync_finish("db", "a", generation, source_end) == 1
     assert await redis.hget(f"{p}:__settle", "db:a") == str(copied_at).encode()
     await m.load_checkpoint()  # a restart in the window
-    assert m.planner.settling == {"db:a": copied_at} and m.planner.resyncing == set()
+    assert m.marks.settling == {"db:a": copied_at} and m.marks.resyncs == set()
     await m.apply([(older, [])])  # no RowsMissing: the whole row
     assert await redis.hgetall(f"{p}:db:a:2") == {b"id": b"2", b"v": b"y"}
     await m.apply([(deleted, [])])
@@ -884,7 +884,7 @@ async def test_updates_older_than_a_finished_resync_s_copy_carry_whole_rows(redi
     await redis.hset(f"{p}:db:a:1", "w", "left alone")  # changed values only again: `w` stays
     await m.apply([(txn(upd("a", {"id": 1, "v": "x"}, {"id": 1, "v": "z"})), [])])
     assert await redis.hgetall(f"{p}:db:a:1") == {b"id": b"1", b"v": b"z", b"w": b"left alone"}
-    assert await redis.exists(f"{p}:__settle") == 0 and m.planner.settling == {}
+    assert await redis.exists(f"{p}:__settle") == 0 and m.marks.settling == {}
 
 
 async def test_an_update_of_a_row_the_mirror_lacks_writes_nothing_then_the_whole_row(
@@ -921,7 +921,7 @@ async def test_an_update_of_a_row_the_mirror_lacks_writes_nothing_then_the_whole
     await m.apply([(txn(ins("b é x", id=1, v="x")), [])])  # whole rows: no check
     with pytest.raises(RowsMissing, match="table db:b é x is being resynced") as err:
         await m.apply([(txn(upd("b é x", {"id": 1, "v": "x"}, {"id": 1, "v": "y"})), [])])
-    assert err.value.resync and m.planner.resyncing == {"db:b é x"}
+    assert err.value.resync and m.marks.resyncs == {"db:b é x"}
     assert await redis.hget(f"{p}:db:b é x:1", "v") == b"x"
 
 

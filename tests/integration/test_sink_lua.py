@@ -23,7 +23,7 @@ def test_every_lua_file_is_loaded() -> None:
     common = (files("service.sink") / "lua" / "common.lua").read_text(encoding="utf-8")
     for name in ("APPLY", "RESYNC_ROWS", "RESYNC_FINISH", "RESYNC_REREAD"):
         script = getattr(scripts, name)
-        assert script.startswith(common) and len(script) > len(common)
+        assert script.startswith(scripts.lua_prelude() + common) and len(script) > len(common)
     for name in ("RENEW", "RELEASE"):
         assert getattr(scripts, name) == (files("service.sink") / "lua" / f"{name.lower()}.lua").read_text(
             encoding="utf-8"

@@ -18,6 +18,8 @@ from service.cli import app
 from service.devtools.stack import LocalStack
 from service.pipeline.replicator import Replicator
 from service.sink.keys import KeyLayout
+from service.verify import verifier as verifier_module
+from service.verify.reading import SourceReader
 from tests.integration.mirror_helpers import (
     actual,
     expected,
@@ -198,15 +200,15 @@ async def test_repair_keeps_the_lease_while_it_reads_the_next_tables(
     try:
         r.hset(lay.row_key(db, "a1", [1]), "v", "99")
         r.hset(lay.row_key(db, "b2", [10]), "v", "99")
-        monkeypatch.setattr(verify_module, "REPAIR_LEASE_TTL", 3.0)
-        slow = verify_module.VerifyRun._select
+        monkeypatch.setattr(verifier_module, "REPAIR_LEASE_TTL", 3.0)
+        slow = SourceReader.select
 
-        async def select(run: verify_module.VerifyRun, sql: str, what: str) -> list[dict[str, object]]:
+        async def select(source: SourceReader, sql: str, what: str) -> list[dict[str, object]]:
             if "b2" in sql:
                 await asyncio.sleep(0.8)  # a slow source
-            return await slow(run, sql, what)
+            return await slow(source, sql, what)
 
-        monkeypatch.setattr(verify_module.VerifyRun, "_select", select)
+        monkeypatch.setattr(SourceReader, "select", select)
         short = settings.model_copy(update={"lease_ttl_seconds": 3.0})
         report = await verify_module.Verifier(short, chunk_rows=1).run(repair=True)
         assert report.repaired == 2 and len(report.differences) == 2

@@ -9,9 +9,10 @@ from decimal import Decimal
 from service.binlog.rowchange import EventSpan, Op, RowChange
 from service.catalog import _FK_CLAUSE, _FK_RULE, _logs_cascades
 from service.checkpoint import BinlogPosition, Checkpoint
+from service.sink.codec import Arg, CallEncoder
 from service.sink.fks import ForeignKey, ForeignKeys, fk_value, set_name, set_prefix
 from service.sink.keys import KeyLayout
-from service.sink.plan import Arg, Planner
+from service.sink.plan import IrOp, Planner
 from service.transactions import Transaction
 
 LAY = KeyLayout("m")
@@ -22,9 +23,7 @@ KEYS = {"parent": ("id",), "child": ("id",), "side": ("id",), "grand": ("id",), 
 
 
 def _planner(fks: ForeignKeys, json_mode: bool = False) -> Planner:
-    p = Planner(LAY, lambda s, t: KEYS.get(t, ("id",)), json_mode=json_mode)
-    p.cascades.foreign_keys = lambda: fks
-    return p
+    return Planner(LAY, lambda s, t: KEYS.get(t, ("id",)), json_mode=json_mode, foreign_keys=lambda: fks)
 
 
 def _change(
@@ -40,9 +39,9 @@ def _txn(*changes: RowChange) -> Transaction:
 
 def _ops(p: Planner, *changes: RowChange) -> list[Arg]:
     p.begin_call()
-    out: list[Arg] = []
+    out: list[IrOp] = []
     p.transaction(out, _txn(*changes), [])
-    return out
+    return CallEncoder(LAY, json_mode=p.json_mode).body(out)
 
 
 def test_values_are_the_stored_text_of_each_column() -> None:

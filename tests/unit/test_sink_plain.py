@@ -4,15 +4,19 @@ Redis is proven against the script in tests/integration/test_mirror_plain.py).""
 from __future__ import annotations
 
 import random
+from decimal import Decimal
 
 import hiredis
 
 from service.binlog.rowchange import EventSpan, Op, RowChange
+from service.sink.ir import ApplyCall, ApplyHeader
 from service.sink.keys import KeyLayout
 from service.sink.plain import _hset, plain_call
-from service.sink.plan import Arg, Planner, checkpoint_args
+from service.sink.plan import IrOp, Planner, checkpoint_op
+from service.sink.values import row_fields
 
 LAYOUT = KeyLayout("m")
+T = LAYOUT.tables_key
 
 
 def _row(op: Op, table: str, **row: object) -> RowChange:
@@ -20,18 +24,17 @@ def _row(op: Op, table: str, **row: object) -> RowChange:
     return RowChange(op, "db", table, before, after, EventSpan("mysql-bin.000001", 4, 90), 1, 1)
 
 
-def _call(*changes: RowChange, token: str = "tok", chunk: int = 0) -> list[Arg]:
-    p = Planner(LAYOUT, lambda s, t: ("id",), plain_rows=True)
-    ops: list[Arg] = []
+def _call(*changes: RowChange, token: str = "tok", chunk: int = 0) -> ApplyCall:
+    p = Planner(LAYOUT, lambda s, t: ("id",))
+    ops: list[IrOp] = []
     for ch in changes:
-        if ch.op is Op.INSERT:
-            p._insert(ops, ch, (ch.schema, ch.table))
-        else:
-            ops += ["C", *p.context(ch.schema, ch.table)[1:], *(p.change(ch) or [])]
+        ops += p.change(ch) or []
     lay = LAYOUT
-    head: list[Arg] = [lay.lease_key, token, lay.checkpoint_key, "prev", lay.progress_key, "txn", chunk]
-    head += ["1", lay.seq_key, len(changes), lay.resync_key, 0]
-    return head + ops + checkpoint_args(lay, {"id": "txn"})
+    head = ApplyHeader(
+        lay.lease_key, token, lay.checkpoint_key, "prev", lay.progress_key, "txn", chunk, True,
+        lay.seq_key, len(changes), lay.resync_key, 0,
+    )  # fmt: skip
+    return ApplyCall(head, ops, [checkpoint_op(lay, {"id": "txn"})])
 
 
 def _commands(packed: bytes) -> list[list[bytes]]:
@@ -46,7 +49,7 @@ def _commands(packed: bytes) -> list[list[bytes]]:
 
 def test_an_insert_only_call_is_watch_guard_multi_writes_exec() -> None:
     args = _call(_row(Op.INSERT, "a", id=1, v="x", n=None), _row(Op.INSERT, "a", id=2, v="y", n=3))
-    plain = plain_call(args, "sha", "m:__guard", "m:__fence", set())
+    plain = plain_call(args, "m:__tables", "sha", "m:__guard", "m:__fence", set())
     assert plain is not None
     cmds = _commands(plain.packed)
     assert plain.replies == len(cmds)
@@ -68,7 +71,7 @@ def test_an_insert_only_call_is_watch_guard_multi_writes_exec() -> None:
 
 def test_the_same_row_twice_in_a_call_gets_its_own_del() -> None:
     args = _call(_row(Op.INSERT, "a", id=1, v="x"), _row(Op.INSERT, "a", id=1, v="y"))
-    plain = plain_call(args, "sha", "g", "f", set())
+    plain = plain_call(args, "m:__tables", "sha", "g", "f", set())
     assert plain is not None
     writes = [c for c in _commands(plain.packed) if c[0] in (b"DEL", b"HSET")][:-1]
     assert [c[:2] for c in writes] == [[b"DEL", b"m:db:a:1"], [b"HSET", b"m:db:a:1"]] * 2
@@ -76,12 +79,12 @@ def test_the_same_row_twice_in_a_call_gets_its_own_del() -> None:
 
 def test_other_calls_go_as_the_script() -> None:
     ins = _row(Op.INSERT, "a", id=1, v="x")
-    assert plain_call(_call(ins, _row(Op.DELETE, "a", id=1)), "s", "g", "f", set()) is None
-    assert plain_call(_call(ins, chunk=1), "s", "g", "f", set()) is None  # a chunked transaction
-    assert plain_call(_call(ins, token="#3"), "s", "g", "f", set()) is None  # Redis Cluster
-    assert plain_call(_call(ins, token=""), "s", "g", "f", set()) is None  # unfenced
-    assert plain_call(_call(ins), "s", "g", "f", {"db:a"}) is None  # a resync in flight
-    assert plain_call(_call(ins), "s", "g", "f", {"db:b"}) is not None
+    assert plain_call(_call(ins, _row(Op.DELETE, "a", id=1)), T, "s", "g", "f", set()) is None
+    assert plain_call(_call(ins, chunk=1), T, "s", "g", "f", set()) is None  # a chunked transaction
+    assert plain_call(_call(ins, token="#3"), T, "s", "g", "f", set()) is None  # Redis Cluster
+    assert plain_call(_call(ins, token=""), T, "s", "g", "f", set()) is None  # unfenced
+    assert plain_call(_call(ins), T, "s", "g", "f", {"db:a"}) is None  # a resync in flight
+    assert plain_call(_call(ins), T, "s", "g", "f", {"db:b"}) is not None
 
 
 def test_a_rows_hset_is_packed_as_hiredis_packs_it() -> None:
@@ -91,25 +94,30 @@ def test_a_rows_hset_is_packed_as_hiredis_packs_it() -> None:
     rnd = random.Random(30)
     alphabet = "ab\r\n\x00é€😀 :"
     for _ in range(500):
-        pairs: list[Arg] = []
+        row: dict[str, object] = {}
         for k in range(rnd.randrange(1, 12)):
             name = rnd.choice(("id", "v", f"col{k}", "ñame", "x" * rnd.choice((1, 1023, 1030))))
-            value: Arg = "".join(rnd.choice(alphabet) for _ in range(rnd.choice((0, 1, 7, 400, 1100))))
+            value: object = "".join(rnd.choice(alphabet) for _ in range(rnd.choice((0, 1, 7, 400, 1100))))
             if rnd.randrange(4) == 0:
                 value = rnd.randbytes(rnd.choice((0, 3, 1021, 1030)))
-            pairs += [name, value]
+            elif rnd.randrange(4) == 0:
+                value = rnd.choice((None, 7, -1.5, Decimal("1.50")))  # NULL: not stored
+            row[name] = value
         key = "m:db:a:" + "".join(rnd.choice(alphabet) for _ in range(rnd.randrange(1, 40)))
-        args: list[Arg] = ["WP", key, len(pairs) // 2, *pairs]
         out = [b"before"]
-        assert _hset(out, key, args, 3, len(pairs) // 2)
+        pairs = row_fields(row)
+        assert _hset(out, key, row) == len(pairs) // 2
         assert out[0] == b"before"
-        assert b"".join(out[1:]) == hiredis.pack_command(("HSET", key, *pairs))  # type: ignore[arg-type]
-    for pair in (["f", 1], ["f", "\ud800"], [1, "v"]):  # left to hiredis, nothing appended
+        if pairs:
+            assert b"".join(out[1:]) == hiredis.pack_command(("HSET", key, *pairs))  # type: ignore[arg-type]
+        else:
+            assert out == [b"before"]  # a row of NULLs: no HSET
+    for bad in ({"f": "\ud800"}, {1: "v"}):  # left to hiredis, nothing appended
         out = [b"before"]
-        assert not _hset(out, "k", ["x", "y", *pair], 2, 1) and out == [b"before"]
+        assert _hset(out, "k", bad) == -1 and out == [b"before"]  # type: ignore[arg-type]
     # a call's replies count each HSET, packed in one piece
     args = _call(*(_row(Op.INSERT, "a", id=i, v="x" * i) for i in range(5)), _row(Op.INSERT, "a", id=1, v=1))
-    plain = plain_call(args, "sha", "g", "f", set())
+    plain = plain_call(args, "m:__tables", "sha", "g", "f", set())
     assert plain is not None and plain.replies == len(_commands(plain.packed))
     rows = [c[1] for c in _commands(plain.packed) if c[0] == b"HSET" and c[1].startswith(b"m:db:a:")]
     assert rows == [b"m:db:a:%d" % i for i in (0, 1, 2, 3, 4, 1)]

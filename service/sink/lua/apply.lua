@@ -5,13 +5,14 @@
 -- Op Q, first if present, lists the rows that UL ops update by their changed columns alone, and
 -- their tables: the call writes nothing (ROWS_MISSING) unless each row is there and no table is
 -- being resynced (whose rows may not all be there, or lack a new column).
--- Row ops (W WP U WJ WJN P PJ E MV N) name a row by its suffix in the table set by the last C op; W
+-- The ops are encoded by service/sink/codec.py from the apply IR (service/sink/ir.py).
+-- Row ops (W WP U UL WJN P PJ E MV N) name a row by its suffix in the table set by the last C op; W
 -- and U rows carry only values, their column names come once per call with the shape (op K); WP
 -- rows carry field-value pairs (the plain form's, service/sink/plain.py: sent as the script when
--- that form did not apply). WJN
--- is a run of whole JSON rows (a load's INSERTs), written by one MSET per 500 rows. Row ops'
--- `__keys` and `__touched` members are collected and written by one SADD (or SREM) per run of
--- adds (or removes) of a set, before the next other op and at the end (same call: still atomic).
+-- that form did not apply). WJN is a run of whole JSON rows (one or more), written by one MSET
+-- per 500 rows. Row ops' `__keys` and `__touched` members are collected and written by one SADD
+-- (or SREM) per run of adds (or removes) of a set, before the next other op and at the end (same
+-- call: still atomic).
 -- Ops F, FD, FU, FA, FR and FC (foreign-key cascades and their sets) are documented in cascade.lua.
 -- Whether a table is in resync (its rows go to `__touched`, or to `__partial` when a partial image
 -- merged them: op P, PJ, N) is read once per table per call; the ops that change marks forget it.
@@ -74,15 +75,12 @@ end
 local function flush()
   for set in pairs(pend) do flush_set(set) end
 end
-local function reason_of(mark_value)    -- "{generation} {reason}" or "- {reason}" -> reason
-  return string.match(mark_value, '^[%d-]+ (.*)$') or mark_value
-end
 local function mark(tid, reason, touched, stale)
   -- (re)start tid's resync: a new generation (resync calls of an older one are refused from now
   -- on), nothing touched yet. Its `__stale` was filled before (op CP), or is emptied (`stale`
   -- given: after a TRUNCATE, `__keys` is empty).
-  local gen = redis.call('HINCRBY', resync, '__gen', 1)
-  redis.call('HSET', resync, tid, gen .. ' ' .. reason)
+  local gen = redis.call('HINCRBY', resync, GENERATION_FIELD, 1)
+  redis.call('HSET', resync, tid, mark_value(gen, reason))
   redis.call('UNLINK', touched, partial_of(touched))  -- big sets are freed off the main thread
   if stale then redis.call('UNLINK', stale) end
   marks = {}
@@ -226,10 +224,6 @@ while i <= n do
     redis.call('DEL', base .. ARGV[i + 1])
     row_written(ARGV[i + 1], false)
     i = i + 2
-  elseif op == 'WJ' then                 -- replace a JSON row: suffix document
-    redis.call('SET', base .. ARGV[i + 1], ARGV[i + 2])
-    row_written(ARGV[i + 1], true)
-    i = i + 3
   elseif op == 'P' then                  -- merge a partial image: suffix count f v ... count f ...
     local key, c = base .. ARGV[i + 1], tonumber(ARGV[i + 2])
     hset(key, i + 3, c)
@@ -329,7 +323,7 @@ while i <= n do
       -- holds or reads from now on (the calls after this one refill `__stale`); the table's
       -- action then restarts, moves or ends it.
       local v = redis.call('HGET', resync, ARGV[i + 1])
-      if v then redis.call('HSET', resync, ARGV[i + 1], '- ' .. reason_of(v)) end
+      if v then redis.call('HSET', resync, ARGV[i + 1], mark_value(MARK_FENCED, reason_of(v))) end
       i = i + 2
     elseif op == 'RS' then               -- begin a resync: table_id reason touched (op CP filled __stale)
       mark(ARGV[i + 1], ARGV[i + 2], ARGV[i + 3])

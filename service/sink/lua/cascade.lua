@@ -158,7 +158,7 @@ end
 local function fk_clear_for(base)        -- a CU/MU unit on the table whose row keys start with base
   if fk_clear_json == nil then return end
   local spec = {json = fk_clear_json, list = {}}
-  local defs = redis.call('HGETALL', base .. ':__fkdefs')
+  local defs = redis.call('HGETALL', base .. ':' .. FKDEFS_SUFFIX)
   for j = 1, #defs, 2 do
     local c, enc, at = {setp = defs[j], cf = {}}, defs[j + 1], 1
     while at <= #enc do

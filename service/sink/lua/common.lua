@@ -70,7 +70,15 @@ local function merge_json(cur, patch)
   return '{' .. table.concat(parts, ',') .. '}'
 end
 local function partial_of(touched)     -- "{table}:__touched" -> "{table}:__partial"
-  return string.sub(touched, 1, -10) .. '__partial'
+  return string.sub(touched, 1, -1 - #TOUCHED_SUFFIX) .. PARTIAL_SUFFIX
+end
+local function mark_value(generation, reason)  -- a `__resync` value (keys.resync_mark)
+  return generation .. ' ' .. reason
+end
+local function reason_of(v)             -- "{generation} {reason}" or "- {reason}" -> reason
+  local fenced = MARK_FENCED .. ' '
+  if string.sub(v, 1, #fenced) == fenced then return string.sub(v, #fenced + 1) end
+  return string.match(v, '^%d+ (.*)$') or v
 end
 local function stream_wrote(touched, partial, suffix)
   -- whether the stream wrote the row since the resync's mark (whole, or merged: read again)
@@ -80,7 +88,7 @@ local function generation(resync, tid)
   -- the generation of tid's resync in flight, or nil when none is (marks are "gen reason")
   local v = redis.call('HGET', resync, tid)
   if not v then return nil end
-  if string.sub(v, 1, 2) == '- ' then return -1 end  -- fenced (op RB): no copy's generation
+  if string.sub(v, 1, #MARK_FENCED + 1) == MARK_FENCED .. ' ' then return -1 end  -- fenced (op RB)
   return tonumber(string.match(v, '^(%d+) ')) or 0
 end
 local function batched(cmd, key, first, last, src)

@@ -1,0 +1,219 @@
+"""VerifyRun: one pass's connections and the steps of a verify: check a table, read the suspects
+again once the mirror has caught up, report what still differs, repair it (repairs.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Protocol
+
+import aiomysql
+from redis.asyncio import Redis
+
+from service.checkpoint import BinlogPosition, Checkpoint
+from service.rowcompare import compare_row, key_values, utc_row
+from service.settings import Settings
+from service.sink.keys import KeyLayout
+from service.sink.mirror import RedisMirror
+from service.sqltext import keyset_page, rows_by_key
+from service.table_info import TableInfo
+from service.transport.connection import ServerInfo
+from service.verify.reading import MirrorReader, SourceReader, binary_key_columns, utc_columns
+from service.verify.repairs import Repairer
+from service.verify.report import Difference, Suspect, TableReport
+
+__all__ = ["VerifyOptions", "VerifyRun"]
+
+
+class VerifyOptions(Protocol):
+    """What a run reads of its Verifier (verifier.py)."""
+
+    @property
+    def settings(self) -> Settings: ...
+    @property
+    def layout(self) -> KeyLayout: ...
+    @property
+    def json_mode(self) -> bool: ...
+    @property
+    def chunk_rows(self) -> int: ...
+    @property
+    def rounds(self) -> int: ...
+    @property
+    def settle_timeout(self) -> float: ...
+    @property
+    def idle_seconds(self) -> float: ...
+
+
+class VerifyRun:
+    """One pass's connections and the steps of a verify (check, recheck, repair); `Verifier.run`
+    drives it for the CLI, service/pipeline/verifier.py for the background verifier."""
+
+    def __init__(
+        self,
+        v: VerifyOptions,
+        conn: aiomysql.Connection,
+        info: ServerInfo,
+        redis: Redis,
+        mirror: RedisMirror,
+        pace: Callable[[int], Awaitable[None]] | None = None,
+    ) -> None:
+        self.v, self.conn, self.info, self.redis, self.mirror = v, conn, info, redis, mirror
+        self.layout = v.layout
+        self.source = SourceReader(conn, info)
+        self.stored = MirrorReader(redis, v.layout, mirror, v.json_mode)
+        self.repairs = Repairer(mirror, redis, v.layout, self.source, v.settings.chunk_rows)
+        self._pace = pace  # awaited after each chunk read, with its row count (a rows/s budget)
+
+    async def mirrored_tables(self) -> set[tuple[str, str]]:
+        return await self.stored.tables()
+
+    # -- comparing ----------------------------------------------------------------------------
+    def _compare(
+        self, row: Mapping[str, Any] | None, stored: Any, indexed: bool
+    ) -> tuple[str, tuple[str, ...]] | None:
+        return compare_row(row, stored, indexed, self.v.json_mode)
+
+    async def check_table(self, t: TableInfo) -> tuple[TableReport, dict[str, Suspect]]:
+        report = TableReport(t.schema, t.table)
+        if not t.exists:
+            return report, {}
+        if not t.key:
+            report.keyed = False
+            return report, {}
+        key = t.key
+        utc = utc_columns(t)
+        lay = self.layout
+        seen: set[str] = set()
+        suspects: dict[str, Suspect] = {}
+        last: tuple[Any, ...] | None = None
+        target: BinlogPosition | None = None
+        while True:
+            await self.repairs.keep_lease()
+            rows = await self.source.select(
+                keyset_page(t.schema, t.table, key, last, self.v.chunk_rows),
+                f"verify of {t.schema}.{t.table}",
+            )
+            if not rows:
+                break
+            position = await self.source.position()
+            rows = [utc_row(r, utc) for r in rows]
+            suffixes = [lay.row_suffix([r[c] for c in key]) for r in rows]
+            stored = await self.stored.rows(t.schema, t.table, suffixes)
+            for row, suffix, (value, indexed) in zip(rows, suffixes, stored, strict=True):
+                if self._compare(row, value, indexed) is not None:
+                    suspects[suffix] = Suspect(tuple(row[c] for c in key), row)
+                    target = position
+            seen.update(suffixes)
+            report.rows += len(rows)
+            if self._pace is not None:
+                await self._pace(len(rows))
+            last = tuple(rows[-1][c] for c in key)
+            if len(rows) < self.v.chunk_rows:
+                break
+        binary = binary_key_columns(t, key)
+        extra = await self.stored.suffixes(t.schema, t.table) - seen
+        if extra:
+            target = await self.source.position()
+        for suffix in extra:
+            suspects[suffix] = Suspect(key_values(suffix, binary), None)
+        return await self.confirm(t, report, suspects, target)
+
+    async def confirm(
+        self, t: TableInfo, report: TableReport, suspects: dict[str, Suspect], target: BinlogPosition | None
+    ) -> tuple[TableReport, dict[str, Suspect]]:
+        """Read the suspects again once the mirror has passed `target` (_recheck); those that
+        still differ become the report's differences."""
+        assert t.key is not None
+        confirmed = await self._recheck(t, suspects, target, utc_columns(t))
+        names = sorted(confirmed)
+        stored = await self.stored.rows(t.schema, t.table, names)
+        found: dict[str, Suspect] = {}
+        base = self.layout.table_base(t.schema, t.table)
+        for suffix, (value, indexed) in zip(names, stored, strict=True):
+            verdict = self._compare(confirmed[suffix].source, value, indexed)
+            if verdict is not None:
+                found[suffix] = confirmed[suffix]
+                report.differences.append(
+                    Difference(t.schema, t.table, verdict[0], f"{base}:{suffix}", verdict[1])
+                )
+        return report, found
+
+    async def _recheck(
+        self,
+        t: TableInfo,
+        suspects: dict[str, Suspect],
+        target: BinlogPosition | None,
+        utc: frozenset[str],
+    ) -> dict[str, Suspect]:
+        """The suspects that still differ once the mirror has applied past `target` (the source's
+        position when they were read), each with the source row read last."""
+        assert t.key is not None
+        key = t.key
+        for _ in range(self.v.rounds):
+            if not suspects or target is None:
+                break
+            moved = await self._settle(target)
+            lookup = [s for s in suspects.values() if s.key_values is not None]
+            rows: list[dict[str, Any]] = []
+            for start in range(0, len(lookup), self.v.chunk_rows):
+                part = [s.key_values for s in lookup[start : start + self.v.chunk_rows] if s.key_values]
+                rows += await self.source.select(
+                    rows_by_key(t.schema, t.table, key, part),
+                    f"verify of {t.schema}.{t.table} (rows read again)",
+                )
+            position = await self.source.position()
+            by_suffix = {self.layout.row_suffix([r[c] for c in key]): utc_row(r, utc) for r in rows}
+            names = sorted(suspects)
+            stored = await self.stored.rows(t.schema, t.table, names)
+            still: dict[str, Suspect] = {}
+            for suffix, (value, indexed) in zip(names, stored, strict=True):
+                row = by_suffix.get(suffix)
+                if self._compare(row, value, indexed) is not None:
+                    still[suffix] = Suspect(suspects[suffix].key_values, row)
+            suspects = still
+            if not moved and position == target:
+                break  # neither side can change the verdict: the mirror is idle, the source too
+            target = position
+        return suspects
+
+    async def _settle(self, target: BinlogPosition) -> bool:
+        """Wait until the mirror's checkpoint is at or past `target`, or stops moving for
+        `idle_seconds` (a stopped or idle service), or `settle_timeout`. True if it moved."""
+        v = self.v
+        deadline = time.monotonic() + v.settle_timeout
+        first = last = await self._checkpoint()
+        still_since = time.monotonic()
+        while time.monotonic() < deadline:
+            await self.repairs.keep_lease()
+            if last is None or not last.position.file or not last.position < target:
+                break
+            await asyncio.sleep(0.1)
+            cp = await self._checkpoint()
+            if cp != last:
+                last, still_since = cp, time.monotonic()
+            elif time.monotonic() - still_since >= v.idle_seconds:
+                break
+        return last != first
+
+    async def _checkpoint(self) -> Checkpoint | None:
+        return await self.mirror.load_checkpoint()
+
+    # -- tables the source does not have ------------------------------------------------------
+    async def orphan_table(self, schema: str, table: str) -> tuple[TableReport, list[str]]:
+        report = TableReport(schema, table)
+        base = self.layout.table_base(schema, table)
+        extras = sorted(await self.stored.suffixes(schema, table))
+        report.differences = [Difference(schema, table, "extra", f"{base}:{s}") for s in extras]
+        return report, extras
+
+    # -- repairing (repairs.py) ---------------------------------------------------------------
+    async def repair(self, t: TableInfo, suspects: Mapping[str, Suspect]) -> int:
+        return await self.repairs.repair(t, suspects)
+
+    async def repair_live(self, t: TableInfo, suffixes: Sequence[str]) -> int:
+        """Repair rows while the service applies (Repairer.repair_live)."""
+        return await self.repairs.repair_live(t, suffixes)
+
+    async def repair_orphans(self, schema: str, table: str, extras: Sequence[str]) -> int:
+        return await self.repairs.repair_orphans(schema, table, extras)
