@@ -46,23 +46,34 @@ def default_stack_dir() -> Path:
 # Below Linux's ephemeral range (32768-60999 by default), so a port chosen here is not taken by
 # some client connection's local end between now and a (re)start of the server.
 PORT_RANGE = (20000, 32000)
+# A cluster node also listens on its bus port, port + 10,000: both stay below the ephemeral range.
+CLUSTER_BUS_OFFSET = 10000
+CLUSTER_PORT_RANGE = (20000, 22700)
 
 
-def _free_ports(n: int) -> list[int]:
-    """n distinct free ports. The sockets stay bound until all are chosen (bind(0) twice once gave
-    MariaDB and Redis the same port)."""
+def _free_ports(n: int, *, cluster: bool = False) -> list[int]:
+    """n distinct free ports (`cluster`: each with its bus port free too). The sockets stay bound
+    until all are chosen (bind(0) twice once gave MariaDB and Redis the same port)."""
     rng = random.SystemRandom()
     socks: list[socket.socket] = []
+    chosen: list[int] = []
     try:
-        while len(socks) < n:
-            s = socket.socket()
-            try:
-                s.bind(("127.0.0.1", rng.randrange(*PORT_RANGE)))
-            except OSError:
-                s.close()
-                continue
-            socks.append(s)
-        return [int(s.getsockname()[1]) for s in socks]
+        while len(chosen) < n:
+            port = rng.randrange(*(CLUSTER_PORT_RANGE if cluster else PORT_RANGE))
+            wanted = [port, port + CLUSTER_BUS_OFFSET] if cluster else [port]
+            bound = []
+            for p in wanted:
+                s = socket.socket()
+                try:
+                    s.bind(("127.0.0.1", p))
+                except OSError:
+                    s.close()
+                    break
+                bound.append(s)
+            socks += bound
+            if len(bound) == len(wanted):
+                chosen.append(port)
+        return chosen
     finally:
         for s in socks:
             s.close()
@@ -197,7 +208,7 @@ class LocalStack:
             )
             self._save(info)
         if self.redis_cluster and not info.cluster_ports:
-            info.cluster_ports = _free_ports(CLUSTER_MASTERS)
+            info.cluster_ports = _free_ports(CLUSTER_MASTERS, cluster=True)
             info.cluster_pids = [None] * CLUSTER_MASTERS
             self._save(info)
         return info
