@@ -11,10 +11,8 @@ from __future__ import annotations
 import json
 import logging
 import os
-import random
 import secrets
 import shutil
-import signal
 import socket
 import subprocess
 import time
@@ -25,6 +23,7 @@ from typing import Any
 
 import pymysql
 
+from service.devtools.processes import alive, free_ports, redis_command, redis_ping, spawn_detached, stop
 from service.devtools.stack_tls import ensure_tls_files
 from service.errors import StackError
 
@@ -41,55 +40,6 @@ CLUSTER_MASTERS = 3  # `stack up --redis-cluster`
 
 def default_stack_dir() -> Path:
     return Path(os.environ.get("BINLOG_MIRROR_STACK_DIR", ".stack")).resolve()
-
-
-# Below Linux's ephemeral range (32768-60999 by default), so a port chosen here is not taken by
-# some client connection's local end between now and a (re)start of the server.
-PORT_RANGE = (20000, 32000)
-
-
-def _free_ports(n: int) -> list[int]:
-    """n distinct free ports. The sockets stay bound until all are chosen (bind(0) twice once gave
-    MariaDB and Redis the same port)."""
-    rng = random.SystemRandom()
-    socks: list[socket.socket] = []
-    try:
-        while len(socks) < n:
-            s = socket.socket()
-            try:
-                s.bind(("127.0.0.1", rng.randrange(*PORT_RANGE)))
-            except OSError:
-                s.close()
-                continue
-            socks.append(s)
-        return [int(s.getsockname()[1]) for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
-def _alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie child of this process still answers kill(0); reap it if it is ours.
-    try:
-        done, _ = os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        return Path(f"/proc/{pid}").exists() and "zombie" not in _proc_state(pid)
-    return done == 0
-
-
-def _proc_state(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/status").read_text().split("State:")[1].split("\n")[0].lower()
-    except (OSError, IndexError):
-        return ""
 
 
 def _binary(name: str, *fallbacks: str) -> str | None:
@@ -187,7 +137,7 @@ class LocalStack:
     def _info(self) -> StackInfo:
         info = self.load()
         if info is None:
-            mysql_port, redis_port = _free_ports(2)
+            mysql_port, redis_port = free_ports(2)
             info = StackInfo(
                 dir=str(self.dir),
                 mysql_port=mysql_port,
@@ -197,7 +147,7 @@ class LocalStack:
             )
             self._save(info)
         if self.redis_cluster and not info.cluster_ports:
-            info.cluster_ports = _free_ports(CLUSTER_MASTERS)
+            info.cluster_ports = free_ports(CLUSTER_MASTERS, cluster=True)
             info.cluster_pids = [None] * CLUSTER_MASTERS
             self._save(info)
         return info
@@ -225,7 +175,7 @@ class LocalStack:
 
     def start_mysql(self, info: StackInfo | None = None) -> None:
         info = info or self._info()
-        if _alive(info.mysql_pid):
+        if alive(info.mysql_pid):
             return
         data = self.mysql_dir / "data"
         if not (data / "mysql").exists():
@@ -234,7 +184,7 @@ class LocalStack:
         cmd = [_binary("mariadbd", "mysqld") or "mariadbd", f"--defaults-file={cnf}"]
         if os.geteuid() == 0:
             cmd.append("--user=root")
-        info.mysql_pid = _spawn_detached(cmd, self.mysql_dir / "mariadbd.out")
+        info.mysql_pid = spawn_detached(cmd, self.mysql_dir / "mariadbd.out")
         self._save(info)
         self._wait_mysql(info)
         self._bootstrap_users(info)
@@ -243,13 +193,13 @@ class LocalStack:
         info = info or self.load()
         if info is None:
             return
-        _stop(info.mysql_pid, kill=kill)
+        stop(info.mysql_pid, kill=kill)
         info.mysql_pid = None
         self._save(info)
 
     def start_redis(self, info: StackInfo | None = None) -> None:
         info = info or self._info()
-        if _alive(info.redis_pid):
+        if alive(info.redis_pid):
             return
         self.redis_dir.mkdir(parents=True, exist_ok=True)
         conf = self.redis_dir / "redis.conf"
@@ -269,13 +219,13 @@ class LocalStack:
             )
         )
         server = _binary("redis-server") or "redis-server"
-        info.redis_pid = _spawn_detached([server, str(conf)], self.redis_dir / "redis.out")
+        info.redis_pid = spawn_detached([server, str(conf)], self.redis_dir / "redis.out")
         self._save(info)
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline:
-            if not _alive(info.redis_pid):
+            if not alive(info.redis_pid):
                 raise StackError(f"redis-server exited; see {self.redis_dir}/redis.log")
-            if _redis_ping(info.redis_port):
+            if redis_ping(info.redis_port):
                 return
             time.sleep(0.05)
         raise StackError(f"redis-server did not answer on port {info.redis_port} within {START_TIMEOUT:.0f}s")
@@ -284,7 +234,7 @@ class LocalStack:
         info = info or self.load()
         if info is None:
             return
-        _stop(info.redis_pid, kill=kill)
+        stop(info.redis_pid, kill=kill)
         info.redis_pid = None
         self._save(info)
 
@@ -296,7 +246,7 @@ class LocalStack:
         for i in range(len(info.cluster_ports)):
             self.start_cluster_node(i, info)
         first = info.cluster_ports[0]
-        if b"cluster_slots_assigned:16384" not in _redis_command(first, b"CLUSTER INFO\r\n"):
+        if b"cluster_slots_assigned:16384" not in redis_command(first, b"CLUSTER INFO\r\n"):
             cli = _binary("redis-cli") or "redis-cli"
             nodes = [f"127.0.0.1:{p}" for p in info.cluster_ports]
             result = subprocess.run(
@@ -314,7 +264,7 @@ class LocalStack:
         info = info or self._info()
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline:
-            if all(b"cluster_state:ok" in _redis_command(p, b"CLUSTER INFO\r\n") for p in info.cluster_ports):
+            if all(b"cluster_state:ok" in redis_command(p, b"CLUSTER INFO\r\n") for p in info.cluster_ports):
                 return
             time.sleep(0.1)
         raise StackError(f"the Redis Cluster on {info.cluster_ports} is not ok after {START_TIMEOUT:.0f}s")
@@ -325,7 +275,7 @@ class LocalStack:
     def start_cluster_node(self, i: int, info: StackInfo | None = None) -> None:
         """Start master `i` (again: it rejoins with its slots, from its nodes.conf and AOF)."""
         info = info or self._info()
-        if _alive(info.cluster_pids[i]):
+        if alive(info.cluster_pids[i]):
             return
         port = info.cluster_ports[i]
         d = self._cluster_dir(port)
@@ -338,13 +288,13 @@ class LocalStack:
         lines += ["cluster-require-full-coverage no", ""]
         conf.write_text("\n".join(lines))
         server = _binary("redis-server") or "redis-server"
-        info.cluster_pids[i] = _spawn_detached([server, str(conf)], d / "redis.out")
+        info.cluster_pids[i] = spawn_detached([server, str(conf)], d / "redis.out")
         self._save(info)
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline:
-            if not _alive(info.cluster_pids[i]):
+            if not alive(info.cluster_pids[i]):
                 raise StackError(f"redis-server exited; see {d}/redis.log")
-            if _redis_ping(port):
+            if redis_ping(port):
                 return
             time.sleep(0.05)
         raise StackError(f"redis-server did not answer on port {port} within {START_TIMEOUT:.0f}s")
@@ -353,7 +303,7 @@ class LocalStack:
         info = info or self.load()
         if info is None or i >= len(info.cluster_pids):
             return
-        _stop(info.cluster_pids[i], kill=kill)
+        stop(info.cluster_pids[i], kill=kill)
         info.cluster_pids[i] = None
         self._save(info)
 
@@ -431,7 +381,7 @@ class LocalStack:
     def _wait_mysql(self, info: StackInfo) -> None:
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline:
-            if not _alive(info.mysql_pid):
+            if not alive(info.mysql_pid):
                 raise StackError(f"mariadbd exited; see {self.mysql_dir}/mariadbd.err")
             # Probe the socket by hand first: pymysql leaks its socket when the connect fails.
             try:
@@ -489,7 +439,7 @@ class LocalStack:
         return out
 
     def _mysql_status(self, info: StackInfo) -> dict[str, Any]:
-        if not _alive(info.mysql_pid):
+        if not alive(info.mysql_pid):
             return {"up": False}
         try:
             conn = pymysql.connect(
@@ -523,11 +473,11 @@ class LocalStack:
 
     def _redis_status(self, info: StackInfo) -> dict[str, Any]:
         if info.cluster_ports:
-            ok = [b"cluster_state:ok" in _redis_command(p, b"CLUSTER INFO\r\n") for p in info.cluster_ports]
+            ok = [b"cluster_state:ok" in redis_command(p, b"CLUSTER INFO\r\n") for p in info.cluster_ports]
             return {"up": all(ok), "cluster_ports": info.cluster_ports, "pids": info.cluster_pids}
-        if not _alive(info.redis_pid):
+        if not alive(info.redis_pid):
             return {"up": False}
-        reply = _redis_command(info.redis_port, b"INFO server\r\n") + _redis_command(
+        reply = redis_command(info.redis_port, b"INFO server\r\n") + redis_command(
             info.redis_port, b"INFO persistence\r\n"
         )
         fields = dict(
@@ -539,55 +489,3 @@ class LocalStack:
             "version": fields.get("redis_version"),
             "aof_enabled": fields.get("aof_enabled") == "1",
         }
-
-
-def _spawn_detached(cmd: list[str], output: Path) -> int:
-    """Start a server in its own session, not as our child: it outlives this process
-    (the CLI exits after `stack up`) and is never a Popen object left running."""
-    result = subprocess.run(
-        ["sh", "-c", '"$@" </dev/null >>"$0" 2>&1 & echo $!', str(output), *cmd],
-        capture_output=True,
-        text=True,
-        start_new_session=True,
-        check=True,
-    )
-    return int(result.stdout.strip())
-
-
-def _redis_command(port: int, command: bytes) -> bytes:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
-            s.sendall(command)
-            chunks = b""
-            while True:
-                chunk = s.recv(65536)
-                chunks += chunk
-                # A bulk reply: "$<len>\r\n<body>\r\n"; stop once the body is complete.
-                if chunks.startswith(b"$"):
-                    head, _, body = chunks.partition(b"\r\n")
-                    if len(body) >= int(head[1:]) + 2:
-                        return chunks
-                elif chunks.endswith(b"\r\n") or not chunk:
-                    return chunks
-    except OSError:
-        return b""
-
-
-def _redis_ping(port: int) -> bool:
-    return _redis_command(port, b"PING\r\n").startswith(b"+PONG")
-
-
-def _stop(pid: int | None, *, kill: bool, timeout: float = 30.0) -> None:
-    if not _alive(pid):
-        return
-    assert pid is not None
-    try:
-        os.kill(pid, signal.SIGKILL if kill else signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + timeout
-    while _alive(pid):
-        if time.monotonic() > deadline:
-            os.kill(pid, signal.SIGKILL)
-            deadline = time.monotonic() + timeout
-        time.sleep(0.05)

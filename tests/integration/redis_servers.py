@@ -13,7 +13,7 @@ from typing import Any
 
 import redis as redis_sync
 
-from service.devtools.stack import _free_ports
+from service.devtools.processes import free_ports
 
 START_TIMEOUT = 20.0
 
@@ -37,7 +37,7 @@ class Server:
 
 
 def free_port() -> int:
-    return _free_ports(1)[0]
+    return free_ports(1)[0]
 
 
 def start_server(

@@ -43,21 +43,25 @@ async def _mirror(redis: Redis, prefix: str, plain: bool = True, **options: Any)
 async def _dump(redis: Redis, prefix: str) -> dict[str, Any]:
     """Every key under `prefix` (less the lease, and the counters that only plain calls keep) by
     type and value, the prefix cut off."""
-    out: dict[str, Any] = {}
-    async for raw in redis.scan_iter(match=f"{prefix}:*"):
-        key = raw.decode()
-        name = key[len(prefix) + 1 :]
-        if name in ("__lease", "__fence", "__guard"):
-            continue
-        kind = (await redis.type(key)).decode()
-        if kind == "hash":
-            value: Any = await redis.hgetall(key)
-        elif kind == "set":
-            value = await redis.smembers(key)
-        else:
-            value = await redis.get(key)
-        out[name] = (kind, value)
-    return out
+    skip = {f"{prefix}:{name}".encode() for name in ("__lease", "__fence", "__guard")}
+    keys = [k async for k in redis.scan_iter(match=f"{prefix}:*", count=1000) if k not in skip]
+    # pipelined: thousands of keys in two round trips, not two per key
+    async with redis.pipeline(transaction=False) as pipe:
+        for key in keys:
+            pipe.type(key)
+        kinds = [kind.decode() for kind in await pipe.execute()]
+        for key, kind in zip(keys, kinds, strict=True):
+            if kind == "hash":
+                pipe.hgetall(key)
+            elif kind == "set":
+                pipe.smembers(key)
+            else:
+                pipe.get(key)
+        values = await pipe.execute()
+    return {
+        key.decode()[len(prefix) + 1 :]: (kind, value)
+        for key, kind, value in zip(keys, kinds, values, strict=True)
+    }
 
 
 def _batches() -> list[list[Any]]:

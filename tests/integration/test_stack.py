@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from service.devtools.stack import LocalStack, _alive
+from service.devtools.processes import alive
+from service.devtools.stack import LocalStack
 
 pytestmark = pytest.mark.integration
 
@@ -77,5 +78,5 @@ def test_cli_up_status_down_leaves_no_process(tmp_path: Path) -> None:
     assert info is not None
     down = subprocess.run([*cli, "down", "--purge"], env=env, capture_output=True, text=True, timeout=60)
     assert down.returncode == 0, down.stderr
-    assert not _alive(info.mysql_pid) and not _alive(info.redis_pid)
+    assert not alive(info.mysql_pid) and not alive(info.redis_pid)
     assert not (tmp_path / "s").exists()
