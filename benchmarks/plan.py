@@ -1,10 +1,11 @@
-"""Apply-planner micro-benchmark: µs per row change to turn decoded rows into Lua instructions.
+"""Apply-planner micro-benchmark: µs per row change to turn decoded rows into the apply IR and
+encode it as the apply script's ARGV (service/sink/plan.py, codec.py).
 
     .venv/bin/python -m benchmarks.plan [ROWS]
 
 Decodes the first ROWS (default 50,000) row changes of the `inserts` workload's binlog (written by
-`python -m benchmarks.decode`) and times `service.sink.plan.Planner.change` over them (CPU time),
-best of 5.
+`python -m benchmarks.decode`) and times planning them in calls of 1,000 changes
+(`Planner.transaction`) and encoding each call (`CallEncoder.body`), CPU time, best of 5.
 Pure CPU, no server: the part of the binlog -> Redis path that runs in our process per row.
 """
 
@@ -16,8 +17,12 @@ import time
 
 from benchmarks.workload import WORK
 from service.binlog import BinlogDecoder, RowChange, RowsEvent, read_binlog_file
+from service.checkpoint import BinlogPosition, Checkpoint
+from service.sink.codec import CallEncoder
+from service.sink.ir import Op
 from service.sink.keys import KeyLayout
 from service.sink.plan import Planner
+from service.transactions import Transaction
 
 
 def main() -> None:
@@ -34,10 +39,21 @@ def main() -> None:
         if len(changes) >= want:
             break
     planner = Planner(KeyLayout("bench"), lambda schema, table: ("id",))
+    encoder = CallEncoder(planner.layout)
+    end = Checkpoint(BinlogPosition("bench-bin.000001", 4))
+    calls = [
+        Transaction(changes=tuple(changes[at : at + 1000]), ddl=(), gtid="", ts=0, end=end)
+        for at in range(0, len(changes), 1000)
+    ]
     best = float("inf")
     for _ in range(5):
         t0 = time.process_time()  # CPU time: the benchmark machine is shared
-        args = sum(len(planner.change(ch) or ()) for ch in changes)
+        args = 0
+        for txn in calls:
+            planner.begin_call()
+            ops: list[Op] = []
+            planner.transaction(ops, txn, ())
+            args += len(encoder.body(ops))
         best = min(best, time.process_time() - t0)
     print(
         f"{len(changes):,} changes: {best / len(changes) * 1e6:.2f} µs/change, {args / len(changes):.1f} args"

@@ -67,6 +67,7 @@ STREAM_MODULES = (
     "service/transport/pump.py",
     "service/sink/codec.py",
     "service/sink/keys.py",
+    "service/sink/marks.py",
     "service/sink/plain.py",
     "service/sink/plan.py",
     "service/sink/tablework.py",

@@ -55,7 +55,7 @@ async def resync_table(
 
     `source_position` reads the source's end of binlog: read after the last SELECT, it bounds
     what the copy saw, and the table's settle window lasts until the stream passes it
-    (`Planner.settling`).
+    (`TableMarks.settling`).
 
     Rows that partial images changed meanwhile were skipped (the stream's change is newer) but
     may keep columns in the old shape: at the end they are read again by key and written whole

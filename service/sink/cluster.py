@@ -128,8 +128,8 @@ class _GroupMirror(RedisMirror):
         # the change log and `__seq` are the global group's (a group's own `__seq` only counts)
         opts = replace(options, changelog_maxlen=None, plain_inserts=False)  # one script per call
         super().__init__(cast(Redis, cluster), layout, key_columns, opts, token="#0", skipped=skipped)
-        self._channel = ClusterChannel(cluster, APPLY, layout.checkpoint_key, self.encoder)
-        self._route = [layout.checkpoint_key]
+        self.chain.channel = ClusterChannel(cluster, APPLY, layout.checkpoint_key, self.encoder)
+        self.resyncs.route = [layout.checkpoint_key]
         self.at: Checkpoint | None = None  # the group's stored checkpoint: what it has applied
 
     async def check_server(self) -> None:
@@ -162,8 +162,8 @@ class ClusterMirror(RedisMirror):
         super().__init__(cast(Redis, cluster), layout, key_columns, options, token, foreign_keys=foreign_keys)
         self.cluster = cluster
         self.prefix = prefix
-        self._channel = ClusterChannel(cluster, APPLY, self.layout.checkpoint_key, self.encoder)
-        self._route = [self.layout.checkpoint_key]
+        self.chain.channel = ClusterChannel(cluster, APPLY, self.layout.checkpoint_key, self.encoder)
+        self.resyncs.route = [self.layout.checkpoint_key]
         self._fence_script = cluster.register_script(FENCE)
         self._fence: int | None = None  # this writer's fencing number, while it holds the lease
         self._groups: dict[str, _GroupMirror] = {}  # by table id, loaded this session
@@ -207,7 +207,7 @@ class ClusterMirror(RedisMirror):
         lease = self.layout.lease_key
         with map_redis_errors("taking the writer lease"):
             fresh = await self.redis.set(lease, self.token, nx=True, px=ttl)
-            if not fresh and not await self._renew(keys=[lease], args=[self.token, ttl]):
+            if not fresh and not await self.lease.renew_script(keys=[lease], args=[self.token, ttl]):
                 self._fence = None
                 return False
             if fresh or self._fence is None:
@@ -375,7 +375,8 @@ class ClusterMirror(RedisMirror):
         mirrored tables, each touched group's head, and the global checkpoint. Consecutive
         transactions share a call up to `chunk_size` changes with the change log on (a bigger one
         is a call of its own)."""
-        sent = _ClusterSent(self._channel, self._channel.epoch, self.planner, redis=self.redis)
+        channel = self.chain.channel
+        sent = _ClusterSent(channel, channel.epoch, self.planner, redis=self.redis)
         done = self._global
         # without the change log a change adds nothing to the call: one call per batch
         logged = self.options.changelog_maxlen is not None
@@ -435,8 +436,10 @@ class ClusterMirror(RedisMirror):
         values = "json" if self.options.json_mode else "hash"
         tail.append(checkpoint_op(self.layout, checkpoint_fields(end, gtid, values, ts)))
         what = f"applying the global part of {len(offsets)} transaction(s) up to {txn_id}"
-        await self._send(sent, ApplyCall(self._header(txn_id, 0, True, size), ops, tail), what, offsets)
-        self._prev = txn_id
+        await self.chain.send(
+            sent, ApplyCall(self.chain.header(txn_id, 0, True, size), ops, tail), what, offsets
+        )
+        self.chain.prev = txn_id
         self._global, self._global_gtid = end, gtid
 
     def _global_ops(self, out: list[IrOp], ch: RowChange, partial: bool, registered: set[str]) -> None:

@@ -8,7 +8,7 @@ A table's updates carry whole rows (op U) instead of their changed columns (op U
     stream passes it, older events arrive for rows the copy already moved on.
 The planner reads the marks and plans the ops that change them in Redis; the apply replies
 (RowsMissing), the resync's finish and the checkpoint's load change them here. This class is the
-one place that holds them. Pure: no I/O.
+one place that holds them. Pure: no I/O; compiled with the planner (service/devtools/build_decoder.py).
 """
 
 from __future__ import annotations
@@ -25,8 +25,6 @@ __all__ = ["TableMarks"]
 
 class TableMarks:
     """The marks by table id."""
-
-    __slots__ = ("_gaps", "_planned", "_resyncing", "_settling")
 
     def __init__(self) -> None:
         self._resyncing: set[str] = set()

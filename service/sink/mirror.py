@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from redis.asyncio import Redis
-from redis.commands.core import AsyncScript
 
 from service.checkpoint import BinlogPosition, Checkpoint
 from service.errors import LeaseLost
@@ -37,7 +36,6 @@ from service.sink.channel import PlainSetup, ScriptChannel
 from service.sink.checkpoint_store import CheckpointStore, as_str
 from service.sink.codec import CallEncoder
 from service.sink.fks import ForeignKeys
-from service.sink.ir import ApplyCall, ApplyHeader
 from service.sink.keys import KeyLayout
 from service.sink.lease import WriterLease, ping
 from service.sink.marks import TableMarks
@@ -117,9 +115,9 @@ class RedisMirror:
         # by load_checkpoint; cleared in Redis by the next apply's checkpoint)
         self.recopy: str | None = None
 
-    # The parts' state under the names cluster.py (a subclass) and tests use.
     @property
     def token(self) -> str:
+        """This writer's token: the lease's value while it holds it (the chain's calls carry it)."""
         return self.chain.token
 
     @token.setter
@@ -127,50 +125,17 @@ class RedisMirror:
         self.chain.token = value
 
     @property
-    def _channel(self) -> ScriptChannel:
-        return self.chain.channel
-
-    @_channel.setter
-    def _channel(self, value: ScriptChannel) -> None:
-        self.chain.channel = value
-
-    @property
-    def _prev(self) -> str:
-        return self.chain.prev
-
-    @_prev.setter
-    def _prev(self, value: str) -> None:
-        self.chain.prev = value
-
-    @property
-    def _route(self) -> list[str]:
-        return self.resyncs.route
-
-    @_route.setter
-    def _route(self, value: list[str]) -> None:
-        self.resyncs.route = value
-
-    @property
-    def _renew(self) -> AsyncScript:
-        return self.lease.renew_script
-
-    def _header(self, txn_id: str, chunk: int, final: bool, nseq: int, done: int = 0) -> ApplyHeader:
-        return self.chain.header(txn_id, chunk, final, nseq, done)
-
-    async def _send(self, sent: SentBatch, call: ApplyCall, what: str, offsets: Sequence[int]) -> None:
-        await self.chain.send(sent, call, what, offsets)
-
-    @property
     def plain_counts(self) -> tuple[int, int]:
         """Apply calls sent in the plain form since start, and those sent again as the script."""
-        return self._channel.plain_calls, self._channel.plain_redone
+        channel = self.chain.channel
+        return channel.plain_calls, channel.plain_redone
 
     # -- checkpoint --------------------------------------------------------------------------------
     async def load_checkpoint(self) -> Checkpoint | None:
         """The stored checkpoint (and the chain head for the next apply), after `check_server`.
         Drops the apply connection: replies of calls sent before are never read as replies to
         later ones."""
-        await self._channel.close()
+        await self.chain.channel.close()
         await self.check_server()
         loaded = await self.checkpoints.load()
         self.marks.restore(loaded.resyncing, loaded.settling)
@@ -234,10 +199,10 @@ class RedisMirror:
 
     async def close(self) -> None:
         """Close the apply connection (replies of calls in flight are dropped)."""
-        await self._channel.close()
+        await self.chain.channel.close()
 
     def reset_chain(self, checkpoint_id: str) -> None:
-        self._prev = checkpoint_id
+        self.chain.prev = checkpoint_id
 
     # -- resync (resyncs.py) ---------------------------------------------------------------------
     async def resync_generation(self, schema: str, table: str) -> int | None:

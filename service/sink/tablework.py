@@ -18,7 +18,7 @@ __all__ = ["TableWork", "unit_ids", "work_op"]
 class TableWork:
     """One unit of the work of a table action on every row of a table, run in bounded calls
     before the transaction's own call, so that a table of millions of rows never blocks Redis in
-    one script (RedisMirror._run_table_work). `op`: CU removes the table's rows, MU moves them to
+    one script (tablerun.py). `op`: CU removes the table's rows, MU moves them to
     another name, CP copies its `__keys` set (to `__stale`, when a resync begins)."""
 
     op: str

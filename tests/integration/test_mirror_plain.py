@@ -86,8 +86,8 @@ async def test_plain_calls_write_what_the_script_writes(redis: Redis) -> None:
         seqs = [await m.apply(batch) for batch in batches]
         firsts.append(seqs)
         dumps.append(await _dump(redis, p))
-        assert (m._channel.plain_calls > 0) == plain
-        assert m._channel.plain_redone == 0
+        assert (m.chain.channel.plain_calls > 0) == plain
+        assert m.chain.channel.plain_redone == 0
     assert dumps[0] == dumps[1]
     assert firsts[0] == firsts[1]
     assert dumps[0]["db:a:9"] == ("hash", {b"id": b"9", b"v": b"second", b"n": b"2"})
@@ -110,13 +110,13 @@ async def test_a_refused_call_and_the_calls_after_it_apply_as_scripts(redis: Red
     # the planner knows of the mark now: such calls go as the script from the start
     m.marks.resync_in_flight("db:a")
     await m.apply([(txn(ins("a", id=20, v="z")), [])])
-    assert m._channel.plain_calls == 5 and await redis.sismember(f"{p}:db:a:__touched", "20")
+    assert m.chain.channel.plain_calls == 5 and await redis.sismember(f"{p}:db:a:__touched", "20")
 
 
 def _between_watch_and_exec(m: RedisMirror, meanwhile: Callable[[], Awaitable[None]]) -> None:
     """Makes the next plain call of `m` stop before its EXEC, run `meanwhile`, then send the EXEC:
     Redis has run its WATCH, its guard and MULTI, and queued its writes."""
-    channel = m._channel
+    channel = m.chain.channel
     real = channel._write
     held = [True]
 
@@ -148,7 +148,7 @@ async def test_a_takeover_between_watch_and_exec_writes_nothing(redis: Redis) ->
     with pytest.raises(LeaseLost):
         await a.apply([(txn(ins("a", id=1, v="x")), [])])
     assert await redis.exists(f"{p}:db:a:1", f"{p}:db:a:__keys", f"{p}:__checkpoint") == 0
-    assert a._channel.plain_calls == 1 and a._channel.plain_redone == 1
+    assert a.chain.channel.plain_calls == 1 and a.chain.channel.plain_redone == 1
 
 
 async def test_a_resync_mark_between_watch_and_exec_is_honoured(redis: Redis) -> None:
@@ -164,14 +164,14 @@ async def test_a_resync_mark_between_watch_and_exec_is_honoured(redis: Redis) ->
     assert await m.apply([(txn(ins("a", id=1, v="x")), [])]) == [1]
     assert await redis.smembers(f"{p}:db:a:__touched") == {b"1"}
     assert await redis.hgetall(f"{p}:db:a:1") == {b"id": b"1", b"v": b"x"}
-    assert m._channel.plain_redone == 1
+    assert m.chain.channel.plain_redone == 1
 
 
 async def test_a_call_with_other_ops_goes_as_the_script(redis: Redis) -> None:
     p = _prefix()
     m = await _mirror(redis, p)
     await m.apply([(txn(ins("a", id=1, v="x"), dele("a", id=1, v="x")), [])])
-    assert m._channel.plain_calls == 0
+    assert m.chain.channel.plain_calls == 0
     assert await redis.exists(f"{p}:db:a:1") == 0
 
 

@@ -61,7 +61,7 @@ async def running(
 async def rename_cut_short(rep: Replicator, stack: LocalStack, db: str, statement: str, calls: int) -> None:
     """Run `statement` (a RENAME) on the source; the mirror dies after `calls` script calls of it,
     as if the process were killed there."""
-    channel = rep.mirror._channel
+    channel = rep.mirror.chain.channel
     real, sent = channel.send, [0]
 
     async def dies(args: object) -> None:

@@ -111,7 +111,7 @@ async def test_chain_refuses_replays_and_gaps(redis: Redis) -> None:
 def count_sends(m: RedisMirror, fail_after: int | None = None) -> list[int]:
     """Counts `m`'s script calls (the list's one item); with `fail_after`, the calls after that
     many fail, as if the process died before sending them."""
-    channel = m._channel
+    channel = m.chain.channel
     real, count = channel.send, [0]
 
     async def send(args: object) -> None:

@@ -125,11 +125,12 @@ local function hset_pairs(key, m)        -- HSET key pairs_[1 .. 2m]
   elseif m > 0 then redis.call('HSET', key, unpack(pairs_, 1, 2 * m)) end
 end
 local function write_row(key, c)         -- the row becomes pairs_[1 .. 2c]
-  -- Most rows are new: one HSET, whose count of added fields tells whether the key held anything.
-  -- Only a key that held other fields (or another type: pcall) is cleared and written again.
+  -- Most rows are new or hold these fields: one HSET, kept when the hash then has exactly c
+  -- fields. A key that held other fields too (a partial image merged into a row the mirror
+  -- lacked, then the whole row without them) or another type (pcall) is cleared and written again.
   if c > 0 and c <= 500 then
     local added = redis.pcall('HSET', key, unpack(pairs_, 1, 2 * c))
-    if added == c or type(added) == 'number' and redis.call('HLEN', key) == c then return end
+    if type(added) == 'number' and redis.call('HLEN', key) == c then return end
   end
   redis.call('DEL', key)
   hset_pairs(key, c)

@@ -3,7 +3,7 @@
 -- Removes up to `limit` stale rows (not written by the stream); once `__stale` is empty and no row
 -- waits in `__partial` (RESYNC_REREAD), ends the resync and, if copied_at is not '', opens the
 -- table's settle window (`__settle`: until the stream passes copied_at, see
--- plan.Planner.settling). Returns {rows removed, stale rows left, rows to read again} (0 and 0:
+-- service/sink/marks.py). Returns {rows removed, stale rows left, rows to read again} (0 and 0:
 -- the resync is over), or -1 (nothing done) when the generation is not current.
 local err = fence(ARGV[1], ARGV[2])
 if err then return err end
