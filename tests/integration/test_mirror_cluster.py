@@ -198,9 +198,13 @@ async def test_fencing_refuses_the_old_writer_on_every_group(redis_cluster: Loca
     info = redis_cluster.load()
     assert info is not None
     _, prefix = _names()
-    opts = MirrorOptions(lease_ttl=0.5)
-    a = ClusterMirror(cluster_client(info.redis_url), prefix, lambda s, t: ("id",), opts)
-    b = ClusterMirror(cluster_client(info.redis_url), prefix, lambda s, t: ("id",), opts)
+    # a's lease expires while it stalls; b's outlives the test on a loaded machine (0.5 s did not)
+    a = ClusterMirror(
+        cluster_client(info.redis_url), prefix, lambda s, t: ("id",), MirrorOptions(lease_ttl=0.5)
+    )
+    b = ClusterMirror(
+        cluster_client(info.redis_url), prefix, lambda s, t: ("id",), MirrorOptions(lease_ttl=30)
+    )
     try:
         assert await a.acquire_lease()
         await a.load_checkpoint()
