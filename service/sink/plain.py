@@ -141,8 +141,8 @@ def _hset(out: list[bytes], key: str, row: Row) -> int:
     """Append to `out` the RESP of HSET key and the row's field-value pairs (values.row_fields,
     read straight from the row: no list of pairs per row): the same bytes as hiredis.pack_command
     (tests/unit/test_sink_plain.py). Returns the pairs (0: nothing appended, a row of NULLs has no
-    HSET), or -1 (nothing appended) for a name that is not a str, a value whose text is not a str
-    or bytes, or a lone surrogate: hiredis packs those."""
+    HSET), or -1 (nothing appended) for a value whose text is not a str or bytes, or a lone
+    surrogate: hiredis packs those. Column names are str (Row), as the decoder makes them."""
     mark = len(out)
     out.append(b"")  # the array's length, once the pairs are counted
     out.append(_HSET)
@@ -154,9 +154,6 @@ def _hset(out: list[bytes], key: str, row: Row) -> int:
             if v is None:
                 continue
             value = hash_text(v)
-            if not isinstance(name, str):
-                del out[mark:]
-                return -1
             chunk = names.get(name)
             if chunk is None:
                 if len(names) >= 4096:
