@@ -94,9 +94,7 @@ async def test_an_eviction_stop_marks_the_mirror_and_the_next_start_recopies(
             want = expected(stack, db, KEYS)
             await until(
                 "the re-copy",
-                lambda: (
-                    again.status().state == State.STREAMING and actual(own_redis, prefix, db, ("t",)) == want
-                ),
+                lambda: again.status().state == State.STREAMING and recopied(own_redis, prefix, db, want),
                 60,
             )
             run_sql(stack, db, "DELETE FROM t WHERE id = 2")
@@ -107,3 +105,12 @@ async def test_an_eviction_stop_marks_the_mirror_and_the_next_start_recopies(
     finally:
         r.close()
         run_sql(stack, None, f"DROP DATABASE {db}")
+
+
+def recopied(own_redis: str, prefix: str, db: str, want: object) -> bool:
+    """The re-copy runs beside the stream: until it has dropped the rows that survived the
+    eviction (their index set may be gone), they are keys outside the index, not yet a failure."""
+    try:
+        return actual(own_redis, prefix, db, ("t",)) == want
+    except AssertionError:
+        return False

@@ -156,7 +156,9 @@ async def test_silent_subscribers_do_not_slow_the_apply(stack: LocalStack, batch
         cur.execute(f"CREATE TABLE {db}.t (id INT PRIMARY KEY, v VARCHAR(80))")
     conn.commit()
     conn.close()
-    settings = mirror_settings(stack, db, prefix, api_port=0, api_token=TOKEN, lease_ttl_seconds=3.0)
+    # a 6 s lease (renewed every 2 s): its loss means a stall of 4 s, far past the 1 s bound on
+    # /health/live below; with 3 s it was lost twice in whole-suite runs on a loaded machine
+    settings = mirror_settings(stack, db, prefix, api_port=0, api_token=TOKEN, lease_ttl_seconds=6.0)
     rep = Replicator(settings)
     app = create_app(settings, rep)
     hub = app.state.hub  # the Broadcaster
