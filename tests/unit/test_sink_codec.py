@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import dataclasses
 import datetime as dt
 import hashlib
 from collections.abc import Callable, Iterator
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
 import hiredis
@@ -31,6 +29,7 @@ from service.sink.keys import KeyLayout
 from service.sink.plan import ActionKind, Planner, TableAction
 from service.sink.tablework import unit_ids, work_op
 from service.transactions import Transaction
+from tests.fixture_changes import fixture_changes
 
 LAYOUT = KeyLayout("m")
 T = ir.TableKeys("db", "t", "m:db:t", "m:db:t:__keys", "db:t", "m:db:t:__touched")
@@ -161,20 +160,7 @@ def _planner(cols: KeyCols | None = None, plain_rows: bool = False, **kw: Any) -
 
 
 def _fixture_changes() -> list[RowChange]:
-    """Every row change of the real binlogs the tests hold (every column type, NULLs, tables)."""
-    from service.binlog import BinlogDecoder, RowsEvent, read_binlog_file
-    from service.errors import DecodeError
-
-    root = Path(__file__).resolve().parents[1] / "fixtures" / "binlog"
-    out: list[RowChange] = []
-    for path in sorted(p for p in root.rglob("*") if p.is_file() and p.suffix not in (".md", ".sql", ".py")):
-        decoder = BinlogDecoder(file=path.name)
-        with contextlib.suppress(DecodeError):  # a fixture that ends in bad bytes: what comes before
-            for raw in read_binlog_file(path):
-                for ev in decoder.decode_events(raw):
-                    if isinstance(ev, RowsEvent):
-                        out += [_unshared(c) for c in ev.changes if c.after or c.before]
-    return out
+    return [_unshared(c) for c in fixture_changes()]
 
 
 def _unshared(c: RowChange) -> RowChange:

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-from pathlib import Path
-
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -18,6 +15,7 @@ from service.sink.plan import ActionKind, IrOp, Planner, TableAction
 from service.sink.tablework import TableWork, unit_ids, work_op
 from service.sink.values import field_value, same_text
 from service.transactions import Transaction
+from tests.fixture_changes import fixture_changes
 
 
 def _txn(*changes: RowChange) -> Transaction:
@@ -360,19 +358,7 @@ def test_values_taken_as_unchanged_are_stored_as_the_same_text(v: object, b: obj
 
 def _fixture_inserts() -> list[RowChange]:
     """Every INSERT of the real binlogs the tests hold (every column type, NULLs, several tables)."""
-    from service.binlog import BinlogDecoder, RowsEvent, read_binlog_file
-    from service.errors import DecodeError
-
-    root = Path(__file__).resolve().parents[1] / "fixtures" / "binlog"
-    out: list[RowChange] = []
-    for path in sorted(p for p in root.rglob("*") if p.is_file() and p.suffix not in (".md", ".sql", ".py")):
-        decoder = BinlogDecoder(file=path.name)
-        with contextlib.suppress(DecodeError):  # a fixture that ends in bad bytes: what comes before
-            for raw in read_binlog_file(path):
-                for ev in decoder.decode_events(raw):
-                    if isinstance(ev, RowsEvent):
-                        out += [c for c in ev.changes if c.op is Op.INSERT and c.after]
-    return out
+    return [c for c in fixture_changes() if c.op is Op.INSERT and c.after]
 
 
 @pytest.mark.parametrize("json_mode", [False, True], ids=["hash", "json"])
