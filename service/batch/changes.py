@@ -52,6 +52,7 @@ __all__ = [
     "decode_options",
     "decode_range",
     "output_root",
+    "pyarrow_writes",
     "table_schema",
     "write_empty",
 ]
@@ -104,11 +105,14 @@ def table_schema(t: LogTable, canonical: bool) -> pa.Schema:
 @dataclass(frozen=True, slots=True)
 class RangeTask:
     range: FileRange
-    out: str  # the output root (output_root): a local path or a URI pyarrow knows
+    out: str  # the output root: a local path or a URI pyarrow knows (else via_spark)
     tables: TableFilter
     log_tables: tuple[LogTable, ...]
     canonical: bool = False  # also the canonical JSON images
     schema_file: str | None = None  # `binlog-mirror schema export` doc for binlogs without names
+    # an output pyarrow cannot write (s3a://, viewfs://, ...): the batches go back to Spark, as
+    # Arrow IPC blobs in the result, and Spark's Hadoop writers write them (service.batch.spark_output)
+    via_spark: bool = False
 
 
 @dataclass(slots=True)
@@ -120,6 +124,19 @@ class RangeResult:
     transactions: int = 0
     versions: list[tuple[int, str, str, str]] = field(default_factory=list)  # seq, schema, table, version
     end: dict[str, Any] | None = None  # the last resume point in the range
+    blobs: list[tuple[str, bytes]] = field(default_factory=list)  # via_spark: (output, IPC batch)
+
+
+def pyarrow_writes(path: str) -> bool:
+    """Whether pyarrow can write under `path` (local, file:, and what its filesystems know: s3://,
+    gs://, hdfs:// with libhdfs); else the output goes through Spark's Hadoop writers."""
+    if "://" not in path:
+        return True
+    try:
+        pafs.FileSystem.from_uri(path)
+    except (pa.ArrowException, OSError):  # an unknown scheme, or a filesystem this build lacks
+        return False
+    return True
 
 
 def output_root(path: str) -> tuple[pafs.FileSystem, str]:
@@ -150,7 +167,7 @@ def decode_options(schema_file: str | None) -> DecodeOptions:
 class _TableBuffer:
     """A table's row changes of one version, column by column, until they become an Arrow batch."""
 
-    def __init__(self, t: LogTable, canonical: bool, writer: pq.ParquetWriter) -> None:
+    def __init__(self, t: LogTable, canonical: bool, writer: pq.ParquetWriter | _BlobWriter) -> None:
         self.t, self.canonical, self.writer = t, canonical, writer
         self.version: tuple[str, ...] = ()
         self.meta: tuple[list[Any], ...] = tuple([] for _ in _META)
@@ -217,18 +234,42 @@ class _TableBuffer:
         return pa.StructArray.from_arrays(arrays, names=list(t.key))
 
 
-class _Output:
-    """The part files of one range: a ParquetWriter per table, opened at its first row."""
+class _BlobWriter:
+    """A ParquetWriter's stand-in when Spark writes the output: each batch as one Arrow IPC
+    stream, kept with the output's path (bounded: a batch is at most _BATCH_ROWS rows)."""
 
-    def __init__(self, task: RangeTask) -> None:
+    def __init__(self, relative: str, schema: pa.Schema, blobs: list[tuple[str, bytes]]) -> None:
+        self.relative, self.schema, self.blobs = relative, schema, blobs
+
+    def write_batch(self, batch: pa.RecordBatch) -> None:
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, self.schema) as stream:
+            stream.write_batch(batch)
+        self.blobs.append((self.relative, sink.getvalue().to_pybytes()))
+
+    def close(self) -> None:
+        pass
+
+
+class _Output:
+    """The part files of one range: a ParquetWriter per table, opened at its first row (or, for an
+    output Spark writes, a _BlobWriter)."""
+
+    def __init__(self, task: RangeTask, blobs: list[tuple[str, bytes]]) -> None:
         self.task = task
-        self.fs, self.root = output_root(task.out)
+        self.blobs = blobs
+        self.fs: pafs.FileSystem | None = None
+        self.root = task.out
+        if not task.via_spark:
+            self.fs, self.root = output_root(task.out)
         r = task.range
         self.part = f"part-{r.index:05d}-{r.part:04d}.parquet"
         self.tables = {(t.schema, t.table): t for t in task.log_tables}
         self.buffers: dict[tuple[str, str], _TableBuffer] = {}
 
-    def _writer(self, relative: str, schema: pa.Schema) -> pq.ParquetWriter:
+    def _writer(self, relative: str, schema: pa.Schema) -> pq.ParquetWriter | _BlobWriter:
+        if self.fs is None:
+            return _BlobWriter(relative, schema, self.blobs)
         self.fs.create_dir(f"{self.root}/{relative}", recursive=True)
         return pq.ParquetWriter(f"{self.root}/{relative}/{self.part}", schema, filesystem=self.fs)
 
@@ -284,7 +325,7 @@ def decode_range(task: RangeTask) -> RangeResult:
     tracker = CheckpointTracker(BinlogPosition(name, r.start), gtids)
     assembler = TransactionAssembler(tracker, task.tables)
     result = RangeResult(r.index, r.part)
-    out = _Output(task)
+    out = _Output(task, result.blobs)
     base = r.index << FILE_SHIFT | r.part << RANGE_SHIFT
     rank = 0
     versions: dict[tuple[str, str], str] = {}  # the current TABLE_MAP's version per table

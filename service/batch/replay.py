@@ -13,12 +13,14 @@ conversion in the JVM. Output, all under a temporary path renamed at the end:
     transactions/               one row per committed transaction (end position, GTID, GTID set)
     _replay.json                files in order, the end checkpoint, each table's columns and key
 
-The executors write the Parquet files with pyarrow: the output must be a local path (a shared
-mount on a cluster) or a URI pyarrow knows (hdfs://, s3://, gs://).
+The executors write the Parquet files with pyarrow where it can (a local path, or a shared mount
+on a cluster; s3://, gs://, hdfs:// with libhdfs). Any other Hadoop path (s3a://, viewfs://,
+abfs://, ...) is written by Spark from the tasks' Arrow batches (service.batch.spark_output).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import os
 import struct
@@ -39,11 +41,13 @@ from service.batch.changes import (
     RangeTask,
     decode_options,
     decode_range,
+    pyarrow_writes,
     table_schema,
     write_empty,
 )
 from service.batch.ranges import FileRange, FileScan, scan_file
 from service.batch.session import JobSummary, job_progress, staged_output, write_text
+from service.batch.spark_output import write_blobs, write_empty_via_spark
 from service.binlog.constants import BINLOG_MAGIC
 from service.errors import ConfigError
 from service.transactions import TableFilter
@@ -226,6 +230,11 @@ def _log_table(cols: TableColumns) -> LogTable:
     return LogTable(cols.schema, cols.table, tuple((n, k) for n, k, _ in cols.columns), cols.key)
 
 
+def _without_blobs(result: RangeResult) -> RangeResult:
+    """What the driver collects of a range: its counts, not its batches (via_spark)."""
+    return dataclasses.replace(result, blobs=[]) if result.blobs else result
+
+
 def replay_to_parquet(
     spark: SparkSession,
     paths: list[str],
@@ -252,24 +261,36 @@ def replay_to_parquet(
         planned = _catalog(scans, [])
         log_tables = tuple(_log_table(c) for c in planned)
         ranges: list[FileRange] = sorted((r for s in scans for r in s.ranges), key=lambda r: -r.size)
-        tasks = [RangeTask(r, tmp, tables, log_tables, canonical, schema_file) for r in ranges]
+        via_spark = not pyarrow_writes(out)
+        tasks = [RangeTask(r, tmp, tables, log_tables, canonical, schema_file, via_spark) for r in ranges]
+        decoded = sc.parallelize(tasks, max(1, len(tasks))).map(decode_range)
+        if via_spark:
+            from pyspark import StorageLevel
+
+            decoded = decoded.persist(StorageLevel.MEMORY_AND_DISK)  # decoded once, read per output
         with job_progress(spark, "replay: decoding"):
-            results: list[RangeResult] = sc.parallelize(tasks, max(1, len(tasks))).map(decode_range).collect()
+            results: list[RangeResult] = decoded.map(_without_blobs).collect()
         results.sort(key=lambda r: (r.index, r.part))
         catalog = _catalog(scans, results)
         by_table: dict[tuple[str, str], int] = {}
         for r in results:
             for key, n in r.changes.items():
                 by_table[key] = by_table.get(key, 0) + n
-        for t in log_tables:  # a table whose rows were all dropped: an empty dataset, not none
-            if not by_table.get((t.schema, t.table)):
-                write_empty(tmp, f"changes/{t.schema}/{t.table}", table_schema(t, canonical))
         ddl = sum(r.ddl for r in results)
         txns = sum(r.transactions for r in results)
-        if not ddl:
-            write_empty(tmp, "ddl", DDL_SCHEMA)
-        if not txns:
-            write_empty(tmp, "transactions", TXN_SCHEMA)
+        outputs = {f"changes/{t.schema}/{t.table}": table_schema(t, canonical) for t in log_tables}
+        outputs |= {"ddl": DDL_SCHEMA, "transactions": TXN_SCHEMA}
+        rows = {f"changes/{s}/{t}": n for (s, t), n in by_table.items()} | {"ddl": ddl, "transactions": txns}
+        empty = {name: schema for name, schema in outputs.items() if not rows.get(name)}
+        if via_spark:
+            with job_progress(spark, "replay: writing"):
+                write_blobs(spark, decoded, tmp, {n: s for n, s in outputs.items() if n not in empty})
+            decoded.unpersist()
+        for name, schema in empty.items():  # no rows (a table's all dropped): an empty dataset, not none
+            if via_spark:
+                write_empty_via_spark(spark, f"{tmp}/{name}", schema)
+            else:
+                write_empty(tmp, name, schema)
         end = next((r.end for r in reversed(results) if r.end is not None), None)
         by_table = {k: n for k, n in by_table.items() if n}
         meta = {

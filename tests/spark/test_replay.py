@@ -13,6 +13,7 @@ import orjson
 import pymysql
 import pytest
 
+from service.batch.changes import pyarrow_writes
 from service.batch.replay import binlog_paths, replay_to_parquet
 from service.binlog.canonical import row_to_json
 from service.devtools.stack import LocalStack
@@ -193,3 +194,39 @@ def test_split_file_replay_equals_the_whole_file(stack: LocalStack, spark: Any, 
         assert _rows(spark, f"{whole}/{part}") == _rows(spark, f"{split}/{part}"), part
     # the GTID state handed over at each cut: every transaction's executed set, as decoded whole
     assert all(r["gtid_set"] for r in _rows(spark, f"{split}/transactions"))
+
+
+def test_replay_to_a_hadoop_only_path_equals_the_pyarrow_written_log(
+    stack: LocalStack, spark: Any, tmp_path: Path
+) -> None:
+    """`--out` on a Hadoop filesystem pyarrow cannot write (here viewfs://, a mount table onto a
+    local directory; s3a:// and abfs:// take the same path): Spark writes the tasks' batches, and
+    the change log is the one the tasks write with pyarrow, row for row, with the same schema;
+    an output with no rows (the last file holds no DDL) is an empty dataset there too."""
+    db, _ = unique_names()
+    _sql(stack, "FLUSH BINARY LOGS")
+    _workload(stack, db)
+    files = [str(f) for f in _closed_binlogs(stack)[-2:]]
+    (tmp_path / "mounted").mkdir()
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    conf.set("fs.viewfs.mounttable.replaytest.link./logs", f"file://{tmp_path / 'mounted'}")
+    wanted = TableFilter((f"{db}.*",))
+    assert not pyarrow_writes("viewfs://replaytest/logs/both")  # the path through Spark
+    for name, inputs in (("both", files), ("last", files[-1:])):
+        local, hadoop = str(tmp_path / name), f"viewfs://replaytest/logs/{name}"
+        a = replay_to_parquet(spark, inputs, local, wanted, canonical=True, split_bytes=4096)
+        b = replay_to_parquet(spark, inputs, hadoop, wanted, canonical=True, split_bytes=4096)
+        assert (a.changes, a.by_table, a.ddl, a.transactions, a.end) == (
+            b.changes, b.by_table, b.ddl, b.transactions, b.end
+        )  # fmt: skip
+        assert (
+            Path(tmp_path, "mounted", name, "_replay.json").read_bytes()
+            == Path(local, "_replay.json").read_bytes()
+        )
+        for part in (f"changes/{db}/items", f"changes/{db}/other", "ddl", "transactions"):
+            assert (
+                spark.read.parquet(f"{hadoop}/{part}").schema == spark.read.parquet(f"{local}/{part}").schema
+            )
+            assert _rows(spark, f"{local}/{part}") == _rows(spark, f"{hadoop}/{part}"), part
+    assert a.ddl == 0 and a.changes > 0  # the last file: no DDL, an empty `ddl` dataset
+    assert sorted(p.name for p in (tmp_path / "mounted").iterdir()) == ["both", "last"]  # no staging left
