@@ -10,12 +10,14 @@ registered): the stream's own writer, so the service resumes from it as from any
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
+import hiredis
 import redis as redis_sync
 
 from service.sink.ir import TableKeys, WriteRow
 from service.sink.keys import KeyLayout
+from service.sink.plain import pack_hset
 from service.sink.values import json_document, row_fields
 
 __all__ = ["clear_table", "write_ops", "write_rows"]
@@ -47,23 +49,50 @@ def write_rows(
 
 
 def write_ops(r: redis_sync.Redis, ops: Sequence[WriteRow], *, json_mode: bool) -> None:
-    """The IR's whole-row writes as plain commands in one pipeline, without the apply script
-    (no lease check, no resync marks: a copy into a mirror no stream writes yet)."""
-    pipe = r.pipeline(transaction=False)
+    """The IR's whole-row writes as plain commands, packed here and sent at once, without the apply
+    script (no lease check, no resync marks: a copy into a mirror no stream writes yet). Packed
+    as the plain form packs a row's HSET (service.sink.plain.pack_hset): redis-py's pipeline
+    cost 56 µs a row of 12 columns in Python, most of a load's time."""
+    out: list[bytes] = []
+    replies = 0
     indexes: dict[str, list[str]] = {}
     for op in ops:
         row_key = f"{op.table.base}:{op.suffix}"
         indexes.setdefault(op.table.index, []).append(op.suffix)
         if json_mode:
-            pipe.set(row_key, json_document(op.row))
+            out.append(hiredis.pack_command(cast(Any, ("SET", row_key, json_document(op.row)))))
+            replies += 1
             continue
-        pipe.delete(row_key)
-        fields = row_fields(op.row)
-        if fields:
-            pipe.hset(row_key, items=fields)
+        out.append(hiredis.pack_command(cast(Any, ("DEL", row_key))))
+        pairs = pack_hset(out, row_key, op.row)
+        if pairs < 0:  # a value pack_hset leaves to hiredis
+            out.append(hiredis.pack_command(cast(Any, ("HSET", row_key, *row_fields(op.row)))))
+        replies += 2 if pairs else 1
     for index, suffixes in indexes.items():
-        pipe.sadd(index, *suffixes)
-    pipe.execute()
+        out.append(hiredis.pack_command(cast(Any, ("SADD", index, *suffixes))))
+        replies += 1
+    _send(r, b"".join(out), replies)
+
+
+def _send(r: redis_sync.Redis, packed: bytes, replies: int) -> None:
+    """Write the commands and read their replies; the first error reply raises (after every reply
+    was read: the connection stays in step)."""
+    conn: Any = r.connection_pool.get_connection()  # redis-py's Connection: untyped methods
+    try:
+        conn.send_packed_command([packed])
+        error: Exception | None = None
+        for _ in range(replies):
+            try:
+                conn.read_response()
+            except redis_sync.ResponseError as exc:
+                error = error or exc
+        if error is not None:
+            raise error
+    except (redis_sync.ConnectionError, redis_sync.TimeoutError):
+        conn.disconnect()
+        raise
+    finally:
+        r.connection_pool.release(conn)
 
 
 def clear_table(r: redis_sync.Redis, layout: KeyLayout, schema: str, table: str) -> None:

@@ -40,7 +40,7 @@ from service.binlog.rowchange import Row
 from service.sink.ir import AddMember, ApplyCall, SetFields, TableKeys, WriteRow
 from service.sink.values import hash_text, row_fields
 
-__all__ = ["PlainCall", "plain_call"]
+__all__ = ["PlainCall", "pack_hset", "plain_call"]
 
 Command = tuple[Any, ...]
 
@@ -91,7 +91,7 @@ def plain_call(
                 _end_run(cmds, dels, writes, in_run)
             in_run.add(key)
             dels.append(key)
-            pairs = _hset(writes, key, op.row)
+            pairs = pack_hset(writes, key, op.row)
             if pairs < 0:  # left to hiredis (never from the decoder's values)
                 fields = row_fields(op.row)
                 writes.append(hiredis.pack_command(cast(Any, ("HSET", key, *fields))))
@@ -137,7 +137,7 @@ def _bulk(data: bytes) -> bytes:
     return (_LENGTHS[n] if n < 1024 else b"$%d\r\n" % n) + data + b"\r\n"
 
 
-def _hset(out: list[bytes], key: str, row: Row) -> int:
+def pack_hset(out: list[bytes], key: str, row: Row) -> int:
     """Append to `out` the RESP of HSET key and the row's field-value pairs (values.row_fields,
     read straight from the row: no list of pairs per row): the same bytes as hiredis.pack_command
     (tests/unit/test_sink_plain.py). Returns the pairs (0: nothing appended, a row of NULLs has no

@@ -11,7 +11,7 @@ import hiredis
 from service.binlog.rowchange import EventSpan, Op, RowChange
 from service.sink.ir import ApplyCall, ApplyHeader
 from service.sink.keys import KeyLayout
-from service.sink.plain import _hset, plain_call
+from service.sink.plain import pack_hset, plain_call
 from service.sink.plan import IrOp, Planner, checkpoint_op
 from service.sink.values import row_fields
 
@@ -106,14 +106,14 @@ def test_a_rows_hset_is_packed_as_hiredis_packs_it() -> None:
         key = "m:db:a:" + "".join(rnd.choice(alphabet) for _ in range(rnd.randrange(1, 40)))
         out = [b"before"]
         pairs = row_fields(row)
-        assert _hset(out, key, row) == len(pairs) // 2
+        assert pack_hset(out, key, row) == len(pairs) // 2
         assert out[0] == b"before"
         if pairs:
             assert b"".join(out[1:]) == hiredis.pack_command(("HSET", key, *pairs))  # type: ignore[arg-type]
         else:
             assert out == [b"before"]  # a row of NULLs: no HSET
     out = [b"before"]  # a lone surrogate: left to hiredis, nothing appended
-    assert _hset(out, "k", {"f": "\ud800"}) == -1 and out == [b"before"]
+    assert pack_hset(out, "k", {"f": "\ud800"}) == -1 and out == [b"before"]
     # a call's replies count each HSET, packed in one piece
     args = _call(*(_row(Op.INSERT, "a", id=i, v="x" * i) for i in range(5)), _row(Op.INSERT, "a", id=1, v=1))
     plain = plain_call(args, "m:__tables", "sha", "g", "f", set())
