@@ -14,6 +14,7 @@ from typing import Any, cast
 
 import hiredis
 import redis as redis_sync
+from redis._parsers import hiredis as redis_hiredis
 
 from service.sink.ir import TableKeys, WriteRow
 from service.sink.keys import KeyLayout
@@ -21,6 +22,9 @@ from service.sink.plain import pack_hset
 from service.sink.values import json_document, row_fields
 
 __all__ = ["clear_table", "write_ops", "write_rows"]
+
+# what redis-py's hiredis reader returns while a reply is incomplete (redis-py 5.1+; False before)
+_NOT_ENOUGH_DATA: Any = getattr(redis_hiredis, "NOT_ENOUGH_DATA", False)
 
 
 def write_rows(
@@ -80,19 +84,38 @@ def _send(r: redis_sync.Redis, packed: bytes, replies: int) -> None:
     conn: Any = r.connection_pool.get_connection()  # redis-py's Connection: untyped methods
     try:
         conn.send_packed_command([packed])
-        error: Exception | None = None
-        for _ in range(replies):
-            try:
-                conn.read_response()
-            except redis_sync.ResponseError as exc:
-                error = error or exc
-        if error is not None:
-            raise error
+        error = _read_replies(conn, replies)
     except (redis_sync.ConnectionError, redis_sync.TimeoutError):
         conn.disconnect()
         raise
     finally:
         r.connection_pool.release(conn)
+    if error is not None:
+        raise error
+
+
+def _read_replies(conn: Any, n: int) -> Exception | None:
+    """Read n replies; the first error reply, if any. From redis-py's hiredis reader itself where it
+    has one (a Python call per reply through read_response cost as much as packing the row)."""
+    parser: Any = getattr(conn, "_parser", None)
+    reader = getattr(parser, "_reader", None)
+    error: Exception | None = None
+    if reader is None:
+        for _ in range(n):
+            try:
+                conn.read_response()
+            except redis_sync.ResponseError as exc:
+                error = error or exc
+        return error
+    while n:
+        reply = reader.gets()
+        if reply is _NOT_ENOUGH_DATA:
+            parser.read_from_socket()
+            continue
+        n -= 1
+        if isinstance(reply, Exception) and error is None:
+            error = reply
+    return error
 
 
 def clear_table(r: redis_sync.Redis, layout: KeyLayout, schema: str, table: str) -> None:
