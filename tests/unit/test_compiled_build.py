@@ -47,6 +47,7 @@ def _copy(tmp_path: Path) -> Path:
     for name in (
         "tests/conftest.py",
         "tests/server_markers.py",  # the conftest's marker rule
+        "tests/fixture_changes.py",  # the sink tests' vectors
         "pyproject.toml",
         "constraints.txt",
         "setup.py",
