@@ -12,6 +12,7 @@ import pymysql
 import pytest
 import redis as redis_sync
 
+from service.binlog.canonical import row_to_json
 from service.devtools.stack import LocalStack
 from service.errors import ConfigError
 from service.pipeline.replicator import Replicator
@@ -49,24 +50,31 @@ def sections(db: str) -> dict[str, Any]:
     }
 
 
-def shaped(stack: LocalStack, db: str) -> dict[str, dict[str, dict[bytes, bytes]]]:
-    """What the mirror should hold: SELECT * of each table, shaped as its section says."""
+def shaped(stack: LocalStack, db: str, json: bool = False) -> dict[str, dict[str, Any]]:
+    """What the mirror should hold: SELECT * of each table, shaped as its section says (hash
+    fields, or with `json` the canonical JSON documents)."""
     kept = {"users": USERS, "tokens": ("id", "kind"), "plain": ("id", "secret")}
     conn = root(stack, db)
     lay = KeyLayout("x")
-    out: dict[str, dict[str, dict[bytes, bytes]]] = {}
+    out: dict[str, dict[str, Any]] = {}
     with conn.cursor(pymysql.cursors.DictCursor) as cur:
+        cur.execute("SET time_zone = '+00:00'")
         for table, cols in kept.items():
             cur.execute(f"SELECT * FROM {table}")
-            rows = {}
+            rows: dict[str, Any] = {}
             for row in cur.fetchall():
+                names = RENAMES if table == "users" else {}
+                cut = {names.get(c, c): row[c] for c in (*cols, *(["extra"] if "extra" in row else []))}
+                suffix = lay.row_suffix([row["id"]])
+                if json:
+                    rows[suffix] = row_to_json(cut)
+                    continue
                 fields: dict[bytes, bytes] = {}
-                for col in cols:
-                    if row[col] is not None:
-                        fv = field_value(row[col])
-                        name = RENAMES.get(col, col) if table == "users" else col
+                for name, value in cut.items():
+                    if value is not None:
+                        fv = field_value(value)
                         fields[name.encode()] = fv if isinstance(fv, bytes) else fv.encode()
-                rows[lay.row_suffix([row["id"]])] = fields
+                rows[suffix] = fields
             out[table] = rows
     conn.close()
     return out
@@ -82,7 +90,8 @@ def write(stack: LocalStack, db: str, statements: list[str], row_image: str = "F
     conn.close()
 
 
-async def test_shaped_tables_keep_only_their_fields_everywhere(stack: LocalStack) -> None:
+@pytest.mark.parametrize("value_mode", ["hash", "json"])
+async def test_shaped_tables_keep_only_their_fields_everywhere(stack: LocalStack, value_mode: str) -> None:
     info = stack.load()
     assert info is not None
     db, prefix = new_database(stack, *SCHEMA)
@@ -96,7 +105,11 @@ async def test_shaped_tables_keep_only_their_fields_everywhere(stack: LocalStack
             "INSERT INTO plain VALUES (1, 'visible')",
         ],
     )
-    settings = mirror_settings(stack, db, prefix, table=sections(db), changelog_maxlen=10000)
+    settings = mirror_settings(
+        stack, db, prefix, table=sections(db), changelog_maxlen=10000, value_mode=value_mode
+    )
+    json = value_mode == "json"
+    tables = ("users", "tokens", "plain")
     hooked: list[Any] = []
     rep = Replicator(settings, on_applied=[lambda txn, _first: hooked.extend(txn.changes)])
     task = asyncio.create_task(rep.run())
@@ -129,7 +142,7 @@ async def test_shaped_tables_keep_only_their_fields_everywhere(stack: LocalStack
         target = master_position(stack)
         await asyncio.to_thread(wait_applied, info.redis_url, prefix, target)
         await wait_hooks(rep, target)
-        assert actual(info.redis_url, prefix, db, ("users", "tokens", "plain")) == shaped(stack, db)
+        assert actual(info.redis_url, prefix, db, tables, json=json) == shaped(stack, db, json)
         assert (await Verifier(settings).run()).equal
 
         # an ALTER: the table is copied again (resync), still in its shape
@@ -140,10 +153,9 @@ async def test_shaped_tables_keep_only_their_fields_everywhere(stack: LocalStack
             if not any(t.resync for t in rep.status().tables):
                 break
             await asyncio.sleep(0.05)
-        expected = shaped(stack, db)
-        for fields in expected["users"].values():
-            fields[b"extra"] = b"7"  # a new column is kept: the section excludes by name
-        assert actual(info.redis_url, prefix, db, ("users", "tokens", "plain")) == expected
+        expected = shaped(stack, db, json)  # with `extra`: the section excludes by name
+        assert all(("extra" if json else b"extra") in row for row in expected["users"].values())
+        assert actual(info.redis_url, prefix, db, tables, json=json) == expected
 
         # nothing excluded left the process: no hook image, no change-log entry
         for ch in hooked:
