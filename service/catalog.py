@@ -68,6 +68,15 @@ class Catalog:
             self._check_shapes(self.foreign_keys)
         self._tables[(info.schema, info.table)] = info
 
+    def fk_state(self) -> tuple[ForeignKeys | None, bool]:
+        """The foreign keys as read and whether they are stale: `restore_fk_state` puts them back
+        after a read made only to check the sections (the start: the applier's first read then
+        writes `__fkdefs` as it always did)."""
+        return self.foreign_keys, self.fk_stale
+
+    def restore_fk_state(self, state: tuple[ForeignKeys | None, bool]) -> None:
+        self.foreign_keys, self.fk_stale = state
+
     def shape(self, schema: str, table: str) -> Shape | None:
         """The table's shape (None: unshaped, every column as is), as of its loaded definition."""
         return self.shapes.get(schema, table)

@@ -343,7 +343,9 @@ class Replicator:
             for s, t in sorted(wanted):
                 if shapes.matches(s, t):
                     await definitions.load(s, t)
+            state = self.catalog.fk_state()  # read to check them only: the applier reads its own
             await definitions.foreign_keys()
+            self.catalog.restore_fk_state(state)
         # rows a cut-short RENAME moved to a name that is not selected (now): nobody mirrors them.
         # Selected, not existing: a mirrored name the source does not have now is left to the
         # statements still to replay (`RENAME TABLE a TO tmp, b TO a, tmp TO b` cut short holds
