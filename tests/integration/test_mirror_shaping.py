@@ -26,6 +26,7 @@ from tests.integration.mirror_helpers import (
     new_database,
     root,
     stop_replicator,
+    until,
     wait_applied,
     wait_hooks,
 )
@@ -142,6 +143,7 @@ async def test_shaped_tables_keep_only_their_fields_everywhere(stack: LocalStack
         target = master_position(stack)
         await asyncio.to_thread(wait_applied, info.redis_url, prefix, target)
         await wait_hooks(rep, target)
+        await until("the copies", lambda: not any(t.resync for t in rep.status().tables))
         assert actual(info.redis_url, prefix, db, tables, json=json) == shaped(stack, db, json)
         assert (await Verifier(settings).run()).equal
 
@@ -149,10 +151,7 @@ async def test_shaped_tables_keep_only_their_fields_everywhere(stack: LocalStack
         write(stack, db, ["ALTER TABLE users ADD COLUMN extra INT DEFAULT 7"])
         target = master_position(stack)
         await asyncio.to_thread(wait_applied, info.redis_url, prefix, target)
-        for _ in range(200):
-            if not any(t.resync for t in rep.status().tables):
-                break
-            await asyncio.sleep(0.05)
+        await until("the resync", lambda: not any(t.resync for t in rep.status().tables))
         expected = shaped(stack, db, json)  # with `extra`: the section excludes by name
         assert all(("extra" if json else b"extra") in row for row in expected["users"].values())
         assert actual(info.redis_url, prefix, db, tables, json=json) == expected
@@ -230,3 +229,40 @@ async def test_sections_that_cannot_apply_are_refused_at_start(
     r = redis_sync.Redis.from_url(stack.load().redis_url)  # type: ignore[union-attr]
     assert not list(r.scan_iter(f"{prefix}:{db}:*"))  # nothing was mirrored
     r.close()
+
+
+async def test_verify_repairs_a_shaped_table_into_its_shape(stack: LocalStack) -> None:
+    """`verify --repair` reads the source's rows in the table's shape: a row missing and a row
+    holding a field its section leaves out are both rewritten as the stream writes them."""
+    info = stack.load()
+    assert info is not None
+    db, prefix = new_database(stack, *SCHEMA)
+    write(
+        stack,
+        db,
+        [
+            "INSERT INTO users VALUES (1, 'a@x', 'hash-1', '2024-01-02 03:04:05', 'n1'), "
+            "(2, 'b@x', 'hash-2', NULL, 'n2')",
+            "INSERT INTO tokens VALUES (1, 1, 'tok-1', 'api')",
+            "INSERT INTO plain VALUES (1, 'visible')",
+        ],
+    )
+    settings = mirror_settings(stack, db, prefix, table=sections(db))
+    rep = Replicator(settings)
+    task = asyncio.create_task(rep.run())
+    try:
+        await wait_hooks(rep, master_position(stack))
+        await until("the copies", lambda: not any(t.resync for t in rep.status().tables))
+    finally:
+        await stop_replicator(rep, task)
+    tables = ("users", "tokens", "plain")
+    assert actual(info.redis_url, prefix, db, tables) == shaped(stack, db)
+    lay = KeyLayout(prefix)
+    r = redis_sync.Redis.from_url(info.redis_url)
+    r.hset(lay.row_key(db, "users", [1]), "password_hash", "leaked")
+    r.delete(lay.row_key(db, "users", [2]))
+    r.close()
+    report = await Verifier(settings).run(repair=True)
+    assert {d.table for d in report.differences} == {"users"} and report.repaired == 2
+    assert actual(info.redis_url, prefix, db, tables) == shaped(stack, db)
+    assert (await Verifier(settings).run()).equal
