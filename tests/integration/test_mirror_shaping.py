@@ -25,8 +25,8 @@ from tests.integration.mirror_helpers import (
     mirror_settings,
     new_database,
     root,
+    settle,
     stop_replicator,
-    until,
     wait_applied,
     wait_hooks,
 )
@@ -142,8 +142,7 @@ async def test_shaped_tables_keep_only_their_fields_everywhere(stack: LocalStack
         )
         target = master_position(stack)
         await asyncio.to_thread(wait_applied, info.redis_url, prefix, target)
-        await wait_hooks(rep, target)
-        await until("the copies", lambda: not any(t.resync for t in rep.status().tables))
+        await settle(rep, stack)
         assert actual(info.redis_url, prefix, db, tables, json=json) == shaped(stack, db, json)
         assert (await Verifier(settings).run()).equal
 
@@ -151,7 +150,7 @@ async def test_shaped_tables_keep_only_their_fields_everywhere(stack: LocalStack
         write(stack, db, ["ALTER TABLE users ADD COLUMN extra INT DEFAULT 7"])
         target = master_position(stack)
         await asyncio.to_thread(wait_applied, info.redis_url, prefix, target)
-        await until("the resync", lambda: not any(t.resync for t in rep.status().tables))
+        await settle(rep, stack)
         expected = shaped(stack, db, json)  # with `extra`: the section excludes by name
         assert all(("extra" if json else b"extra") in row for row in expected["users"].values())
         assert actual(info.redis_url, prefix, db, tables, json=json) == expected
@@ -251,8 +250,7 @@ async def test_verify_repairs_a_shaped_table_into_its_shape(stack: LocalStack) -
     rep = Replicator(settings)
     task = asyncio.create_task(rep.run())
     try:
-        await wait_hooks(rep, master_position(stack))
-        await until("the copies", lambda: not any(t.resync for t in rep.status().tables))
+        await settle(rep, stack)  # the bootstrap copies done
     finally:
         await stop_replicator(rep, task)
     tables = ("users", "tokens", "plain")
