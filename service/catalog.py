@@ -16,6 +16,7 @@ from typing import Any
 import aiomysql
 
 from service.errors import CatalogMiss, SourceError
+from service.shaping import Shape, Shapes
 from service.sink.fks import ForeignKey, ForeignKeys
 from service.table_info import ColumnStatus, TableInfo
 from service.transactions import TableFilter
@@ -28,8 +29,11 @@ log = logging.getLogger(__name__)
 
 
 class Catalog:
-    def __init__(self, table_filter: TableFilter) -> None:
+    def __init__(self, table_filter: TableFilter, shapes: Shapes | None = None) -> None:
         self.filter = table_filter
+        # the tables' shapes ([table."…"] sections): resolved each time a definition is read, so
+        # a DDL that breaks a section stops the run with its message (ShapeError)
+        self.shapes = shapes or Shapes({})
         self._tables: dict[tuple[str, str], TableInfo] = {}
         self._warned: set[tuple[str, str]] = set()
         # The foreign keys between wanted tables as last read (None: never); `fk_stale`: to be read
@@ -60,7 +64,29 @@ class Catalog:
 
     def put(self, info: TableInfo) -> None:
         """Use `info` for its table (what `load` does after reading information_schema)."""
+        if self.shapes and self.shapes.resolve(info) is not None and self.foreign_keys is not None:
+            self._check_shapes(self.foreign_keys)
         self._tables[(info.schema, info.table)] = info
+
+    def fk_state(self) -> tuple[ForeignKeys | None, bool]:
+        """The foreign keys as read and whether they are stale: `restore_fk_state` puts them back
+        after a read made only to check the sections (the start: the applier's first read then
+        writes `__fkdefs` as it always did)."""
+        return self.foreign_keys, self.fk_stale
+
+    def restore_fk_state(self, state: tuple[ForeignKeys | None, bool]) -> None:
+        self.foreign_keys, self.fk_stale = state
+
+    def shape(self, schema: str, table: str) -> Shape | None:
+        """The table's shape (None: unshaped, every column as is), as of its loaded definition."""
+        return self.shapes.get(schema, table)
+
+    def _check_shapes(self, fks: ForeignKeys) -> None:
+        for fk in fks.keys:
+            if (child := self.shapes.get(fk.schema, fk.table)) is not None:
+                child.refuse_foreign_key(fk.name, fk.columns)
+            if (parent := self.shapes.get(fk.ref_schema, fk.ref_table)) is not None:
+                parent.refuse_foreign_key(fk.name, fk.ref_columns)
 
     def known(self, schema: str, table: str) -> bool:
         return (schema, table) in self._tables
@@ -113,7 +139,7 @@ class Catalog:
             log.warning(
                 "%s.%s has no primary key and no unique NOT NULL key: its rows are skipped", schema, table
             )
-        self._tables[(schema, table)] = info
+        self.put(info)
         return info
 
     @staticmethod
@@ -246,6 +272,8 @@ class Catalog:
         return self._fks_read(ForeignKeys(keys), forgets)
 
     def _fks_read(self, fks: ForeignKeys, forgets: int) -> ForeignKeys:
+        if self.shapes:
+            self._check_shapes(fks)
         self.foreign_keys = fks
         self.fk_stale = forgets != self._forgets
         return fks

@@ -24,6 +24,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from service.errors import ConfigError
+from service.shaping import SectionSettings, parse_template
 
 __all__ = ["MySQLUrl", "RedisUrl", "Settings", "cluster_nodes", "load_settings", "sentinel_target"]
 
@@ -146,6 +147,66 @@ class RedisUrl(BaseModel):
         return self.redacted()
 
 
+# issue 40's per-table settings this version does not apply yet: refused, never ignored
+UNSUPPORTED_TABLE_SETTINGS = ("index", "ttl", "value")
+
+
+class TableShapeSettings(BaseModel):
+    """A `[table."schema.table"]` section (docs/mirror.md, "Shaping"); checked against the
+    table's columns when its definition is read (service/shaping.py)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    key: str | None = None  # a row key template: literal text and {column} placeholders
+    columns: list[str] | None = None  # the fields kept (key columns always)
+    exclude: list[str] = []  # or: the columns left out
+    rename: dict[str, str] = {}  # column -> its field name in the mirror
+
+    @model_validator(mode="before")
+    @classmethod
+    def _unsupported(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for name in UNSUPPORTED_TABLE_SETTINGS:
+                if name in data:
+                    raise ValueError(
+                        f"{name}: not supported by this version yet (it applies columns, exclude "
+                        "and rename); remove it"
+                    )
+        return data
+
+    @field_validator("key")
+    @classmethod
+    def _template(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                parse_template(value)
+            except ValueError as exc:
+                raise ValueError(f"{value!r}: {exc}") from None
+        return value
+
+    @field_validator("rename")
+    @classmethod
+    def _field_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for col, to in value.items():
+            if not to:
+                raise ValueError(f"rename: {col} gets an empty name")
+        return value
+
+    @model_validator(mode="after")
+    def _one_list(self) -> TableShapeSettings:
+        if self.columns is not None and self.exclude:
+            raise ValueError("columns and exclude: give one of them")
+        return self
+
+    def section(self) -> SectionSettings:
+        return SectionSettings(
+            key=self.key,
+            columns=tuple(self.columns) if self.columns is not None else None,
+            exclude=tuple(self.exclude),
+            rename=tuple(self.rename.items()),
+        )
+
+
 def read_secret_file(setting: str, path: Path) -> SecretStr:
     """A password or token: the first line of a file (a mounted secret), without its line ending
     (spaces are kept: they may be part of a password); an empty one is an error."""
@@ -242,6 +303,9 @@ class Settings(BaseSettings):
     ws_buffer_events: int = Field(default=10_000, ge=0)  # ring kept for websocket resume
     ws_queue_events: int = Field(default=1_000, ge=1)  # per subscriber; overflow closes it (1013)
     ws_ping_seconds: float = Field(default=20.0, gt=0)  # websocket ping interval and pong timeout
+    # per-table shaping (docs/mirror.md, "Shaping"): `[table."schema.table"]` sections of the
+    # config file, a glob allowed, the most specific match wins
+    table: dict[str, TableShapeSettings] = {}
 
     @model_validator(mode="before")
     @classmethod
@@ -294,7 +358,24 @@ class Settings(BaseSettings):
                 "verify_rows_per_second: the background verifier reads the single-node key layout "
                 "and does not run against a Redis Cluster (redis+cluster://) yet; set it to 0"
             )
+        if self.redis is not None and self.redis.cluster and self.table:
+            raise ValueError(
+                'table: shaped tables ([table."..."] sections) are not supported on a Redis Cluster '
+                "(redis+cluster://) by this version yet; remove the sections or mirror into one Redis"
+            )
         return self
+
+    @field_validator("table")
+    @classmethod
+    def _table_patterns(cls, value: dict[str, TableShapeSettings]) -> dict[str, TableShapeSettings]:
+        for pattern in value:
+            if pattern.count(".") != 1:
+                raise ValueError(f"table pattern {pattern!r} must be schema.table (globs allowed: db.*)")
+        return value
+
+    def table_sections(self) -> dict[str, SectionSettings]:
+        """The `[table."…"]` sections, for service.shaping.Shapes."""
+        return {pattern: t.section() for pattern, t in self.table.items()}
 
     @field_validator("redis_tls_ca_file", "redis_tls_cert_file", "redis_tls_key_file")
     @classmethod

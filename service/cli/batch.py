@@ -51,8 +51,14 @@ def _job(job: str, code: int = 1) -> Iterator[None]:
 
 
 def _refuse_sentinel(settings: Settings, job: str) -> None:
-    """The Spark jobs' workers connect with redis-py's sync client from the URL, which has no
-    Sentinel form: one line with the way round instead of their traceback."""
+    """Shaped tables and Sentinel: refused. The Spark jobs' workers connect with redis-py's sync
+    client from the URL, which has no Sentinel form: one line with the way round instead of their
+    traceback."""
+    if settings.table:  # the Spark jobs' writes and reads know no shaping (service/shaping.py)
+        raise fail(
+            f'table: {job} does not apply [table."…"] sections by this version yet; run the '
+            "single-process command, or remove the sections"
+        )
     if settings.redis is not None and settings.redis.sentinel:
         raise fail(
             f"{job} does not support Redis Sentinel (redis+sentinel://) yet: give it the current "

@@ -98,6 +98,10 @@ MEANINGS = {
     "ws_queue_events": "Row changes queued per websocket subscriber; one that falls further behind is "
     "closed (1013).",
     "ws_ping_seconds": "Websocket ping interval, and how long a pong may take.",
+    "table": 'Per-table shaping: `[table."schema.table"]` sections of the config file (a glob '
+    "allowed, the most specific match wins) with `columns` or `exclude` (the fields kept) and `rename` "
+    "(a field's name in Redis). A `key` template is checked, then refused by this version; `index`, "
+    '`ttl` and `value` are refused. Not on a Redis Cluster. docs/mirror.md, "Shaping".',
 }
 
 HEAD = f"""# Configuration reference

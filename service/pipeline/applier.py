@@ -167,6 +167,8 @@ class Applier:
             if info is not None and info.unknown_defaults:  # read when the table was empty
                 await self.load(schema, table)
         batch = [self._complete_inserts(t) if t.partial else t for t in batch]
+        if self.catalog.shapes:  # from here on (Redis, change log, hooks) only the kept fields
+            batch = [self._shaped(t) for t in batch]
         if any(t.changes for t in batch):
             await self._load_foreign_keys()
         mirrored = self.progress.mirrored
@@ -296,6 +298,21 @@ class Applier:
             if missing:
                 changes[i] = replace(ch, after={**missing, **ch.after})
         return replace(txn, changes=tuple(changes))
+
+    def _shaped(self, txn: Transaction) -> Transaction:
+        """The images of shaped tables' changes with only their kept fields, renamed (service/
+        shaping.py): excluded columns never reach Redis, the change log or the websocket."""
+        changes = list(txn.changes)
+        shaped = False
+        for i, ch in enumerate(changes):
+            shape = self.catalog.shape(ch.schema, ch.table)
+            if shape is None:
+                continue
+            before = shape.apply(ch.before) if ch.before is not None else None
+            after = shape.apply(ch.after) if ch.after is not None else None
+            changes[i] = replace(ch, before=before, after=after)
+            shaped = True
+        return replace(txn, changes=tuple(changes)) if shaped else txn
 
     def note_actions(self, actions: Sequence[TableAction]) -> None:
         """Follow applied table actions. A resync in flight was restarted (TRUNCATE), moved

@@ -58,6 +58,7 @@ from service.pipeline.status import ReplicatorStatus, State
 from service.pipeline.unmatched import UnmatchedPatterns
 from service.pipeline.verifier import BackgroundVerifier, drift_counter
 from service.settings import Settings
+from service.shaping import Shapes
 from service.sink.client import redis_client
 from service.sink.cluster import ClusterMirror, cluster_layout
 from service.sink.keys import KeyLayout, split_key
@@ -94,7 +95,7 @@ class Replicator:
         self.control = Control()  # pause/resume, resync on request (POST /control/..., `ctl`)
         cluster = settings.redis.cluster  # applied per slot group (service/sink/cluster.py)
         self.layout = cluster_layout(settings.key_prefix) if cluster else KeyLayout(settings.key_prefix)
-        self.catalog = Catalog(self.filter)
+        self.catalog = Catalog(self.filter, Shapes(settings.table_sections()))
         self.redis: Redis = redis_client(
             settings.redis.url.get_secret_value(),
             cluster_ok=True,
@@ -337,6 +338,14 @@ class Replicator:
         mirrored.clear()
         mirrored.update(_tables(await self.mirror.mirrored_tables()))
         wanted = set(await definitions.wanted_tables())
+        shapes = self.catalog.shapes
+        if shapes:  # a [table."…"] section that cannot apply stops the run here (ShapeError)
+            for s, t in sorted(wanted):
+                if shapes.matches(s, t):
+                    await definitions.load(s, t)
+            state = self.catalog.fk_state()  # read to check them only: the applier reads its own
+            await definitions.foreign_keys()
+            self.catalog.restore_fk_state(state)
         # rows a cut-short RENAME moved to a name that is not selected (now): nobody mirrors them.
         # Selected, not existing: a mirrored name the source does not have now is left to the
         # statements still to replay (`RENAME TABLE a TO tmp, b TO a, tmp TO b` cut short holds

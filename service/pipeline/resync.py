@@ -25,6 +25,7 @@ import aiomysql
 
 from service.checkpoint import BinlogPosition, Checkpoint
 from service.rowcompare import key_values, utc_row
+from service.shaping import Shape
 from service.sink.fks import ForeignKeys, ready_key, set_prefix
 from service.sink.mirror import RedisMirror
 from service.sink.replies import map_redis_errors
@@ -49,6 +50,7 @@ async def resync_table(
     utc_columns: frozenset[str] = frozenset(),
     binary_columns: frozenset[str] = frozenset(),
     source_position: Callable[[], Awaitable[Checkpoint]] | None = None,
+    shape: Shape | None = None,
 ) -> int:
     """Copy `schema.table` into the mirror in key order; returns rows read. `generation` is the
     resync mark's, read before this call (`RedisMirror.resync_generation`).
@@ -64,7 +66,10 @@ async def resync_table(
 
     `utc_columns` are the TIMESTAMP columns: SELECT returns them naive (the session's time_zone
     is +00:00), the binlog decodes them as aware UTC datetimes; they are made aware here so both
-    paths store the same value (canonical JSON `...Z`)."""
+    paths store the same value (canonical JSON `...Z`).
+
+    `shape`: the table's `[table."…"]` section (service/shaping.py): rows are written with only
+    their kept fields, renamed, as the stream writes them."""
     started = time.monotonic()
     fks = mirror.planner.cascades.foreign_keys()  # the constraints whose sets this copy fills
     total: int | None = None
@@ -92,13 +97,15 @@ async def resync_table(
                 break
             if utc_columns:
                 rows = [utc_row(row, utc_columns) for row in rows]
+            last = tuple(rows[-1][c] for c in key)
+            if shape is not None:
+                rows = [shape.apply(row) for row in rows]
             await add_fk_members(mirror, schema, table, rows)  # before the rows: see add_fk_members
             if await mirror.resync_rows(schema, table, rows, generation) is None:
                 _superseded(schema, table, done)
                 return done
             done += len(rows)
             progress(done, total, 0)
-            last = tuple(rows[-1][c] for c in key)
             if len(rows) < chunk_rows:
                 break
 
@@ -121,6 +128,8 @@ async def resync_table(
                         rows = list(await cur.fetchall())
             if utc_columns:
                 rows = [utc_row(row, utc_columns) for row in rows]
+            if shape is not None:
+                rows = [shape.apply(row) for row in rows]
         await add_fk_members(mirror, schema, table, rows)
         written = await mirror.resync_reread(schema, table, generation, entries, rows)
         if written:

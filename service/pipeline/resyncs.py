@@ -105,6 +105,7 @@ class Resyncs:
                 utc_columns=frozenset(c.name for c in info.columns if c.type == "TIMESTAMP"),
                 binary_columns=frozenset(c.name for c in info.columns if c.type in _BINARY_TYPES),
                 source_position=self._source_position,
+                shape=self.catalog.shape(schema, table),
             )
         finally:
             conn.close()

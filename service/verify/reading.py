@@ -3,13 +3,15 @@ in the sink's layout (`__keys` members, row keys found by SCAN, hashes or JSON d
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import aiomysql
 from redis.asyncio import Redis
 
 from service.checkpoint import BinlogPosition
+from service.rowcompare import utc_row
+from service.shaping import Shape
 from service.sink.keys import KeyLayout, glob_literal, row_suffix_of, split_key
 from service.sink.mirror import RedisMirror, map_redis_errors
 from service.table_info import TableInfo
@@ -33,9 +35,19 @@ def utc_columns(t: TableInfo) -> frozenset[str]:
 
 
 class SourceReader:
-    def __init__(self, conn: aiomysql.Connection, info: ServerInfo) -> None:
+    def __init__(
+        self, conn: aiomysql.Connection, info: ServerInfo, shape_of: Callable[[str, str], Shape | None]
+    ) -> None:
         self.conn = conn
         self.info = info
+        self.shape_of = shape_of  # the catalog's: each table's [table."…"] section, if any
+
+    def stored_form(self, t: TableInfo, row: dict[str, Any], utc: frozenset[str]) -> dict[str, Any]:
+        """A row read by SELECT as the mirror stores it: TIMESTAMP columns in UTC, and for a shaped
+        table only its kept fields, renamed (service/shaping.py)."""
+        row = utc_row(row, utc)
+        shape = self.shape_of(t.schema, t.table)
+        return shape.apply(row) if shape is not None else row
 
     async def position(self) -> BinlogPosition:
         return (await current_checkpoint(self.conn, self.info)).position

@@ -13,7 +13,7 @@ from redis.asyncio import Redis
 from service.binlog.rowchange import EventSpan, Op, RowChange
 from service.checkpoint import Checkpoint
 from service.errors import SinkError
-from service.rowcompare import at_span, key_delete, key_values, utc_row
+from service.rowcompare import at_span, key_delete, key_values
 from service.sink.checkpoints import decode_checkpoint
 from service.sink.keys import KeyLayout
 from service.sink.mirror import RedisMirror, map_redis_errors
@@ -129,7 +129,7 @@ class Repairer:
             if lookup:
                 sql = rows_by_key(t.schema, t.table, key, list(lookup.values()))
                 for r in await self.source.select(sql, f"repair of {t.schema}.{t.table}"):
-                    rows[self.layout.row_suffix([r[c] for c in key])] = utc_row(r, utc)
+                    rows[self.layout.row_suffix([r[c] for c in key])] = self.source.stored_form(t, r, utc)
             span = EventSpan(cp.position.file, cp.position.pos, cp.position.pos)
             now = int(time.time())
             changes = tuple(

@@ -11,8 +11,9 @@ from typing import Any, Protocol
 import aiomysql
 from redis.asyncio import Redis
 
+from service.catalog import Catalog
 from service.checkpoint import BinlogPosition, Checkpoint
-from service.rowcompare import compare_row, key_values, utc_row
+from service.rowcompare import compare_row, key_values
 from service.settings import Settings
 from service.sink.keys import KeyLayout
 from service.sink.mirror import RedisMirror
@@ -35,6 +36,8 @@ class VerifyOptions(Protocol):
     def layout(self) -> KeyLayout: ...
     @property
     def json_mode(self) -> bool: ...
+    @property
+    def catalog(self) -> Catalog: ...  # its shapes: a shaped table's rows are compared as stored
     @property
     def chunk_rows(self) -> int: ...
     @property
@@ -60,7 +63,7 @@ class VerifyRun:
     ) -> None:
         self.v, self.conn, self.info, self.redis, self.mirror = v, conn, info, redis, mirror
         self.layout = v.layout
-        self.source = SourceReader(conn, info)
+        self.source = SourceReader(conn, info, v.catalog.shape)
         self.stored = MirrorReader(redis, v.layout, mirror, v.json_mode)
         self.repairs = Repairer(mirror, redis, v.layout, self.source, v.settings.chunk_rows)
         self._pace = pace  # awaited after each chunk read, with its row count (a rows/s budget)
@@ -97,7 +100,7 @@ class VerifyRun:
             if not rows:
                 break
             position = await self.source.position()
-            rows = [utc_row(r, utc) for r in rows]
+            rows = [self.source.stored_form(t, r, utc) for r in rows]
             suffixes = [lay.row_suffix([r[c] for c in key]) for r in rows]
             stored = await self.stored.rows(t.schema, t.table, suffixes)
             for row, suffix, (value, indexed) in zip(rows, suffixes, stored, strict=True):
@@ -163,7 +166,9 @@ class VerifyRun:
                     f"verify of {t.schema}.{t.table} (rows read again)",
                 )
             position = await self.source.position()
-            by_suffix = {self.layout.row_suffix([r[c] for c in key]): utc_row(r, utc) for r in rows}
+            by_suffix = {
+                self.layout.row_suffix([r[c] for c in key]): self.source.stored_form(t, r, utc) for r in rows
+            }
             names = sorted(suspects)
             stored = await self.stored.rows(t.schema, t.table, names)
             still: dict[str, Suspect] = {}

@@ -1,0 +1,230 @@
+"""Per-table shaping of the mirror (docs/mirror.md, "Shaping"): which fields a table's rows keep
+and under which names, from the config file's `[table."schema.table"]` sections.
+
+Pure: settings in, checked against what the source says a table is (`TableInfo`), a `Shape` out.
+Every refusal is one line naming the table, the section and the setting (`ShapeError`, a
+`ConfigError`: it stops the run).
+
+This version applies `columns` / `exclude` and `rename`. A `key` template is parsed and checked
+(every rule below), then refused: rows stay at `{prefix}:{schema}:{table}:{pk}` until the key
+templates land. The other settings of issue 40 (`index`, `ttl`, `value`) are refused by
+`service.settings`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from typing import Any
+
+from service.errors import ConfigError
+from service.table_info import TableInfo
+
+__all__ = [
+    "SectionSettings",
+    "Shape",
+    "ShapeError",
+    "Shapes",
+    "TemplatePart",
+    "parse_template",
+    "section_for",
+]
+
+
+class ShapeError(ConfigError):
+    """A `[table."…"]` section that cannot apply to a table (one line: table, section, setting)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TemplatePart:
+    text: str  # literal text (braces unescaped), or a column name
+    column: bool  # a `{column}` placeholder
+
+
+def parse_template(template: str) -> tuple[TemplatePart, ...]:
+    """`app:{tenant_id}:user:{id}` -> literal and placeholder parts; `{{`/`}}` are literal braces.
+    ValueError (its text is the reason) for a brace that opens or closes nothing, an empty `{}`,
+    or two placeholders with no literal text between them (`{a}{b}` cannot be split back)."""
+    parts: list[TemplatePart] = []
+    literal: list[str] = []
+    i, n = 0, len(template)
+    while i < n:
+        ch = template[i]
+        if template.startswith("{{", i) or template.startswith("}}", i):
+            literal.append(ch)
+            i += 2
+        elif ch == "{":
+            end = template.find("}", i + 1)
+            if end < 0:
+                raise ValueError(f"'{{' at offset {i} is not closed (write '{{{{' for a literal brace)")
+            name = template[i + 1 : end]
+            if not name or "{" in name:
+                raise ValueError(f"'{{{name}}}' at offset {i} names no column")
+            if literal:
+                parts.append(TemplatePart("".join(literal), column=False))
+                literal = []
+            elif parts and parts[-1].column:
+                raise ValueError(
+                    f"placeholders {{{parts[-1].text}}}{{{name}}} are adjacent: a placeholder must be "
+                    "followed by literal text or the end"
+                )
+            parts.append(TemplatePart(name, column=True))
+            i = end + 1
+        elif ch == "}":
+            raise ValueError(f"'}}' at offset {i} closes nothing (write '}}}}' for a literal brace)")
+        else:
+            literal.append(ch)
+            i += 1
+    if literal:
+        parts.append(TemplatePart("".join(literal), column=False))
+    if not any(p.column for p in parts):
+        raise ValueError("has no {column} placeholder")
+    return tuple(parts)
+
+
+@dataclass(frozen=True, slots=True)
+class SectionSettings:
+    """One `[table."pattern"]` section as settings read it (service.settings.TableShapeSettings)."""
+
+    key: str | None = None
+    columns: tuple[str, ...] | None = None
+    exclude: tuple[str, ...] = ()
+    rename: tuple[tuple[str, str], ...] = ()
+
+
+def _specificity(pattern: str) -> tuple[int, int]:
+    """An exact name beats every glob; then the glob with more literal characters."""
+    wild = sum(pattern.count(c) for c in "*?[")
+    return (0 if wild else 1, len(pattern) - wild)
+
+
+def section_for(patterns: Iterable[str], schema: str, table: str) -> str | None:
+    """The pattern of the section that applies to `schema.table`: the most specific match.
+    ShapeError when two equally specific patterns match (which one was meant is not known)."""
+    name = f"{schema}.{table}"
+    matches = sorted((p for p in patterns if fnmatchcase(name, p)), key=_specificity, reverse=True)
+    if len(matches) > 1 and _specificity(matches[0]) == _specificity(matches[1]):
+        raise ShapeError(
+            f'table {name}: sections [table."{matches[0]}"] and [table."{matches[1]}"] both match it '
+            "and neither is more specific; name the table in a section of its own"
+        )
+    return matches[0] if matches else None
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """What a shaped table's rows keep: `fields` maps each kept source column to its name in the
+    mirror (every image the mirror writes, publishes or logs goes through `apply`)."""
+
+    schema: str
+    table: str
+    section: str  # the pattern of its `[table."…"]` section
+    fields: Mapping[str, str]  # source column -> field name, for the kept columns only
+    dropped: frozenset[str]  # columns never stored nor published
+    renames: bool  # some field has another name than its column
+
+    def apply(self, row: Mapping[str, Any]) -> dict[str, Any]:
+        """`row` (whole or partial image) with only the kept columns, under their field names."""
+        fields = self.fields
+        return {fields[k]: v for k, v in row.items() if k in fields}
+
+    def refuse_foreign_key(self, constraint: str, columns: Sequence[str]) -> None:
+        """A foreign key between mirrored tables: the mirror applies its cascades by the stored
+        columns, so they must be stored under their own names."""
+        for col in columns:
+            if col in self.dropped or self.fields.get(col, col) != col:
+                what = "leaves out" if col in self.dropped else "renames"
+                raise ShapeError(
+                    f'table {self.schema}.{self.table} [table."{self.section}"]: columns/exclude/rename '
+                    f"{what} column {col} of foreign key {constraint}; the mirror applies cascades by "
+                    "that column, keep it under its own name"
+                )
+
+
+def resolve(pattern: str, section: SectionSettings, info: TableInfo) -> Shape:
+    """Check `section` against the table and build its shape; ShapeError names what is wrong."""
+    name = f"{info.schema}.{info.table}"
+    where = f'table {name} [table."{pattern}"]'
+    columns = {c.name: c for c in info.columns}
+    key = info.key or ()
+
+    def unknown(setting: str, names: Iterable[str]) -> None:
+        for col in names:
+            if col not in columns:
+                raise ShapeError(f"{where}: {setting}: {col} names no column of {name}")
+
+    if section.key is not None:
+        parts = parse_template(section.key)  # its syntax was checked with the settings
+        used = [p.text for p in parts if p.column]
+        unknown("key", used)
+        for col in key:
+            if col not in used:
+                raise ShapeError(f"{where}: key: {section.key!r} lacks key column {{{col}}} of {name}")
+        for col in used:
+            if columns[col].nullable:
+                raise ShapeError(f"{where}: key: column {col} is nullable; a row key cannot hold NULL")
+        raise ShapeError(
+            f"{where}: key: key templates are not supported by this version yet (rows stay at "
+            "{prefix}:{schema}:{table}:{key}); remove `key`"
+        )
+    if section.columns is not None:
+        unknown("columns", section.columns)
+        kept = [c.name for c in info.columns if c.name in set(section.columns)]
+        for col in key:
+            if col not in kept:
+                raise ShapeError(f"{where}: columns: leaves out key column {col}; key columns are kept")
+    else:
+        unknown("exclude", section.exclude)
+        for col in key:
+            if col in section.exclude:
+                raise ShapeError(f"{where}: exclude: {col} is a key column; key columns are always kept")
+        kept = [c.name for c in info.columns if c.name not in set(section.exclude)]
+    renames = dict(section.rename)
+    unknown("rename", renames)
+    for col in renames:
+        if col in key:
+            raise ShapeError(f"{where}: rename: {col} is a key column; renaming one is not supported yet")
+        if col not in kept:
+            raise ShapeError(f"{where}: rename: {col} is not kept (columns/exclude)")
+    fields = {col: renames.get(col, col) for col in kept}
+    seen: dict[str, str] = {}
+    for col, field in fields.items():
+        if field in seen:
+            raise ShapeError(f"{where}: rename: columns {seen[field]} and {col} would both be field {field}")
+        seen[field] = col
+    return Shape(
+        info.schema,
+        info.table,
+        pattern,
+        fields,
+        frozenset(columns) - set(kept),
+        any(col != to for col, to in fields.items()),
+    )
+
+
+class Shapes:
+    """The shapes of the tables in use, from the sections; one owner (the Catalog), asked per
+    table. `resolve` runs whenever a table's definition is read (start, after each DDL on it)."""
+
+    def __init__(self, sections: Mapping[str, SectionSettings]) -> None:
+        self.sections = dict(sections)
+        self._shapes: dict[tuple[str, str], Shape] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self.sections)
+
+    def resolve(self, info: TableInfo) -> Shape | None:
+        key = (info.schema, info.table)
+        self._shapes.pop(key, None)
+        pattern = section_for(self.sections, info.schema, info.table)
+        if pattern is None or not info.exists:
+            return None
+        shape = self._shapes[key] = resolve(pattern, self.sections[pattern], info)
+        return shape
+
+    def get(self, schema: str, table: str) -> Shape | None:
+        return self._shapes.get((schema, table))
+
+    def matches(self, schema: str, table: str) -> bool:
+        return section_for(self.sections, schema, table) is not None

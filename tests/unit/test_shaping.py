@@ -1,0 +1,151 @@
+"""Shaping without servers: the template grammar, which section applies, the checks against a
+table's definition, what a shape keeps, and the settings that are refused (service/shaping.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from service.errors import ConfigError
+from service.settings import load_settings
+from service.shaping import SectionSettings, ShapeError, Shapes, TemplatePart, parse_template, section_for
+from service.table_info import ColumnStatus, TableInfo
+
+USERS = TableInfo(
+    "shop",
+    "users",
+    ("tenant_id", "id"),
+    "primary",
+    (
+        ColumnStatus("tenant_id", "INT", nullable=False),
+        ColumnStatus("id", "INT", nullable=False),
+        ColumnStatus("email", "VARCHAR", nullable=False),
+        ColumnStatus("password_hash", "VARCHAR", nullable=True),
+        ColumnStatus("created_at", "DATETIME", nullable=True),
+    ),
+)
+
+
+def test_template_parts_and_literal_braces() -> None:
+    assert parse_template("app:{{{tenant_id}}}:user:{id}") == (
+        TemplatePart("app:{", False),
+        TemplatePart("tenant_id", True),
+        TemplatePart("}:user:", False),
+        TemplatePart("id", True),
+    )
+    assert parse_template("{id}") == (TemplatePart("id", True),)
+
+
+@pytest.mark.parametrize(
+    ("template", "reason"),
+    [
+        ("u:{a}{b}", "placeholders {a}{b} are adjacent"),
+        ("u:{id", "is not closed"),
+        ("u:id}", "closes nothing"),
+        ("u:{}", "names no column"),
+        ("u:{{id}}", "has no {column} placeholder"),
+    ],
+)
+def test_template_syntax_refused(template: str, reason: str) -> None:
+    with pytest.raises(ValueError, match=reason.replace("{", r"\{").replace("}", r"\}")):
+        parse_template(template)
+
+
+def test_most_specific_section_wins() -> None:
+    patterns = ["shop.*", "shop.users", "shop.u*", "*.*"]
+    assert section_for(patterns, "shop", "users") == "shop.users"
+    assert section_for(patterns, "shop", "urls") == "shop.u*"
+    assert section_for(patterns, "shop", "orders") == "shop.*"
+    assert section_for(patterns, "crm", "orders") == "*.*"
+    assert section_for(["shop.*"], "crm", "orders") is None
+    with pytest.raises(
+        ShapeError, match=r'sections \[table."shop.u\*"\] and \[table."shop.\*s"\] both match'
+    ):
+        section_for(["shop.u*", "shop.*s"], "shop", "users")
+
+
+def test_a_shape_keeps_and_renames_fields() -> None:
+    shapes = Shapes(
+        {"shop.*": SectionSettings(exclude=("password_hash",), rename=(("created_at", "created"),))}
+    )
+    shape = shapes.resolve(USERS)
+    assert shape is not None and shapes.get("shop", "users") is shape
+    full = {"tenant_id": 1, "id": 7, "email": "a@x", "password_hash": "h", "created_at": None}
+    assert shape.apply(full) == {"tenant_id": 1, "id": 7, "email": "a@x", "created": None}
+    assert shape.apply({"id": 7, "password_hash": "h"}) == {"id": 7}  # a partial image
+    only = Shapes({"shop.users": SectionSettings(columns=("id", "tenant_id", "email"))}).resolve(USERS)
+    assert only is not None and only.apply(full) == {"tenant_id": 1, "id": 7, "email": "a@x"}
+    assert Shapes({"crm.*": SectionSettings()}).resolve(USERS) is None
+
+
+@pytest.mark.parametrize(
+    ("section", "message"),
+    [
+        (SectionSettings(key="app:{tenant_id}:user:{email}"), "lacks key column {id}"),
+        (SectionSettings(key="app:{tenant_id}:u:{id}:{nope}"), "key: nope names no column of shop.users"),
+        (SectionSettings(key="app:{tenant_id}:u:{id}:{created_at}"), "column created_at is nullable"),
+        (
+            SectionSettings(key="app:{tenant_id}:u:{id}"),
+            "key templates are not supported by this version yet",
+        ),
+        (SectionSettings(columns=("id", "email")), "columns: leaves out key column tenant_id"),
+        (SectionSettings(columns=("id", "tenant_id", "nope")), "columns: nope names no column"),
+        (SectionSettings(exclude=("tenant_id",)), "exclude: tenant_id is a key column"),
+        (SectionSettings(rename=(("id", "ident"),)), "rename: id is a key column"),
+        (SectionSettings(exclude=("email",), rename=(("email", "mail"),)), "rename: email is not kept"),
+        (SectionSettings(rename=(("email", "id"),)), "rename: columns id and email would both be field id"),
+    ],
+)
+def test_sections_that_cannot_apply_are_refused(section: SectionSettings, message: str) -> None:
+    with pytest.raises(ShapeError) as caught:
+        Shapes({"shop.users": section}).resolve(USERS)
+    text = str(caught.value)
+    assert text.startswith('table shop.users [table."shop.users"]: ') and message in text
+    assert "\n" not in text
+
+
+@pytest.mark.parametrize(
+    ("toml", "message"),
+    [
+        (
+            "ttl = { seconds = 3 }",
+            "'table.shop.users' (key 'table' in config file {path}): ttl: not supported",
+        ),
+        ('value = "json"', "value: not supported by this version yet"),
+        ('[[table."shop.users".index]]\nkind = "set"\nkey = "x:{id}"', "index: not supported"),
+        (
+            'key = "u:{a}{b}"',
+            "'table.shop.users.key' (key 'table' in config file {path}): 'u:{a}{b}': placeholders",
+        ),
+        ('columns = ["id"]\nexclude = ["x"]', "columns and exclude: give one of them"),
+        ('colums = ["id"]', "'table.shop.users.colums' (key 'table' in config file {path}): unknown setting"),
+        ('rename = { a = "" }', "rename: a gets an empty name"),
+    ],
+)
+def test_settings_refused_with_one_line(tmp_path: Path, toml: str, message: str) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(f'[table."shop.users"]\n{toml}\n')
+    with pytest.raises(ConfigError) as caught:
+        load_settings(path)
+    assert message.replace("{path}", str(path)) in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+def test_shaped_tables_on_a_redis_cluster_are_refused(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text('redis = "redis+cluster://127.0.0.1:7000"\n[table."shop.users"]\nexclude = ["x"]\n')
+    with pytest.raises(
+        ConfigError, match=r"not supported on a Redis Cluster \(redis\+cluster://\) by this version"
+    ):
+        load_settings(path)
+
+
+def test_sections_read_from_the_config_file(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text('[table."shop.*"]\nexclude = ["password_hash"]\nrename = { created_at = "created" }\n')
+    settings = load_settings(path)
+    assert settings.table_sections() == {
+        "shop.*": SectionSettings(exclude=("password_hash",), rename=(("created_at", "created"),))
+    }
+    assert load_settings(None).table_sections() == {}
