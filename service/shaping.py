@@ -13,6 +13,8 @@ templates land. The other settings of issue 40 (`index`, `ttl`, `value`) are ref
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
@@ -28,6 +30,7 @@ __all__ = [
     "Shapes",
     "TemplatePart",
     "parse_template",
+    "section_fingerprint",
     "section_for",
 ]
 
@@ -228,3 +231,26 @@ class Shapes:
 
     def matches(self, schema: str, table: str) -> bool:
         return section_for(self.sections, schema, table) is not None
+
+    def fingerprint(self, schema: str, table: str) -> str:
+        """The identity of the section that applies to the table ("" for none), recorded with
+        the rows (`{prefix}:__shapes`): a start that finds another one copies the table again
+        into the new shape. Of the settings, not of the table: a DDL re-copies by itself."""
+        pattern = section_for(self.sections, schema, table)
+        return "" if pattern is None else section_fingerprint(self.sections[pattern])
+
+
+SHAPE_FORMAT = 1  # bumped when the same settings come to mean other rows
+
+
+def section_fingerprint(section: SectionSettings) -> str:
+    """`{format}:{16 hex}` of the section's settings (list order of columns/exclude/rename not
+    counted: it changes no row)."""
+    canon = {
+        "key": section.key,
+        "columns": sorted(section.columns) if section.columns is not None else None,
+        "exclude": sorted(section.exclude),
+        "rename": sorted(section.rename),
+    }
+    digest = hashlib.sha256(json.dumps(canon, sort_keys=True).encode()).hexdigest()[:16]
+    return f"{SHAPE_FORMAT}:{digest}"

@@ -173,6 +173,8 @@ class Applier:
             await self._load_foreign_keys()
         mirrored = self.progress.mirrored
         units = [(txn, [a for d in txn.ddl for a in ddl_actions(d, self.filter, mirrored)]) for txn in batch]
+        if self.catalog.shapes:
+            units = [(txn, self._reshape_renames(actions)) for txn, actions in units]
         if self.catalog.fk_graph().tables:
             units = [(txn, actions + self._cascade_resyncs(txn, actions)) for txn, actions in units]
         if self._fk_unfilled:
@@ -313,6 +315,22 @@ class Applier:
             changes[i] = replace(ch, before=before, after=after)
             shaped = True
         return replace(txn, changes=tuple(changes)) if shaped else txn
+
+    def _reshape_renames(self, actions: list[TableAction]) -> list[TableAction]:
+        """A table renamed to a name another [table] section applies to is copied again into
+        that shape (its moved rows keep the old one until then)."""
+        out: list[TableAction] = []
+        fingerprint = self.catalog.shapes.fingerprint
+        resynced = {(a.schema, a.table) for a in actions if a.kind is ActionKind.RESYNC}
+        for a in actions:
+            out.append(a)
+            if a.kind is ActionKind.RENAME and a.new_schema is not None and a.new_table is not None:
+                if (a.new_schema, a.new_table) in resynced:
+                    continue  # an ALTER … RENAME: copied again anyway
+                if fingerprint(a.schema, a.table) != fingerprint(a.new_schema, a.new_table):
+                    why = f"shape: renamed from {a.schema}.{a.table}, another [table] section"
+                    out.append(TableAction(ActionKind.RESYNC, a.new_schema, a.new_table, reason=why))
+        return out
 
     def note_actions(self, actions: Sequence[TableAction]) -> None:
         """Follow applied table actions. A resync in flight was restarted (TRUNCATE), moved

@@ -116,7 +116,14 @@ class Replicator:
                 cast(RedisCluster, self.redis), settings.key_prefix, key_columns, options, foreign_keys=fks
             )
             if cluster
-            else RedisMirror(self.redis, self.layout, key_columns, options, foreign_keys=fks)
+            else RedisMirror(
+                self.redis,
+                self.layout,
+                key_columns,
+                options,
+                foreign_keys=fks,
+                shape_of=self.catalog.shapes.fingerprint,
+            )  # fmt: skip
         )
         self._stop = asyncio.Event()
         self._recopy: str | None = None  # why the next session copies the selected tables again
@@ -360,6 +367,8 @@ class Replicator:
             TableAction(ActionKind.RESYNC, s, t, reason="recopy" if recopy else "newly selected")
             for s, t in sorted(wanted if recopy else wanted - mirrored)
         ]
+        if not recopy and isinstance(self.mirror, RedisMirror):  # a cluster refuses sections
+            actions += await self._reshaped(wanted & mirrored)
         self._unmatched.check(wanted, "bootstrap")
         end = checkpoint or source.start_checkpoint
         if end is None:
@@ -378,6 +387,21 @@ class Replicator:
         self._applier.note_actions(actions)
         self.progress.applied = end
         self._recopy = None  # the checkpoint just stored cleared the marker, the resyncs are marked
+
+    async def _reshaped(self, tables: set[tuple[str, str]]) -> list[TableAction]:
+        """A RESYNC of each mirrored table whose rows were written in another shape than its
+        section asks for now (a section added, changed or removed since): copied again into the
+        new shape, ordered with the stream as any resync."""
+        assert isinstance(self.mirror, RedisMirror)
+        stored = await self.mirror.table_shapes()
+        shapes, out = self.catalog.shapes, []
+        for s, t in sorted(tables):
+            was, now = stored.get(self.layout.table_id(s, t), ""), shapes.fingerprint(s, t)
+            if was != now:
+                why = "section changed" if was and now else "section added" if now else "section removed"
+                log.info("%s.%s: %s: its rows are copied again into the new shape", s, t, why)
+                out.append(TableAction(ActionKind.RESYNC, s, t, reason=f"shape: {why}"))
+        return out
 
     async def _stats_loop(self, source: TransactionSource) -> None:
         while True:

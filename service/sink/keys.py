@@ -18,6 +18,8 @@
     {prefix}:__changes                         the optional change-log stream
     {prefix}:__tables                          set of "{schema}:{table}" (escaped) currently mirrored
     {prefix}:__layout                          the key layout's version (layoutversion.py)
+    {prefix}:__shapes                          hash: "{schema}:{table}" -> the fingerprint of the
+                                               [table] section its rows were written in (shaping.py)
     {prefix}:__resync                          hash: "{schema}:{table}" -> "{generation} {reason}" for
                                                resyncs in flight, and "__gen", the generation counter
 
@@ -244,6 +246,10 @@ class KeyLayout:
     @property
     def settle_key(self) -> str:
         return f"{self.prefix}:__settle"
+
+    @property
+    def shapes_key(self) -> str:
+        return f"{self.prefix}:__shapes"
 
 
 @dataclass(frozen=True, slots=True)

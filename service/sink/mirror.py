@@ -74,10 +74,12 @@ class RedisMirror:
         *,
         foreign_keys: Callable[[], ForeignKeys] | None = None,
         skipped: SkipCounter | None = None,
+        shape_of: Callable[[str, str], str] | None = None,
     ) -> None:
         """`foreign_keys`: the constraints between mirrored tables, as the catalog last read them
         (their cascades are applied, service/sink/cascades.py); `skipped`: the counter of rows
-        without a usable key, when another mirror shares it (a Redis Cluster's slot groups)."""
+        without a usable key, when another mirror shares it (a Redis Cluster's slot groups);
+        `shape_of`: each table's shape fingerprint, recorded in `__shapes` by its table actions."""
         self.redis = redis
         self.layout = layout
         self.options = opts = options or MirrorOptions()
@@ -93,6 +95,7 @@ class RedisMirror:
             skipped=skipped or SkipCounter(),
             marks=marks,
             foreign_keys=foreign_keys,
+            shape_of=shape_of,
         )
         plain_rows = opts.plain_inserts and not opts.json_mode
         self.encoder = CallEncoder(layout, json_mode=opts.json_mode, plain_rows=plain_rows)
@@ -247,6 +250,12 @@ class RedisMirror:
         with map_redis_errors("reading the mirrored tables"):
             raw = await self.redis.smembers(self.layout.tables_key)
         return {as_str(m) for m in raw}
+
+    async def table_shapes(self) -> dict[str, str]:
+        """Table id -> the shape fingerprint its rows were written in (`__shapes`; none: unshaped)."""
+        with map_redis_errors("reading the tables' shapes"):
+            raw = await self.redis.hgetall(self.layout.shapes_key)
+        return {as_str(k): as_str(v) for k, v in raw.items()}
 
     async def moved_to_tables(self, applied: Checkpoint | None) -> set[str]:
         """The tables the RENAME cut short after `applied` (its table work done, its own call not)

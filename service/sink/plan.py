@@ -93,6 +93,9 @@ class Planner:
     marks: TableMarks = field(default_factory=TableMarks)
     # The foreign keys between mirrored tables, as the catalog last read them (cascades.py)
     foreign_keys: Callable[[], ForeignKeys] | None = None
+    # (schema, table) -> the fingerprint of its shape ("" unshaped, service/shaping.py), recorded
+    # in `__shapes` by the action that (re)starts its rows; None: not recorded (a cluster group)
+    shape_of: Callable[[str, str], str] | None = None
     # (schema, table) -> its keys: built once per table
     _table_keys: dict[tuple[str, str], TableKeys] = field(default_factory=dict, repr=False)
     # Per call (reset by `begin_call`): rows an earlier op of the call wrote (their update in the
@@ -248,19 +251,25 @@ class Planner:
         self._track_marks(a, tid)
         fkdefs: list[IrOp] = [DeleteKey(defs_key(lay, a.schema, a.table))] if self.cascades.clear_op() else []
         if a.kind is ActionKind.DROP:
-            return [RemoveMember(lay.tables_key, tid), *fkdefs, *self._end_resync(a.schema, a.table)]
+            gone = [RemoveMember(lay.tables_key, tid), *fkdefs, *self._end_resync(a.schema, a.table)]
+            return gone + self._shape_ops(tid, "")
         stale, touched = lay.stale_key(a.schema, a.table), lay.touched_key(a.schema, a.table)
         if a.kind is ActionKind.TRUNCATE:
             # a resync in flight restarts: rows it read before the TRUNCATE must not come back
             return [RestartResync(tid, stale, touched)]
+        shape = self.shape_of(a.schema, a.table) if self.shape_of is not None else ""
         if a.kind is ActionKind.REGISTER:
-            return [AddMember(lay.tables_key, tid)]
+            return [AddMember(lay.tables_key, tid), *self._shape_ops(tid, shape)]
         if a.kind is ActionKind.RESYNC:  # its `__stale` was filled before (CopyMembers)
-            return [AddMember(lay.tables_key, tid), BeginResync(tid, a.reason[:200] or "resync", touched)]
+            begin = BeginResync(tid, a.reason[:200] or "resync", touched)
+            return [AddMember(lay.tables_key, tid), begin, *self._shape_ops(tid, shape)]
         assert a.kind is ActionKind.RENAME and a.new_schema is not None and a.new_table is not None
         ns, nt = a.new_schema, a.new_table
         new = lay.table_id(ns, nt)
         out: list[IrOp] = [RemoveMember(lay.tables_key, tid), AddMember(lay.tables_key, new)]
+        # the rows keep the shape they were written in (a RESYNC follows when the new name's
+        # section differs: service/pipeline/applier.py)
+        out += self._shape_ops(tid, "") + self._shape_ops(new, shape)
         # a resync in flight continues under the new name (the moved rows are not all re-read
         # yet); its `__stale` was filled before (CopyMembers). So does a settle window.
         out.append(CarryResync(tid, new, lay.stale_key(ns, nt), lay.touched_key(ns, nt)))
@@ -271,6 +280,13 @@ class Planner:
             else SetFields(lay.settle_key, ((new, str(at)),))
         )
         return out + fkdefs + self._end_resync(a.schema, a.table)
+
+    def _shape_ops(self, tid: str, shape: str) -> list[IrOp]:
+        """Record (or forget, "") the shape table `tid`'s rows are written in."""
+        if self.shape_of is None:
+            return []
+        key = self.layout.shapes_key
+        return [SetFields(key, ((tid, shape),))] if shape else [DeleteFields(key, (tid,))]
 
     def _track_marks(self, a: TableAction, tid: str) -> None:
         """The marks after `a` (the ops of `action` change them in Redis)."""

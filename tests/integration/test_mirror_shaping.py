@@ -6,6 +6,8 @@ feed); tables without a section byte for byte as before; refusals at start, one 
 from __future__ import annotations
 
 import asyncio
+import logging
+from collections.abc import Sequence
 from typing import Any
 
 import pymysql
@@ -264,3 +266,94 @@ async def test_verify_repairs_a_shaped_table_into_its_shape(stack: LocalStack) -
     assert {d.table for d in report.differences} == {"users"} and report.repaired == 2
     assert actual(info.redis_url, prefix, db, tables) == shaped(stack, db)
     assert (await Verifier(settings).run()).equal
+
+
+def rows_of(stack: LocalStack, db: str, table: str, kept: tuple[str, ...] | None = None) -> dict[str, Any]:
+    """The hash rows table `table` should have in the mirror, with only the `kept` columns."""
+    conn = root(stack, db)
+    lay = KeyLayout("x")
+    out: dict[str, Any] = {}
+    with conn.cursor(pymysql.cursors.DictCursor) as cur:
+        cur.execute(f"SELECT * FROM {table}")
+        for row in cur.fetchall():
+            fields: dict[bytes, bytes] = {}
+            for name, value in row.items():
+                if value is not None and (kept is None or name in kept):
+                    fv = field_value(value)
+                    fields[name.encode()] = fv if isinstance(fv, bytes) else fv.encode()
+            out[lay.row_suffix([row["id"]])] = fields
+    conn.close()
+    return out
+
+
+async def test_a_changed_section_copies_the_table_again_into_its_new_shape(
+    stack: LocalStack, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The shape each table's rows were written in is recorded (`__shapes`); a start with a
+    section added, changed or removed copies that table again into the new shape (fields of
+    the old one gone), one started with the same sections copies nothing, and a RENAME to a
+    name another section applies to copies the moved rows again."""
+    info = stack.load()
+    assert info is not None
+    db, prefix = new_database(stack, *SCHEMA)
+    write(
+        stack,
+        db,
+        [
+            "INSERT INTO users VALUES (1, 'a@x', 'hash-1', '2024-01-02 03:04:05', 'n1'), "
+            "(2, 'b@x', NULL, NULL, 'n2')",
+            "INSERT INTO tokens VALUES (1, 1, 'tok-1', 'api')",
+            "INSERT INTO plain VALUES (1, 'visible'), (2, 'also')",
+        ],
+    )
+    layout = KeyLayout(prefix)
+    r = redis_sync.Redis.from_url(info.redis_url)
+    caplog.set_level(logging.INFO, logger="service.pipeline.replicator")
+
+    async def run(tables: dict[str, Any], statements: Sequence[str] = ()) -> None:
+        rep = Replicator(mirror_settings(stack, db, prefix, table=tables))
+        task = asyncio.create_task(rep.run())
+        try:
+            await settle(rep, stack)
+            if statements:
+                write(stack, db, list(statements))
+                await asyncio.to_thread(wait_applied, info.redis_url, prefix, master_position(stack))
+                await settle(rep, stack)
+        finally:
+            await stop_replicator(rep, task)
+
+    def mirrored(table: str) -> dict[str, Any]:
+        return actual(info.redis_url, prefix, db, (table,))[table]
+
+    first = {f"{db}.users": {"exclude": ["password_hash"]}, f"{db}.tokens": {"columns": ["id", "kind"]}}
+    await run(first)
+    shapes = r.hgetall(layout.shapes_key)
+    assert set(shapes) == {layout.table_id(db, "users").encode(), layout.table_id(db, "tokens").encode()}
+    assert mirrored("tokens") == rows_of(stack, db, "tokens", ("id", "kind"))
+
+    # users: another exclude; tokens: its section removed; plain: a section added
+    second = {f"{db}.users": {"exclude": ["password_hash", "note"]}, f"{db}.plain": {"exclude": ["secret"]}}
+    caplog.clear()
+    await run(second, ["INSERT INTO users VALUES (3, 'c@x', 'hash-3', NULL, 'n3')"])
+    copied = {m for m in caplog.messages if "copied again into the new shape" in m}
+    assert copied == {
+        f"{db}.users: section changed: its rows are copied again into the new shape",
+        f"{db}.tokens: section removed: its rows are copied again into the new shape",
+        f"{db}.plain: section added: its rows are copied again into the new shape",
+    }
+    assert mirrored("users") == rows_of(stack, db, "users", ("id", "email", "created_at"))
+    assert mirrored("tokens") == rows_of(stack, db, "tokens")
+    assert mirrored("plain") == rows_of(stack, db, "plain", ("id",))
+    assert layout.table_id(db, "tokens").encode() not in r.hgetall(layout.shapes_key)
+
+    # the same sections: nothing copied; a RENAME into another section's name: copied again
+    second[f"{db}.archive"] = {"columns": ["id", "kind"]}
+    caplog.clear()
+    await run(second, ["RENAME TABLE tokens TO archive", "INSERT INTO archive VALUES (5, 5, 'tok-5', 'web')"])
+    assert not [m for m in caplog.messages if "copied again into the new shape" in m]
+    assert mirrored("archive") == rows_of(stack, db, "archive", ("id", "kind"))
+    assert mirrored("tokens") == {}
+    shapes = r.hgetall(layout.shapes_key)
+    assert layout.table_id(db, "archive").encode() in shapes
+    assert layout.table_id(db, "tokens").encode() not in shapes
+    r.close()

@@ -149,3 +149,20 @@ def test_sections_read_from_the_config_file(tmp_path: Path) -> None:
         "shop.*": SectionSettings(exclude=("password_hash",), rename=(("created_at", "created"),))
     }
     assert load_settings(None).table_sections() == {}
+
+
+def test_a_fingerprint_names_the_section_that_applies_not_its_list_order() -> None:
+    shapes = Shapes(
+        {
+            "shop.users": SectionSettings(exclude=("password_hash", "email")),
+            "shop.*": SectionSettings(columns=("id",)),
+        }
+    )
+    users = shapes.fingerprint("shop", "users")
+    assert users.startswith("1:") and len(users) == 18
+    assert users == Shapes({"shop.users": SectionSettings(exclude=("email", "password_hash"))}).fingerprint(
+        "shop", "users"
+    )
+    assert users != Shapes({"shop.users": SectionSettings(exclude=("email",))}).fingerprint("shop", "users")
+    assert shapes.fingerprint("shop", "orders") not in ("", users)  # the glob's
+    assert shapes.fingerprint("other", "users") == ""  # no section: unshaped

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from service.binlog.rowchange import EventSpan, Op, RowChange
 from service.checkpoint import BinlogPosition, Checkpoint
 from service.sink.codec import Arg, CallEncoder
-from service.sink.ir import SkipSequence, UpdateChanged, UpdateRow
+from service.sink.ir import DeleteFields, SetFields, SkipSequence, UpdateChanged, UpdateRow
 from service.sink.keys import KeyLayout
 from service.sink.plan import ActionKind, IrOp, Planner, TableAction
 from service.sink.tablework import TableWork, unit_ids, work_op
@@ -412,3 +412,30 @@ def _unrun(ops: list[Arg]) -> list[Arg]:
             out.append(op)
             i += 1
     return out
+
+
+def test_table_actions_record_the_shape_the_rows_are_written_in() -> None:
+    """`__shapes` follows the actions that (re)start a table's rows: set (or removed, unshaped)
+    by RESYNC and REGISTER, carried by RENAME to the new name, removed by DROP; nothing at all
+    without `shape_of` (a cluster's groups)."""
+    lay = KeyLayout("m")
+    shapes = {("db", "a"): "1:aaaa", ("db", "x"): "1:xxxx"}
+    p = Planner(lay, lambda s, t: ("id",), shape_of=lambda s, t: shapes.get((s, t), ""))
+
+    def shape_ops(action: TableAction) -> list[object]:
+        return [op for op in p.action(action) if getattr(op, "key", None) == lay.shapes_key]
+
+    a, b, x = lay.table_id("db", "a"), lay.table_id("db", "b"), lay.table_id("db", "x")
+    assert shape_ops(TableAction(ActionKind.RESYNC, "db", "a")) == [
+        SetFields(lay.shapes_key, ((a, "1:aaaa"),))
+    ]
+    assert shape_ops(TableAction(ActionKind.REGISTER, "db", "b")) == [DeleteFields(lay.shapes_key, (b,))]
+    assert shape_ops(TableAction(ActionKind.RENAME, "db", "a", "db", "x")) == [
+        DeleteFields(lay.shapes_key, (a,)),
+        SetFields(lay.shapes_key, ((x, "1:aaaa"),)),  # its rows' shape, until its RESYNC
+    ]
+    assert shape_ops(TableAction(ActionKind.DROP, "db", "x")) == [DeleteFields(lay.shapes_key, (x,))]
+    bare = Planner(lay, lambda s, t: ("id",))
+    assert not [
+        op for op in bare.action(TableAction(ActionKind.RESYNC, "db", "a")) if isinstance(op, SetFields)
+    ]
