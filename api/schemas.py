@@ -16,6 +16,7 @@ from service.pipeline.status import (
     ColumnStatus,
     ReplicatorStatus,
     ResyncStatus,
+    ShapeStatus,
     SourceStatus,
     State,
     TableStatus,
@@ -36,6 +37,7 @@ __all__ = [
     "RowCountsOut",
     "SourceOut",
     "TableOut",
+    "ShapeOut",
     "TableSummaryOut",
     "TablesOut",
     "redact",
@@ -303,6 +305,24 @@ class ResyncOut(BaseModel):
         )
 
 
+class ShapeOut(BaseModel):
+    section: str = Field(
+        description='The pattern of the `[table."…"]` section that applies (docs/mirror.md, "Shaping").'
+    )
+    fields: dict[str, str] = Field(description="Each kept source column -> its field name in the mirror.")
+    excluded: list[str] = Field(description="The columns never stored nor published (names only).")
+    fingerprint: str = Field(
+        description="The section's fingerprint, recorded with the rows: a start with another one "
+        "copies the table again into the new shape."
+    )
+
+    @classmethod
+    def from_domain(cls, s: ShapeStatus) -> ShapeOut:
+        return cls(
+            section=s.section, fields=dict(s.fields), excluded=list(s.excluded), fingerprint=s.fingerprint
+        )
+
+
 class TableSummaryOut(BaseModel):
     schema_: str = Field(alias="schema", serialization_alias="schema")
     table: str
@@ -320,6 +340,10 @@ class TableSummaryOut(BaseModel):
         default=None,
         description="The background verifier's counts since this process started (counted again at "
         "each pass while a difference lasts); null when it is off or has not reached the table.",
+    )
+    shape: ShapeOut | None = Field(
+        default=None,
+        description="The table's shape when a [table] section applies; null: every column as is.",
     )
 
     model_config = {"populate_by_name": True}
@@ -362,6 +386,7 @@ def _table_fields(t: TableStatus) -> dict[str, Any]:
         "last_change_ts": t.last_change_ts,
         "last_change_time": _time(t.last_change_ts),
         "verify": _verify(t),
+        "shape": ShapeOut.from_domain(t.shape) if t.shape else None,
     }
 
 

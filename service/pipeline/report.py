@@ -11,7 +11,7 @@ from service.binlog.schema import TableSchema
 from service.catalog import Catalog
 from service.pipeline.progress import Progress, TableCounters
 from service.pipeline.sources import TransactionSource
-from service.pipeline.status import ReplicatorStatus, SourceStatus, TableStatus
+from service.pipeline.status import ReplicatorStatus, ShapeStatus, SourceStatus, TableStatus
 from service.settings import Settings
 from service.sink.mirror import RedisMirror
 from service.table_info import ColumnStatus
@@ -109,6 +109,7 @@ def build_status(
                 drift=tuple(sorted(c.drift.items())),
                 repaired=c.repaired,
                 verified_ts=c.verified_ts,
+                shape=_shape(catalog, *key),
             )
         )
     received = (source.received if source is not None else None) or progress.received
@@ -204,3 +205,15 @@ def with_table_map(
             column = replace(column, name_source=source)
         out.append(column)
     return tuple(out)
+
+
+def _shape(catalog: Catalog, schema: str, table: str) -> ShapeStatus | None:
+    shape = catalog.shape(schema, table)
+    if shape is None:
+        return None
+    return ShapeStatus(
+        shape.section,
+        tuple(shape.fields.items()),
+        tuple(sorted(shape.dropped)),
+        catalog.shapes.fingerprint(schema, table),
+    )

@@ -51,6 +51,16 @@ class ResyncStatus:
 
 
 @dataclass(frozen=True, slots=True)
+class ShapeStatus:
+    """A shaped table's `[table]` section as it applies (service/shaping.py)."""
+
+    section: str  # the section's pattern
+    fields: tuple[tuple[str, str], ...]  # (source column, field name) of the kept columns
+    excluded: tuple[str, ...]  # the columns never stored nor published
+    fingerprint: str  # recorded with the rows (`__shapes`)
+
+
+@dataclass(frozen=True, slots=True)
 class TableStatus:
     schema: str
     table: str
@@ -71,6 +81,7 @@ class TableStatus:
     drift: tuple[tuple[str, int], ...] = ()
     repaired: int = 0
     verified_ts: float | None = None
+    shape: ShapeStatus | None = None  # None: unshaped (every column, under its own name)
 
 
 @dataclass(frozen=True, slots=True)

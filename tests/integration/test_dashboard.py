@@ -21,7 +21,7 @@ import pytest
 from api.main import create_app
 from api.server import ApiServer
 from service.devtools.stack import LocalStack
-from service.pipeline.status import ErrorStatus, ResyncStatus, State, TableStatus
+from service.pipeline.status import ErrorStatus, ResyncStatus, ShapeStatus, State, TableStatus
 from service.settings import Settings
 from tests.api.apihelpers import StatusDouble, streaming_status
 from tests.integration.test_api import TOKEN, Running, running
@@ -243,7 +243,8 @@ async def test_standby_resync_and_error_panels(browser: Browser) -> None:
     A real uvicorn serves the app over a status double; no token is set, so none is asked.
     """
     resync = ResyncStatus(started_ts=time.time(), rows_done=40, rows_total=100, reason="ALTER TABLE orders")
-    orders = TableStatus(schema="shop", table="orders", primary_key=("id",), resync=resync)
+    shape = ShapeStatus("shop.orders", (("id", "id"), ("placed_at", "placed")), ("secret",), "1:00ff")
+    orders = TableStatus(schema="shop", table="orders", primary_key=("id",), resync=resync, shape=shape)
     nokey = TableStatus(schema="shop", table="log", key_source="none", mirrored=False, skipped_rows=3)
     snapshot = streaming_status(
         state=State.RESYNCING,
@@ -268,9 +269,11 @@ async def test_standby_resync_and_error_panels(browser: Browser) -> None:
         bar = row.get_by_role("progressbar", name="resync of shop.orders")
         assert (await bar.get_attribute("max"), await bar.evaluate("b => b.value")) == ("100", 40)
         await expect(row.locator("td").nth(7)).to_have_text(" 40 / 100")
+        await expect(row.locator("td").nth(8)).to_have_text("2 fields; without secret; placed_at→placed")
         skipped = page.locator('#tables tbody tr[data-table="shop.log"]')
         await expect(skipped.locator("td").nth(0)).to_have_text("skipped: no usable key")
         await expect(skipped.locator("td").nth(5)).to_have_text("3")
+        await expect(skipped.locator("td").nth(8)).to_have_text("-")  # unshaped
         await expect(page.locator("#err-count")).to_have_text("2")
         await expect(page.locator("#err-last")).to_have_text("SinkError('redis down')")
         await expect(page.locator("#err-retriable")).to_have_text("yes (retried with backoff)")

@@ -14,6 +14,7 @@ import pymysql
 import pytest
 import redis as redis_sync
 
+from api.schemas import TableSummaryOut
 from service.binlog.canonical import row_to_json
 from service.devtools.stack import LocalStack
 from service.errors import ConfigError
@@ -147,6 +148,18 @@ async def test_shaped_tables_keep_only_their_fields_everywhere(stack: LocalStack
         await settle(rep, stack)
         assert actual(info.redis_url, prefix, db, tables, json=json) == shaped(stack, db, json)
         assert (await Verifier(settings).run()).equal
+
+        # /tables shows each table's shape (null: unshaped)
+        shown = {
+            t.table: TableSummaryOut.from_domain(t).model_dump(by_alias=True) for t in rep.status().tables
+        }
+        assert shown["users"]["shape"] == {
+            "section": f"{db}.users",
+            "fields": {"id": "id", "email": "email", "created_at": "created", "note": "note"},
+            "excluded": ["password_hash"],
+            "fingerprint": rep.catalog.shapes.fingerprint(db, "users"),
+        }
+        assert shown["tokens"]["shape"]["section"] == f"{db}.tok*" and shown["plain"]["shape"] is None
 
         # an ALTER: the table is copied again (resync), still in its shape
         write(stack, db, ["ALTER TABLE users ADD COLUMN extra INT DEFAULT 7"])

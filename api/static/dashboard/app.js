@@ -256,6 +256,15 @@
   window.addEventListener("resize", drawCharts);
 
   // ---------- tables ----------
+  function shapeText(s) { // a [table] section: its fields' count, what it leaves out, its renames
+    if (!s) return "-";
+    const renames = Object.entries(s.fields).filter(([c, f]) => c !== f).map(([c, f]) => c + "→" + f);
+    const parts = [Object.keys(s.fields).length + " fields"];
+    if (s.excluded.length) parts.push("without " + s.excluded.join(", "));
+    if (renames.length) parts.push(renames.join(", "));
+    return parts.join("; ");
+  }
+
   function renderTables(list, resyncs) {
     keys = new Map(list.map((t) => [t.schema + "." + t.table, t.primary_key]));
     const byName = new Map((resyncs || []).map((r) => [r.schema + "." + r.table, r.resync]));
@@ -273,6 +282,8 @@
         resync.append(bar, " " + num(r.rows_done) + " / " + (r.rows_total === null ? "?" : num(r.rows_total)));
         resync.title = r.reason;
       } else resync.textContent = "-";
+      const shape = el("td", { class: "mono", text: shapeText(t.shape) });
+      if (t.shape) shape.title = 'section [table."' + t.shape.section + '"], fingerprint ' + t.shape.fingerprint;
       const changed = el("td", { text: ago(t.last_change_time) });
       if (t.last_change_time) changed.title = when(t.last_change_time);
       const ra = t.rows_applied;
@@ -281,9 +292,9 @@
         el("td", { text: mirrored }), el("td", { class: "mono", text: key }),
         el("td", { class: "num", text: num(ra.insert) }), el("td", { class: "num", text: num(ra.update) }),
         el("td", { class: "num", text: num(ra.delete) }), el("td", { class: "num", text: num(ra.skipped) }),
-        changed, resync));
+        changed, resync, shape));
     }
-    if (!list.length) body.append(el("tr", null, el("td", { colspan: "9", class: "muted", text: "no tables yet" })));
+    if (!list.length) body.append(el("tr", null, el("td", { colspan: "10", class: "muted", text: "no tables yet" })));
     $("tables").tBodies[0].replaceWith(body);
     const sig = JSON.stringify([...keys]);
     if (sig !== keysSig && !renderQueued && !paused) { renderQueued = true; requestAnimationFrame(renderTail); }
