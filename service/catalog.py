@@ -77,6 +77,11 @@ class Catalog:
     def restore_fk_state(self, state: tuple[ForeignKeys | None, bool]) -> None:
         self.foreign_keys, self.fk_stale = state
 
+    def derive_spec(self, schema: str, table: str) -> str:
+        """The table's derived entries' spec for the scripts ("": none; service/sink/derive.py)."""
+        shape = self.shapes.get(schema, table)
+        return shape.derivation.spec_text() if shape is not None and shape.derivation is not None else ""
+
     def shape(self, schema: str, table: str) -> Shape | None:
         """The table's shape (None: unshaped, every column as is), as of its loaded definition."""
         return self.shapes.get(schema, table)
@@ -133,7 +138,8 @@ class Catalog:
             for name, dtype, ctype, nullable, charset, length, _, _ in crow
         )
         defaults, unknown = await self._defaults(conn, schema, table, crow)
-        info = TableInfo(schema, table, key, source, columns, bool(crow), defaults, unknown)
+        uniques = tuple(tuple(c for c, _ in cols) for cols in indexes.values())
+        info = TableInfo(schema, table, key, source, columns, bool(crow), defaults, unknown, uniques)
         if crow and key is None and (schema, table) not in self._warned:
             self._warned.add((schema, table))
             log.warning(

@@ -24,7 +24,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from service.errors import ConfigError
-from service.shaping import SectionSettings, parse_template
+from service.shaping import IndexSettings, SectionSettings, parse_template
 
 __all__ = ["MySQLUrl", "RedisUrl", "Settings", "cluster_nodes", "load_settings", "sentinel_target"]
 
@@ -148,7 +148,26 @@ class RedisUrl(BaseModel):
 
 
 # issue 40's per-table settings this version does not apply yet: refused, never ignored
-UNSUPPORTED_TABLE_SETTINGS = ("index", "ttl", "value")
+UNSUPPORTED_TABLE_SETTINGS = ("ttl", "value")
+
+
+class TableIndexSettings(BaseModel):
+    """A `[[table."schema.table".index]]` entry (docs/mirror.md, "Key templates and index keys")."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["unique", "set", "zset"]
+    key: str  # its key template
+    score: str | None = None  # zset: the numeric or temporal column of the score
+
+    @field_validator("key")
+    @classmethod
+    def _template(cls, value: str) -> str:
+        try:
+            parse_template(value, placeholders=False)
+        except ValueError as exc:
+            raise ValueError(f"{value!r}: {exc}") from None
+        return value
 
 
 class TableShapeSettings(BaseModel):
@@ -161,6 +180,7 @@ class TableShapeSettings(BaseModel):
     columns: list[str] | None = None  # the fields kept (key columns always)
     exclude: list[str] = []  # or: the columns left out
     rename: dict[str, str] = {}  # column -> its field name in the mirror
+    index: list[TableIndexSettings] = []  # lookup and index keys
 
     @model_validator(mode="before")
     @classmethod
@@ -169,8 +189,8 @@ class TableShapeSettings(BaseModel):
             for name in UNSUPPORTED_TABLE_SETTINGS:
                 if name in data:
                     raise ValueError(
-                        f"{name}: not supported by this version yet (it applies columns, exclude "
-                        "and rename); remove it"
+                        f"{name}: not supported by this version yet (it applies key, columns, "
+                        "exclude, rename and index); remove it"
                     )
         return data
 
@@ -204,6 +224,7 @@ class TableShapeSettings(BaseModel):
             columns=tuple(self.columns) if self.columns is not None else None,
             exclude=tuple(self.exclude),
             rename=tuple(self.rename.items()),
+            indexes=tuple(IndexSettings(i.kind, i.key, i.score) for i in self.index),
         )
 
 
@@ -357,6 +378,12 @@ class Settings(BaseSettings):
             raise ValueError(
                 "verify_rows_per_second: the background verifier reads the single-node key layout "
                 "and does not run against a Redis Cluster (redis+cluster://) yet; set it to 0"
+            )
+        derived = [p for p, t in self.table.items() if t.key is not None or t.index]
+        if derived and self.value_mode == "json":
+            raise ValueError(
+                f'table: [table."{derived[0]}"]: key templates and indexes are kept from hash rows; '
+                "with value_mode json they are not supported by this version yet (use value_mode hash)"
             )
         if self.redis is not None and self.redis.cluster and self.table:
             raise ValueError(

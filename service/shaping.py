@@ -21,9 +21,11 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 from service.errors import ConfigError
+from service.sink.derive import Derivation, IndexSpec, Part
 from service.table_info import TableInfo
 
 __all__ = [
+    "IndexSettings",
     "SectionSettings",
     "Shape",
     "ShapeError",
@@ -45,7 +47,7 @@ class TemplatePart:
     column: bool  # a `{column}` placeholder
 
 
-def parse_template(template: str) -> tuple[TemplatePart, ...]:
+def parse_template(template: str, placeholders: bool = True) -> tuple[TemplatePart, ...]:
     """`app:{tenant_id}:user:{id}` -> literal and placeholder parts; `{{`/`}}` are literal braces.
     ValueError (its text is the reason) for a brace that opens or closes nothing, an empty `{}`,
     or two placeholders with no literal text between them (`{a}{b}` cannot be split back)."""
@@ -81,9 +83,20 @@ def parse_template(template: str) -> tuple[TemplatePart, ...]:
             i += 1
     if literal:
         parts.append(TemplatePart("".join(literal), column=False))
-    if not any(p.column for p in parts):
+    if placeholders and not any(p.column for p in parts):
         raise ValueError("has no {column} placeholder")
+    if not parts or parts[0].column:
+        raise ValueError("must start with literal text (a placeholder's value could name any key)")
     return tuple(parts)
+
+
+@dataclass(frozen=True, slots=True)
+class IndexSettings:
+    """One `[[table."pattern".index]]` entry."""
+
+    kind: str  # unique | set | zset
+    key: str  # its key template
+    score: str | None = None  # zset: the column whose value is the score
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +107,7 @@ class SectionSettings:
     columns: tuple[str, ...] | None = None
     exclude: tuple[str, ...] = ()
     rename: tuple[tuple[str, str], ...] = ()
+    indexes: tuple[IndexSettings, ...] = ()
 
 
 def _specificity(pattern: str) -> tuple[int, int]:
@@ -126,6 +140,7 @@ class Shape:
     fields: Mapping[str, str]  # source column -> field name, for the kept columns only
     dropped: frozenset[str]  # columns never stored nor published
     renames: bool  # some field has another name than its column
+    derivation: Derivation | None = None  # its key template and indexes (service/sink/derive.py)
 
     def apply(self, row: Mapping[str, Any]) -> dict[str, Any]:
         """`row` (whole or partial image) with only the kept columns, under their field names."""
@@ -134,7 +149,14 @@ class Shape:
 
     def refuse_foreign_key(self, constraint: str, columns: Sequence[str]) -> None:
         """A foreign key between mirrored tables: the mirror applies its cascades by the stored
-        columns, so they must be stored under their own names."""
+        columns, so they must be stored under their own names; and not (yet) to a table with
+        derived entries (cascade.lua does not keep them)."""
+        if self.derivation is not None:
+            raise ShapeError(
+                f'table {self.schema}.{self.table} [table."{self.section}"]: key/index: the table has '
+                f"foreign key {constraint} with another mirrored table; cascades do not keep key "
+                "templates and index keys in this version: remove key/index, or leave one table unmirrored"
+            )
         for col in columns:
             if col in self.dropped or self.fields.get(col, col) != col:
                 what = "leaves out" if col in self.dropped else "renames"
@@ -167,10 +189,6 @@ def resolve(pattern: str, section: SectionSettings, info: TableInfo) -> Shape:
         for col in used:
             if columns[col].nullable:
                 raise ShapeError(f"{where}: key: column {col} is nullable; a row key cannot hold NULL")
-        raise ShapeError(
-            f"{where}: key: key templates are not supported by this version yet (rows stay at "
-            "{prefix}:{schema}:{table}:{key}); remove `key`"
-        )
     if section.columns is not None:
         unknown("columns", section.columns)
         kept = [c.name for c in info.columns if c.name in set(section.columns)]
@@ -203,15 +221,163 @@ def resolve(pattern: str, section: SectionSettings, info: TableInfo) -> Shape:
         fields,
         frozenset(columns) - set(kept),
         any(col != to for col, to in fields.items()),
+        _derivation(where, section, info, fields),
     )
+
+
+BINARY_TYPES = frozenset({"BINARY", "VARBINARY", "TINYBLOB", "BLOB", "MEDIUMBLOB", "LONGBLOB", "GEOMETRY"})
+NUMERIC_TYPES = frozenset(
+    {"TINYINT", "SMALLINT", "MEDIUMINT", "INT", "BIGINT", "DECIMAL", "FLOAT", "DOUBLE", "YEAR", "BIT"}
+)
+TEMPORAL_TYPES = frozenset({"DATE", "DATETIME", "TIMESTAMP"})
+INTEGER_TYPES = frozenset({"TINYINT", "SMALLINT", "MEDIUMINT", "INT", "BIGINT", "YEAR"})
+INDEX_KINDS = {"unique": "u", "set": "s", "zset": "z"}
+
+
+def _derivation(
+    where: str, section: SectionSettings, info: TableInfo, fields: Mapping[str, str]
+) -> Derivation | None:
+    """The derived entries of a section with a `key` template or indexes (service/sink/derive.py);
+    every column a template or a score names is kept (an excluded column never leaves the
+    process), under its field name."""
+    if section.key is None and not section.indexes:
+        return None
+    columns = {c.name: c for c in info.columns}
+
+    def parts(setting: str, template: str, placeholders: bool = True) -> tuple[Part, ...]:
+        out = []
+        used.clear()
+        for p in parse_template(template, placeholders):
+            if not p.column:
+                out.append(Part(p.text))
+                continue
+            if p.text not in columns:
+                raise ShapeError(
+                    f"{where}: {setting}: {p.text} names no column of {info.schema}.{info.table}"
+                )
+            if p.text not in fields:
+                raise ShapeError(
+                    f"{where}: {setting}: column {p.text} is left out by columns/exclude; a column a "
+                    "template names is stored, keep it"
+                )
+            used.add(p.text)
+            ctype = columns[p.text].type
+            out.append(Part(fields[p.text], True, ctype in BINARY_TYPES, ctype in INTEGER_TYPES))
+        check_one_value_per_part(where, setting, out)
+        return tuple(out)
+
+    used: set[str] = set()  # the columns of the last template `parts` read
+    key = parts("key", section.key) if section.key is not None else None
+    uniques = [set(u) for u in (*info.uniques, info.key or ())]
+    indexes: list[IndexSpec] = []
+    for n, ix in enumerate(section.indexes):
+        setting = f"index[{n}]"
+        kind = INDEX_KINDS[ix.kind]
+        ps = parts(setting, ix.key, placeholders=ix.kind == "unique")
+        if ix.kind == "unique":
+            if not any(u and u <= used for u in uniques):
+                raise ShapeError(
+                    f"{where}: {setting}: unique key {ix.key!r}: columns {', '.join(sorted(used))} hold "
+                    'no UNIQUE index of the source; two rows could claim one key (use kind = "set")'
+                )
+        score, temporal = None, False
+        if ix.kind == "zset":
+            if ix.score is None:
+                raise ShapeError(
+                    f"{where}: {setting}: a zset index needs `score`, a numeric or temporal column"
+                )
+            col = columns.get(ix.score)
+            if col is None:
+                raise ShapeError(f"{where}: {setting}: score: {ix.score} names no column")
+            if col.type not in NUMERIC_TYPES | TEMPORAL_TYPES:
+                raise ShapeError(
+                    f"{where}: {setting}: score: column {ix.score} is {col.type}, not numeric or temporal"
+                )
+            if ix.score not in fields:
+                raise ShapeError(
+                    f"{where}: {setting}: score: column {ix.score} is left out by columns/exclude"
+                )
+            score, temporal = fields[ix.score], col.type in TEMPORAL_TYPES
+        elif ix.score is not None:
+            raise ShapeError(f'{where}: {setting}: score is for kind = "zset" only')
+        indexes.append(IndexSpec(kind, ps, score, temporal))
+    return Derivation(key, tuple(indexes))
+
+
+def segments(parts: Sequence[Part]) -> list[list[Part]]:
+    """A template's `:`-separated parts (a value's `:` is escaped: only literal ones separate)."""
+    out: list[list[Part]] = [[]]
+    for p in parts:
+        if p.field:
+            out[-1].append(p)
+            continue
+        pieces = p.text.split(":")
+        for k, piece in enumerate(pieces):
+            if k:
+                out.append([])
+            if piece:
+                out[-1].append(Part(piece))
+    return out
+
+
+def may_collide(a: Sequence[Part], b: Sequence[Part]) -> bool:
+    """Whether two templates could render the same key: the same number of `:`-parts, and each
+    pair of parts could be equal (literal parts equal; with a placeholder, their literal starts
+    and ends compatible). Conservative: True when unsure."""
+    sa, sb = segments(a), segments(b)
+    if len(sa) != len(sb):
+        return False
+    for x, y in zip(sa, sb, strict=True):
+        if all(not p.field for p in x) and all(not p.field for p in y):
+            if "".join(p.text for p in x) != "".join(p.text for p in y):
+                return False
+            continue
+        if _only_integer(x) and _literal_not_integer(y) or _only_integer(y) and _literal_not_integer(x):
+            return False
+        hx, hy = _lead(x), _lead(y)
+        tx, ty = _lead(list(reversed(x))), _lead(list(reversed(y)))
+        if not (hx.startswith(hy) or hy.startswith(hx)) or not (tx.endswith(ty) or ty.endswith(tx)):
+            return False
+    return True
+
+
+def _only_integer(seg: Sequence[Part]) -> bool:
+    return len(seg) == 1 and seg[0].integer
+
+
+def _literal_not_integer(seg: Sequence[Part]) -> bool:
+    text = "".join(p.text for p in seg)
+    return all(not p.field for p in seg) and not text.lstrip("-").isdigit()
+
+
+def _lead(parts: Sequence[Part]) -> str:
+    out = []
+    for p in parts:
+        if p.field:
+            break
+        out.append(p.text)
+    return "".join(out)
+
+
+def check_one_value_per_part(where: str, setting: str, parts: Sequence[Part]) -> None:
+    """Two placeholders in one `:`-part could split a key two ways ({a}-{b}: "x--y")."""
+    for seg in segments(parts):
+        fields = [p.text for p in seg if p.field]
+        if len(fields) > 1:
+            raise ShapeError(
+                f"{where}: {setting}: placeholders {{{fields[0]}}} and {{{fields[1]}}} are in one "
+                "':'-separated part; separate them with ':' (a value's ':' is escaped, so a key splits "
+                "back only at ':')"
+            )
 
 
 class Shapes:
     """The shapes of the tables in use, from the sections; one owner (the Catalog), asked per
     table. `resolve` runs whenever a table's definition is read (start, after each DDL on it)."""
 
-    def __init__(self, sections: Mapping[str, SectionSettings]) -> None:
+    def __init__(self, sections: Mapping[str, SectionSettings], prefix: str = "mirror") -> None:
         self.sections = dict(sections)
+        self.prefix = prefix  # the mirror's own keys: no template may name one
         self._shapes: dict[tuple[str, str], Shape] = {}
 
     def __bool__(self) -> bool:
@@ -223,8 +389,36 @@ class Shapes:
         pattern = section_for(self.sections, info.schema, info.table)
         if pattern is None or not info.exists:
             return None
-        shape = self._shapes[key] = resolve(pattern, self.sections[pattern], info)
+        shape = resolve(pattern, self.sections[pattern], info)
+        self._check_templates(shape)
+        self._shapes[key] = shape
         return shape
+
+    def _check_templates(self, shape: Shape) -> None:
+        """No template can name one of the mirror's own keys, nor a key another template (of this
+        table or another) can name."""
+        mine = _templates(shape)
+        where = f'table {shape.schema}.{shape.table} [table."{shape.section}"]'
+        for setting, parts in mine:
+            first = segments(parts)[0]
+            if may_collide(first, [Part(self.prefix)]):
+                raise ShapeError(
+                    f"{where}: {setting}: its keys could start with {self.prefix}:, the mirror's own "
+                    "key prefix; start it with other literal text, or mirror under another key_prefix"
+                )
+        others = [
+            (f'table {o.schema}.{o.table} [table."{o.section}"] {s}', p)
+            for k, o in self._shapes.items()
+            if k != (shape.schema, shape.table)
+            for s, p in _templates(o)
+        ]
+        for n, (setting, parts) in enumerate(mine):
+            for other, theirs in [*((f"{where} {s}", p) for s, p in mine[n + 1 :]), *others]:
+                if may_collide(parts, theirs):
+                    raise ShapeError(
+                        f"{where}: {setting}: its keys could be the same as those of {other}; make "
+                        "their literal text differ (for example another word before the first ':')"
+                    )
 
     def get(self, schema: str, table: str) -> Shape | None:
         return self._shapes.get((schema, table))
@@ -251,6 +445,15 @@ def section_fingerprint(section: SectionSettings) -> str:
         "columns": sorted(section.columns) if section.columns is not None else None,
         "exclude": sorted(section.exclude),
         "rename": sorted(section.rename),
+        "index": [[i.kind, i.key, i.score] for i in section.indexes],
     }
     digest = hashlib.sha256(json.dumps(canon, sort_keys=True).encode()).hexdigest()[:16]
     return f"{SHAPE_FORMAT}:{digest}"
+
+
+def _templates(shape: Shape) -> list[tuple[str, tuple[Part, ...]]]:
+    d = shape.derivation
+    if d is None:
+        return []
+    out = [("key", d.key)] if d.key is not None else []
+    return out + [(f"index[{n}]", ix.parts) for n, ix in enumerate(d.indexes)]

@@ -44,3 +44,5 @@ class TableInfo:
     # NOT NULL columns whose constant default could not be read: the table was empty (read again
     # when a partial INSERT needs one: the table then has that row)
     unknown_defaults: frozenset[str] = frozenset()
+    # the columns of each UNIQUE index (the primary key's included), for shaping's unique keys
+    uniques: tuple[tuple[str, ...], ...] = ()

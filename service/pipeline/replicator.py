@@ -95,7 +95,7 @@ class Replicator:
         self.control = Control()  # pause/resume, resync on request (POST /control/..., `ctl`)
         cluster = settings.redis.cluster  # applied per slot group (service/sink/cluster.py)
         self.layout = cluster_layout(settings.key_prefix) if cluster else KeyLayout(settings.key_prefix)
-        self.catalog = Catalog(self.filter, Shapes(settings.table_sections()))
+        self.catalog = Catalog(self.filter, Shapes(settings.table_sections(), settings.key_prefix))
         self.redis: Redis = redis_client(
             settings.redis.url.get_secret_value(),
             cluster_ok=True,
@@ -123,6 +123,7 @@ class Replicator:
                 options,
                 foreign_keys=fks,
                 shape_of=self.catalog.shapes.fingerprint,
+                derive_of=self.catalog.derive_spec,
             )  # fmt: skip
         )
         self._stop = asyncio.Event()

@@ -7,9 +7,12 @@ writer starts meanwhile. Keys go in SCAN batches with UNLINK (freed in the backg
 
 from __future__ import annotations
 
+from redis.asyncio import Redis
+
 from service.errors import LeaseLost
 from service.sink.client import redis_client
-from service.sink.keys import KeyLayout, glob_literal
+from service.sink.derive import Entry, decode_entries
+from service.sink.keys import DERIVED_SUFFIX, KeyLayout, glob_literal
 from service.sink.mirror import MirrorOptions, RedisMirror, map_redis_errors
 
 __all__ = ["clear_prefix"]
@@ -32,6 +35,15 @@ async def clear_prefix(redis_url: str, prefix: str, lease_ttl: float = 10.0) -> 
             )
         deleted = 0
         lease = layout.lease_key.encode()
+        with map_redis_errors(f"deleting the derived keys of {prefix}:*"):
+            # first the keys shaped tables' templates name (outside the prefix): the `__derived`
+            # hashes under it say which they are
+            derived = [k async for k in redis.scan_iter(match=f"{glob_literal(prefix)}:*:{DERIVED_SUFFIX}")]
+            for dkey in derived:
+                async for _, raw in redis.hscan_iter(dkey, count=BATCH):
+                    member, entries = decode_entries(raw)
+                    deleted += await _drop(redis, member, entries)
+                await mirror.renew_lease()
         with map_redis_errors(f"deleting {prefix}:*"):
             batch: list[bytes] = []
             async for key in redis.scan_iter(match=f"{glob_literal(prefix)}:*", count=BATCH):
@@ -49,3 +61,18 @@ async def clear_prefix(redis_url: str, prefix: str, lease_ttl: float = 10.0) -> 
         await mirror.release_lease()
         await mirror.close()
         await redis.aclose()
+
+
+async def _drop(redis: Redis, member: str, entries: list[Entry]) -> int:
+    """Remove a row's derived entries (as lua/derive.lua's `drop_entry`); the keys deleted."""
+    gone = 0
+    for e in entries:
+        if e.kind == "k":
+            gone += await redis.unlink(e.key)
+        elif e.kind == "u":
+            if await redis.get(e.key) == member.encode():
+                gone += await redis.unlink(e.key)
+        else:  # a set or zset: deleted with its last member
+            removed = await (redis.srem(e.key, member) if e.kind == "s" else redis.zrem(e.key, member))
+            gone += bool(removed) and not await redis.exists(e.key)
+    return gone

@@ -223,7 +223,7 @@ class CallEncoder:
         if t.tid not in self._registered:
             self._registered.add(t.tid)
             out += ("A", self._tables_key, t.tid)
-        out += ("C", t.base, t.index, t.tid, t.touched)
+        out += ("C", t.base, t.index, t.tid, t.touched, t.derive)
         self._table = t
 
     def _shape_id(self, out: list[Arg], shape: tuple[str, ...]) -> str:
@@ -386,7 +386,7 @@ def resync_rows_args(h: ResyncHeader, stale_key: str, json_mode: bool, rows: Seq
     """RESYNC_ROWS: write the rows a resync read (those the stream did not write since)."""
     t = h.table
     out: list[Arg] = [h.lease_key, h.token, h.resync_key, t.tid, h.generation]
-    out += [t.touched, stale_key, t.index, t.base, "1" if json_mode else "0"]
+    out += [t.touched, stale_key, t.index, t.base, "1" if json_mode else "0", t.derive]
     for op in rows:
         out.append(op.suffix)
         out += _copied_row(op, json_mode)
@@ -400,7 +400,7 @@ def resync_reread_args(
     the source no longer has it)."""
     t = h.table
     out: list[Arg] = [h.lease_key, h.token, h.resync_key, t.tid, h.generation]
-    out += [t.touched, t.index, t.base, "1" if json_mode else "0"]
+    out += [t.touched, t.index, t.base, "1" if json_mode else "0", t.derive]
     for suffix, merges, op in entries:
         out += [suffix, merges, 0, 0] if op is None else [suffix, merges, 1, *_copied_row(op, json_mode)]
     return out

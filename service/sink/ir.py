@@ -82,6 +82,7 @@ class TableKeys:
     index: str  # `__keys`: the suffixes of the table's rows
     tid: str  # the table id (`__tables` member, mark field)
     touched: str  # `__touched`: rows the stream wrote during a resync
+    derive: str = ""  # a shaped table's derived entries (derive.Derivation.spec_text); "": none
 
 
 @_op

@@ -4,6 +4,7 @@
     {prefix}:{schema}:{table}:__keys           set of the table's row-key suffixes ({k1}[:{k2}...])
     {prefix}:{schema}:{table}:__touched        row suffixes written by the stream during a resync
     {prefix}:{schema}:{table}:__stale          suffixes not yet confirmed by a running resync
+    {prefix}:{schema}:{table}:__derived        a shaped table's derived entries per row suffix (derive.py)
     {prefix}:__checkpoint                      hash: id, file, pos, gtid_set, ts, gtid, values (mirror.py)
     {prefix}:__progress                        hash: the chunked transaction in flight, if any (changes
                                                done in all and per table: see mirror.py)
@@ -40,6 +41,7 @@ from typing import Any
 from service.sink.values import key_text
 
 __all__ = [
+    "DERIVED_SUFFIX",
     "FKDEFS_SUFFIX",
     "GENERATION_FIELD",
     "INDEX_SUFFIX",
@@ -70,6 +72,7 @@ TOUCHED_SUFFIX = "__touched"  # rows the stream wrote during a resync
 STALE_SUFFIX = "__stale"  # rows a resync has not confirmed yet
 PARTIAL_SUFFIX = "__partial"  # rows a partial image merged during a resync (read again at its end)
 FKDEFS_SUFFIX = "__fkdefs"  # a child table's foreign-key sets (fks.py)
+DERIVED_SUFFIX = "__derived"  # a shaped table's derived entries per row (derive.py)
 GENERATION_FIELD = "__gen"  # the `__resync` field counting generations
 MARK_FENCED = "-"  # a fenced resync mark's generation: "- {reason}"
 
@@ -80,6 +83,7 @@ LUA_CONSTANTS = {
     "STALE_SUFFIX": STALE_SUFFIX,
     "PARTIAL_SUFFIX": PARTIAL_SUFFIX,
     "FKDEFS_SUFFIX": FKDEFS_SUFFIX,
+    "DERIVED_SUFFIX": DERIVED_SUFFIX,
     "GENERATION_FIELD": GENERATION_FIELD,
     "MARK_FENCED": MARK_FENCED,
 }
@@ -194,6 +198,9 @@ class KeyLayout:
 
     def stale_key(self, schema: str, table: str) -> str:
         return f"{self.table_base(schema, table)}:{STALE_SUFFIX}"
+
+    def derived_key(self, schema: str, table: str) -> str:
+        return f"{self.table_base(schema, table)}:{DERIVED_SUFFIX}"
 
     def partial_key(self, schema: str, table: str) -> str:
         return f"{self.table_base(schema, table)}:{PARTIAL_SUFFIX}"

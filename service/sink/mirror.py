@@ -75,11 +75,13 @@ class RedisMirror:
         foreign_keys: Callable[[], ForeignKeys] | None = None,
         skipped: SkipCounter | None = None,
         shape_of: Callable[[str, str], str] | None = None,
+        derive_of: Callable[[str, str], str] | None = None,
     ) -> None:
         """`foreign_keys`: the constraints between mirrored tables, as the catalog last read them
         (their cascades are applied, service/sink/cascades.py); `skipped`: the counter of rows
         without a usable key, when another mirror shares it (a Redis Cluster's slot groups);
-        `shape_of`: each table's shape fingerprint, recorded in `__shapes` by its table actions."""
+        `shape_of`: each table's shape fingerprint, recorded in `__shapes` by its table actions;
+        `derive_of`: each table's derived entries' spec (service/sink/derive.py)."""
         self.redis = redis
         self.layout = layout
         self.options = opts = options or MirrorOptions()
@@ -96,6 +98,7 @@ class RedisMirror:
             marks=marks,
             foreign_keys=foreign_keys,
             shape_of=shape_of,
+            derive_of=derive_of,
         )
         plain_rows = opts.plain_inserts and not opts.json_mode
         self.encoder = CallEncoder(layout, json_mode=opts.json_mode, plain_rows=plain_rows)

@@ -96,6 +96,8 @@ class Planner:
     # (schema, table) -> the fingerprint of its shape ("" unshaped, service/shaping.py), recorded
     # in `__shapes` by the action that (re)starts its rows; None: not recorded (a cluster group)
     shape_of: Callable[[str, str], str] | None = None
+    # (schema, table) -> its derived entries' spec ("": none; service/sink/derive.py)
+    derive_of: Callable[[str, str], str] | None = None
     # (schema, table) -> its keys: built once per table
     _table_keys: dict[tuple[str, str], TableKeys] = field(default_factory=dict, repr=False)
     # Per call (reset by `begin_call`): rows an earlier op of the call wrote (their update in the
@@ -127,6 +129,7 @@ class Planner:
                 lay.index_key(schema, table),
                 lay.table_id(schema, table),
                 lay.touched_key(schema, table),
+                self.derive_of(schema, table) if self.derive_of is not None else "",
             )
         return keys
 
@@ -213,7 +216,9 @@ class Planner:
             assert after is not None
             if op is Op.UPDATE and full and old == new and ch.before is not None and not self.json_mode:
                 tid = t.tid
-                if self._acted or self.marks.whole_rows(tid) or (ch.schema, ch.table, new) in self._written:
+                # (a shaped table's derived entries are kept by the script's row ops: op UL has none)
+                whole = self._acted or bool(t.derive) or self.marks.whole_rows(tid)
+                if whole or (ch.schema, ch.table, new) in self._written:
                     self._written.add((ch.schema, ch.table, new))  # it may have been absent
                     out.append(UpdateRow(t, new, ch.before, after))
                 else:
@@ -249,6 +254,10 @@ class Planner:
         lay = self.layout
         tid = lay.table_id(a.schema, a.table)
         self._track_marks(a, tid)
+        # a DDL may change a table's shape (its definition is read again): its keys are rebuilt
+        self._table_keys.pop((a.schema, a.table), None)
+        if a.new_schema is not None and a.new_table is not None:
+            self._table_keys.pop((a.new_schema, a.new_table), None)
         fkdefs: list[IrOp] = [DeleteKey(defs_key(lay, a.schema, a.table))] if self.cascades.clear_op() else []
         if a.kind is ActionKind.DROP:
             gone = [RemoveMember(lay.tables_key, tid), *fkdefs, *self._end_resync(a.schema, a.table)]

@@ -28,8 +28,8 @@ __all__ = [
 ]  # fmt: skip
 
 LUA_FILES = (
-    "common", "cascade", "apply", "resync_rows", "resync_finish", "resync_reread", "renew", "release",
-    "fence", "acquire", "guard",
+    "common", "derive", "cascade", "apply", "resync_rows", "resync_finish", "resync_reread", "renew",
+    "release", "fence", "acquire", "guard",
 )  # fmt: skip
 
 
@@ -49,7 +49,7 @@ def _lua_string(text: str) -> str:
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-_COMMON = lua_prelude() + _load("common")
+_COMMON = lua_prelude() + _load("common") + _load("derive")  # derive.lua: shaped tables' entries
 
 ACQUIRE = _load("acquire")
 RENEW = _load("renew")

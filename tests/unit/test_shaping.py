@@ -34,7 +34,7 @@ def test_template_parts_and_literal_braces() -> None:
         TemplatePart("}:user:", False),
         TemplatePart("id", True),
     )
-    assert parse_template("{id}") == (TemplatePart("id", True),)
+    assert parse_template("users", placeholders=False) == (TemplatePart("users", False),)
 
 
 @pytest.mark.parametrize(
@@ -44,6 +44,7 @@ def test_template_parts_and_literal_braces() -> None:
         ("u:{id", "is not closed"),
         ("u:id}", "closes nothing"),
         ("u:{}", "names no column"),
+        ("{id}", "must start with literal text"),
         ("u:{{id}}", "has no {column} placeholder"),
     ],
 )
@@ -85,10 +86,7 @@ def test_a_shape_keeps_and_renames_fields() -> None:
         (SectionSettings(key="app:{tenant_id}:user:{email}"), "lacks key column {id}"),
         (SectionSettings(key="app:{tenant_id}:u:{id}:{nope}"), "key: nope names no column of shop.users"),
         (SectionSettings(key="app:{tenant_id}:u:{id}:{created_at}"), "column created_at is nullable"),
-        (
-            SectionSettings(key="app:{tenant_id}:u:{id}"),
-            "key templates are not supported by this version yet",
-        ),
+        (SectionSettings(key="app:{tenant_id}-{id}"), "placeholders {tenant_id} and {id} are in one"),
         (SectionSettings(columns=("id", "email")), "columns: leaves out key column tenant_id"),
         (SectionSettings(columns=("id", "tenant_id", "nope")), "columns: nope names no column"),
         (SectionSettings(exclude=("tenant_id",)), "exclude: tenant_id is a key column"),
@@ -113,7 +111,10 @@ def test_sections_that_cannot_apply_are_refused(section: SectionSettings, messag
             "'table.shop.users' (key 'table' in config file {path}): ttl: not supported",
         ),
         ('value = "json"', "value: not supported by this version yet"),
-        ('[[table."shop.users".index]]\nkind = "set"\nkey = "x:{id}"', "index: not supported"),
+        (
+            '[[table."shop.users".index]]\nkind = "list"\nkey = "x:{id}"',
+            "Input should be 'unique', 'set' or 'zset'",
+        ),
         (
             'key = "u:{a}{b}"',
             "'table.shop.users.key' (key 'table' in config file {path}): 'u:{a}{b}': placeholders",

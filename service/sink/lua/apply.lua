@@ -6,7 +6,8 @@
 -- their tables: the call writes nothing (ROWS_MISSING) unless each row is there and no table is
 -- being resynced (whose rows may not all be there, or lack a new column).
 -- The ops are encoded by service/sink/codec.py from the apply IR (service/sink/ir.py).
--- Row ops (W WP U UL WJN P PJ E MV N) name a row by its suffix in the table set by the last C op; W
+-- Row ops (W WP U UL WJN P PJ E MV N) name a row by its suffix in the table set by the last C op
+-- (which also names the table's derived entries' spec, '' for none: derive.lua); W
 -- and U rows carry only values, their column names come once per call with the shape (op K); WP
 -- rows carry field-value pairs (the plain form's, service/sink/plain.py: sent as the script when
 -- that form did not apply). WJN is a run of whole JSON rows (one or more), written by one MSET
@@ -97,6 +98,10 @@ local function unit_done(key, uid)
   return p[2] == 'done'
 end
 local base, index, touched, tid = '', '', '', ''  -- the table of the row ops (op C)
+local dspec, derived = nil, ''           -- its derived entries' spec and hash (derive.lua)
+local function rederive(suffix)          -- after a row op: the row's derived entries follow it
+  if dspec then derive(dspec, base .. suffix, derived, suffix) end
+end
 local function in_resync()
   local m = marks[tid]
   if m == nil then
@@ -157,12 +162,14 @@ while i <= n do
     end
     write_row(base .. ARGV[i + 1], c)
     row_written(ARGV[i + 1], true)
+    rederive(ARGV[i + 1])
     i = i + 3 + c
   elseif op == 'WP' then                 -- replace a row: suffix count f v ... (plain.py's rows)
     local c = tonumber(ARGV[i + 2])
     for k = 1, 2 * c do pairs_[k] = ARGV[i + 2 + k] end
     write_row(base .. ARGV[i + 1], c)
     row_written(ARGV[i + 1], true)
+    rederive(ARGV[i + 1])
     i = i + 3 + 2 * c
   elseif op == 'U' then                  -- update a row: suffix shape mask x f ... v ... rest
     -- mask: '1' for each of the shape's columns whose value changed, the v that follow in
@@ -195,6 +202,7 @@ while i <= n do
       hset_pairs(key, m)
       if x > 0 then batched('HDEL', key, i + 5, i + 4 + x) end
     end
+    rederive(ARGV[i + 1])
     i = v0 + m + 1
   elseif op == 'UL' then                 -- update a row op Q found: shape x f ... v ...
     -- the shape: the columns whose value changed; f: the x columns that became NULL
@@ -224,6 +232,7 @@ while i <= n do
   elseif op == 'E' then                  -- delete a row: suffix
     redis.call('DEL', base .. ARGV[i + 1])
     row_written(ARGV[i + 1], false)
+    rederive(ARGV[i + 1])
     i = i + 2
   elseif op == 'P' then                  -- merge a partial image: suffix count f v ... count f ...
     local key, c = base .. ARGV[i + 1], tonumber(ARGV[i + 2])
@@ -232,6 +241,7 @@ while i <= n do
     local x = tonumber(ARGV[j])
     if x > 0 then batched('HDEL', key, j + 1, j + x) end
     row_merged(ARGV[i + 1])
+    rederive(ARGV[i + 1])
     i = j + 1 + x
   elseif op == 'PJ' then                 -- merge a JSON patch into a JSON row: suffix patch
     local key = base .. ARGV[i + 1]
@@ -245,10 +255,13 @@ while i <= n do
     local src = base .. ARGV[i + 1]
     if redis.call('EXISTS', src) == 1 then redis.call('RENAME', src, base .. ARGV[i + 2]) end
     row_written(ARGV[i + 1], false)
+    rederive(ARGV[i + 1])
+    rederive(ARGV[i + 2])
     i = i + 3
   elseif op == 'C' then                  -- the table of the next row ops: base index table_id touched
     base, index, tid, touched = ARGV[i + 1] .. ':', ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
-    i = i + 5
+    dspec, derived = derive_spec(ARGV[i + 5]), base .. DERIVED_SUFFIX  -- spec '': not shaped so
+    i = i + 6
   elseif op == 'FA' or op == 'FR' then   -- a row joins (leaves) the set of its foreign-key value:
     note(ARGV[i + 1], ARGV[i + 2], op == 'FA')  -- set suffix (cascade.lua; batched like `__keys`)
     i = i + 3
@@ -296,6 +309,10 @@ while i <= n do
           local idx, from = ARGV[i + 4], ARGV[i + 5] .. ':'
           fk_clear_for(ARGV[i + 5])              -- after op FC: rows leave their sets (cascade.lua)
           local ms = redis.call('SPOP', idx, limit)
+          local dkey = from .. DERIVED_SUFFIX    -- a shaped table's entries go with its rows (a
+          if redis.call('EXISTS', dkey) == 1 then  -- RENAME's new name is copied again: derive.lua)
+            for _, m in ipairs(ms) do underive(dkey, m) end
+          end
           if op == 'CU' then
             for _, m in ipairs(ms) do fk_unlink(from .. m, m); redis.call('DEL', from .. m) end
           else

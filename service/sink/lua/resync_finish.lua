@@ -14,6 +14,7 @@ local removed = 0
 for _, m in ipairs(redis.call('SPOP', stale, tonumber(ARGV[10]))) do
   if not stream_wrote(touched, partial, m) then
     redis.call('DEL', base .. ':' .. m)
+    underive(base .. ':' .. DERIVED_SUFFIX, m)  -- a shaped table's entries go too (derive.lua)
     redis.call('SREM', index, m)
     removed = removed + 1
   end

@@ -1,0 +1,196 @@
+"""Derived keys: a shaped table's row key template and its index keys (docs/mirror.md, "Key
+templates and index keys"), computed from a stored row. Pure.
+
+The mirror keeps every row at its own key under the prefix (`{prefix}:{schema}:{table}:{pk}`,
+written by every path as for any table); a table with a `key` template or indexes has its
+*derived entries* kept from that row in the same apply call (lua/derive.lua, after each row op,
+copy and removal): the row's copy at its template key, `unique` keys (a string: the row's key),
+`set` and `zset` members (the row's key). What a row's entries are is stored under the prefix,
+in `{table}:__derived` (suffix -> `encode_entries`), so an entry is moved or removed from what
+the mirror stored: MINIMAL images, replays and resyncs are safe.
+
+`Derivation.entries` is the Python twin of lua/derive.lua (the reference executor and verify use
+it): the same entries and the same bytes for the same stored row.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+__all__ = [
+    "Derivation",
+    "Entry",
+    "IndexSpec",
+    "Part",
+    "decode_entries",
+    "encode_entries",
+    "key_part",
+    "score_of",
+]
+
+Stored = str | bytes  # a stored hash value
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    text: str  # literal text, or a field name (the stored row's, after rename)
+    field: bool = False
+    binary: bool = False  # a binary column's value: 0x-hex in keys
+    integer: bool = False  # an integer column's value: -?[0-9]+ (what may_collide knows of it)
+
+
+@dataclass(frozen=True, slots=True)
+class IndexSpec:
+    kind: str  # "u" unique, "s" set, "z" zset
+    parts: tuple[Part, ...]
+    score: str | None = None  # zset: the field of the score
+    temporal: bool = False  # the score field holds a DATE/DATETIME/TIMESTAMP text (UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    kind: str  # "k" the row's copy at its template key, "u", "s", "z"
+    key: str
+    score: str = ""  # zset: '%.17g' of the score
+
+
+def key_part(value: Stored, binary: bool) -> str:
+    """A stored value as a key part, as keys.escape(values.key_text(v)) renders the decoded one."""
+    if binary:
+        text = "0x" + (value if isinstance(value, bytes) else value.encode()).hex()
+    else:
+        text = _text(value)
+    out = text.replace("\\", "\\\\").replace(":", "\\:")
+    return "\\" + out if out.startswith("__") else out
+
+
+def _text(value: Stored) -> str:
+    return value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else value
+
+
+def _days_from_civil(y: int, m: int, d: int) -> int:
+    y -= m <= 2
+    era = (y if y >= 0 else y - 399) // 400
+    yoe = y - era * 400
+    doy = (153 * (m + (-3 if m > 2 else 9)) + 2) // 5 + d - 1
+    doe = yoe * 365 + yoe // 4 - yoe // 100 + doy
+    return era * 146097 + doe - 719468
+
+
+def score_of(value: Stored, temporal: bool) -> str | None:
+    """A zset score's text ('%.17g'), or None (no entry): a temporal value as epoch seconds (UTC);
+    a zero date, or a value that is not a number, has none."""
+    text = _text(value)
+    if not temporal:
+        try:
+            return "%.17g" % float(text)  # noqa: UP031 - the Lua's format, byte for byte
+        except ValueError:
+            return None
+    try:
+        y, m, d = int(text[0:4]), int(text[5:7]), int(text[8:10])
+        secs = 0
+        frac = 0.0
+        if len(text) > 10:
+            secs = int(text[11:13]) * 3600 + int(text[14:16]) * 60 + int(text[17:19])
+            if len(text) > 20:
+                frac = float("0." + text[20:])
+    except ValueError:
+        return None
+    if y == 0 or m == 0 or d == 0:
+        return None
+    return "%.17g" % (_days_from_civil(y, m, d) * 86400 + secs + frac)  # noqa: UP031
+
+
+def _lv(text: str) -> str:
+    return f"{len(text.encode())}:{text}"
+
+
+def encode_entries(member: str, entries: Sequence[Entry]) -> str:
+    """A `__derived` value: the member the entries hold (the row's key), then each entry: its kind,
+    its key and (zset) its score, `len:text` each (len in bytes)."""
+    out = [_lv(member)]
+    for e in entries:
+        out.append(e.kind + _lv(e.key) + (_lv(e.score) if e.kind == "z" else ""))
+    return "".join(out)
+
+
+def decode_entries(raw: str | bytes) -> tuple[str, list[Entry]]:
+    data = raw if isinstance(raw, bytes) else raw.encode()
+    at = 0
+
+    def lv() -> str:
+        nonlocal at
+        colon = data.index(b":", at)
+        end = colon + 1 + int(data[at:colon])
+        text = data[colon + 1 : end].decode()
+        at = end
+        return text
+
+    member = lv()
+    entries: list[Entry] = []
+    while at < len(data):
+        kind = chr(data[at])
+        at += 1
+        key = lv()
+        entries.append(Entry(kind, key, lv() if kind == "z" else ""))
+    return member, entries
+
+
+@dataclass(frozen=True, slots=True)
+class Derivation:
+    """A table's derived entries: its row key template (None: rows stay at their own key, the
+    index members are that key) and its indexes."""
+
+    key: tuple[Part, ...] | None
+    indexes: tuple[IndexSpec, ...]
+
+    def spec_text(self) -> str:
+        """The form lua/derive.lua reads (cjson): parts as "=literal", "@field" or "#field" (binary)."""
+
+        def parts(ps: Sequence[Part]) -> list[str]:
+            return [("#" if p.binary else "@") + p.text if p.field else "=" + p.text for p in ps]
+
+        spec = {
+            "k": parts(self.key) if self.key is not None else [],
+            "i": [[i.kind, parts(i.parts), i.score or "", "t" if i.temporal else "n"] for i in self.indexes],
+        }
+        return json.dumps(spec, separators=(",", ":"), ensure_ascii=False)
+
+    @staticmethod
+    def render(parts: Sequence[Part], row: Mapping[str, Stored]) -> str | None:
+        out: list[str] = []
+        for p in parts:
+            if not p.field:
+                out.append(p.text)
+                continue
+            value = row.get(p.text)
+            if value is None:
+                return None  # NULL: no such entry
+            out.append(key_part(value, p.binary))
+        return "".join(out)
+
+    def entries(self, row: Mapping[str, Stored], own_key: str) -> tuple[str, list[Entry]]:
+        """The member (the row's key) and the entries of a stored row (field -> stored value)."""
+        out: list[Entry] = []
+        member = own_key
+        if self.key is not None:
+            rendered = self.render(self.key, row)
+            assert rendered is not None, "a key template's columns are NOT NULL"
+            member = rendered
+            out.append(Entry("k", member))
+        for ix in self.indexes:
+            key = self.render(ix.parts, row)
+            if key is None:
+                continue
+            if ix.kind == "z":
+                assert ix.score is not None
+                value = row.get(ix.score)
+                score = score_of(value, ix.temporal) if value is not None else None
+                if score is None:
+                    continue
+                out.append(Entry("z", key, score))
+            else:
+                out.append(Entry(ix.kind, key))
+        return member, out

@@ -1,0 +1,140 @@
+-- Derived entries of shaped tables (service/sink/derive.py is the Python twin, byte for byte):
+-- a row's copy at its key template, and its unique, set and zset index entries, kept from the
+-- row stored at its own key. `{table}:__derived` holds, per row suffix, the member its entries
+-- hold (the row's key) and the entries (`len:text` runs: derive.encode_entries), so an entry is
+-- moved or removed from what the mirror stored, never from the image alone.
+local derive_specs = {}                  -- spec text -> decoded spec (once per call)
+local function derive_spec(text)
+  if text == nil or text == '' then return nil end
+  local s = derive_specs[text]
+  if not s then s = cjson.decode(text); derive_specs[text] = s end
+  return s
+end
+local function key_part(v, binary)       -- keys.escape(values.key_text(v)) of a stored value
+  if binary then
+    v = '0x' .. (string.gsub(v, '.', function(c) return string.format('%02x', string.byte(c)) end))
+  end
+  v = string.gsub(string.gsub(v, '\\', '\\\\'), ':', '\\:')
+  if string.sub(v, 1, 2) == '__' then v = '\\' .. v end
+  return v
+end
+local function render(parts, row)        -- nil when a placeholder's field is NULL (not stored)
+  local out = {}
+  for k, p in ipairs(parts) do
+    local tag, text = string.sub(p, 1, 1), string.sub(p, 2)
+    if tag == '=' then
+      out[k] = text
+    else
+      local v = row[text]
+      if v == nil then return nil end
+      out[k] = key_part(v, tag == '#')
+    end
+  end
+  return table.concat(out)
+end
+local function days_from_civil(y, m, d)
+  if m <= 2 then y = y - 1 end
+  local era = math.floor(y / 400)
+  local yoe = y - era * 400
+  local mp = m > 2 and m - 3 or m + 9
+  local doy = math.floor((153 * mp + 2) / 5) + d - 1
+  local doe = yoe * 365 + math.floor(yoe / 4) - math.floor(yoe / 100) + doy
+  return era * 146097 + doe - 719468
+end
+local function score_of(v, temporal)     -- '%.17g' text, or nil: no entry
+  if not temporal then
+    local x = tonumber(v)
+    if x == nil then return nil end
+    return string.format('%.17g', x)
+  end
+  local y, m, d = tonumber(string.sub(v, 1, 4)), tonumber(string.sub(v, 6, 7)), tonumber(string.sub(v, 9, 10))
+  if not (y and m and d) or y == 0 or m == 0 or d == 0 then return nil end
+  local secs, frac = 0, 0
+  if #v > 10 then
+    secs = tonumber(string.sub(v, 12, 13)) * 3600 + tonumber(string.sub(v, 15, 16)) * 60 + tonumber(string.sub(v, 18, 19))
+    if #v > 20 then frac = tonumber('0.' .. string.sub(v, 21)) end
+  end
+  return string.format('%.17g', days_from_civil(y, m, d) * 86400 + secs + frac)
+end
+local function lv(text) return #text .. ':' .. text end
+local function decode_entries(raw)       -- member, {{kind, key, score}, ...}
+  local at, out = 1, {}
+  local function take()
+    local colon = string.find(raw, ':', at, true)
+    local last = colon + tonumber(string.sub(raw, at, colon - 1))
+    local text = string.sub(raw, colon + 1, last)
+    at = last + 1
+    return text
+  end
+  local member = take()
+  while at <= #raw do
+    local kind = string.sub(raw, at, at)
+    at = at + 1
+    local key = take()
+    out[#out + 1] = {kind, key, kind == 'z' and take() or ''}
+  end
+  return member, out
+end
+local function drop_entry(e, member)
+  local kind, key = e[1], e[2]
+  if kind == 'k' then redis.call('DEL', key)
+  elseif kind == 'u' then
+    if redis.call('GET', key) == member then redis.call('DEL', key) end  -- another row's by now
+  elseif kind == 's' then redis.call('SREM', key, member)
+  else redis.call('ZREM', key, member) end
+end
+local function underive(derived, suffix)
+  -- the row `suffix` is gone (or moves away): its entries go
+  local raw = redis.call('HGET', derived, suffix)
+  if not raw then return end
+  local member, entries = decode_entries(raw)
+  for _, e in ipairs(entries) do drop_entry(e, member) end
+  redis.call('HDEL', derived, suffix)
+end
+local function derive(spec, key, derived, suffix)
+  -- the entries of the row stored at `key` (none when it is not there) replace those recorded
+  local flat = redis.call('HGETALL', key)
+  if #flat == 0 then return underive(derived, suffix) end
+  local row = {}
+  for j = 1, #flat, 2 do row[flat[j]] = flat[j + 1] end
+  local member, new = key, {}
+  if #spec.k > 0 then
+    member = render(spec.k, row)
+    new[1] = {'k', member, ''}
+  end
+  for _, ix in ipairs(spec.i) do
+    local ikey = render(ix[2], row)
+    if ikey then
+      if ix[1] == 'z' then
+        local v = row[ix[3]]
+        local score = v and score_of(v, ix[4] == 't')
+        if score then new[#new + 1] = {'z', ikey, score} end
+      else
+        new[#new + 1] = {ix[1], ikey, ''}
+      end
+    end
+  end
+  local raw = redis.call('HGET', derived, suffix)
+  if raw then                            -- entries no longer there (or held by another member) go
+    local old_member, old = decode_entries(raw)
+    local keep = {}
+    if old_member == member then
+      for _, e in ipairs(new) do keep[e[1] .. e[2]] = true end
+    end
+    for _, e in ipairs(old) do
+      if not keep[e[1] .. e[2]] then drop_entry(e, old_member) end
+    end
+  end
+  local text = {lv(member)}
+  for _, e in ipairs(new) do
+    local kind, ikey = e[1], e[2]
+    if kind == 'k' then                  -- the row's copy: the stored row, whole
+      redis.call('DEL', ikey)
+      batched('HSET', ikey, 1, #flat, flat)
+    elseif kind == 'u' then redis.call('SET', ikey, member)
+    elseif kind == 's' then redis.call('SADD', ikey, member)
+    else redis.call('ZADD', ikey, e[3], member) end
+    text[#text + 1] = kind .. lv(ikey) .. (kind == 'z' and lv(e[3]) or '')
+  end
+  redis.call('HSET', derived, suffix, table.concat(text))
+end
