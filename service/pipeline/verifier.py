@@ -88,7 +88,9 @@ class BackgroundVerifier:
             changelog_maxlen=settings.changelog_maxlen or None,
             lease_ttl=settings.lease_ttl_seconds,
         )
-        mirror = RedisMirror(redis, v.layout, v.catalog.key_columns, options, token=self.token)
+        mirror = RedisMirror(
+            redis, v.layout, v.catalog.key_columns, options, token=self.token, derive_of=v.catalog.derive_spec
+        )
         try:
             with map_errors("background verify"):
                 async with conn.cursor() as cur:
