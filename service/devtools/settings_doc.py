@@ -99,9 +99,10 @@ MEANINGS = {
     "closed (1013).",
     "ws_ping_seconds": "Websocket ping interval, and how long a pong may take.",
     "table": 'Per-table shaping: `[table."schema.table"]` sections of the config file (a glob '
-    "allowed, the most specific match wins) with `columns` or `exclude` (the fields kept) and `rename` "
-    "(a field's name in Redis). A `key` template is checked, then refused by this version; `index`, "
-    '`ttl` and `value` are refused. Not on a Redis Cluster. docs/mirror.md, "Shaping".',
+    "allowed, the most specific match wins) with `columns` or `exclude` (the fields kept), `rename` "
+    "(a field's name in Redis), `key` (the row's key template) and `[[…index]]` entries (unique, set "
+    "and zset index keys; hash value mode only); `ttl` and `value` are refused by this version. Not on a "
+    'Redis Cluster. docs/mirror.md, "Shaping" and "Key templates and index keys".',
 }
 
 HEAD = f"""# Configuration reference
