@@ -278,6 +278,10 @@ class VerifyOut(BaseModel):
     changed: int = Field(description="Rows whose stored fields differed from the source's.")
     missing: int = Field(description="Source rows the mirror lacked.")
     extra: int = Field(description="Keys the mirror held that no source row has.")
+    entries: int = Field(
+        default=0,
+        description="Rows whose key-template copy or index entries were not as their source row says.",
+    )
     repaired: int = Field(description="Rows it rewrote or deleted (verify_repair on).")
     last_verified_time: dt.datetime | None = Field(
         description="When it last finished comparing the table; null before the first pass ends."
@@ -398,6 +402,7 @@ def _verify(t: TableStatus) -> VerifyOut | None:
         changed=drift.get("changed", 0),
         missing=drift.get("missing", 0),
         extra=drift.get("extra", 0),
+        entries=drift.get("entries", 0),
         repaired=t.repaired,
         last_verified_time=_time(t.verified_ts),
     )

@@ -189,6 +189,7 @@ def verify_mirror(
                 "differs": sum(t.count("differs") for t in report.tables),
                 "missing": sum(t.count("missing") for t in report.tables),
                 "extra": sum(t.count("extra") for t in report.tables),
+                "entries": sum(t.count("entries") for t in report.tables),
                 "repaired": report.repaired,
                 "seconds": round(time.monotonic() - started, 3),
                 "not_keyed": [f"{t.schema}.{t.table}" for t in report.tables if not t.keyed],

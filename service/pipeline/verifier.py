@@ -32,7 +32,7 @@ __all__ = ["DRIFT_KINDS", "BackgroundVerifier", "drift_counter"]
 log = logging.getLogger(__name__)
 
 # verify's kinds -> the metric's
-DRIFT_KINDS = {"differs": "changed", "missing": "missing", "extra": "extra"}
+DRIFT_KINDS = {"differs": "changed", "missing": "missing", "extra": "extra", "entries": "entries"}
 RETRY_SECONDS = 10.0  # after a pass failed (source or Redis away: the session handles those)
 PAUSE_SECONDS = 1.0  # between two passes over the tables
 

@@ -12,7 +12,7 @@ __all__ = ["Difference", "Suspect", "TableReport", "VerifyReport"]
 class Difference:
     schema: str
     table: str
-    kind: str  # differs | missing | extra
+    kind: str  # differs | missing | extra | entries (a shaped table's index entries: `fields` their keys)
     key: str  # the row's Redis key
     fields: tuple[str, ...] = ()  # differs: the columns whose stored value is not the source's
 

@@ -20,6 +20,7 @@ from service.sink.mirror import RedisMirror
 from service.sqltext import keyset_page, rows_by_key
 from service.table_info import TableInfo
 from service.transport.connection import ServerInfo
+from service.verify.entries import entries_wrong
 from service.verify.reading import MirrorReader, SourceReader, binary_key_columns, utc_columns
 from service.verify.repairs import Repairer
 from service.verify.report import Difference, Suspect, TableReport
@@ -107,6 +108,10 @@ class VerifyRun:
                 if self._compare(row, value, indexed) is not None:
                     suspects[suffix] = Suspect(tuple(row[c] for c in key), row)
                     target = position
+            by_suffix = {s: r for s, r in zip(suffixes, rows, strict=True) if s not in suspects}
+            for suffix in await self._entries_wrong(t, by_suffix):
+                suspects[suffix] = Suspect(tuple(by_suffix[suffix][c] for c in key), by_suffix[suffix])
+                target = position
             seen.update(suffixes)
             report.rows += len(rows)
             if self._pace is not None:
@@ -140,7 +145,22 @@ class VerifyRun:
                 report.differences.append(
                     Difference(t.schema, t.table, verdict[0], f"{base}:{suffix}", verdict[1])
                 )
+        rest = {s: confirmed[s].source for s in names if s not in found}
+        for suffix, keys in (await self._entries_wrong(t, rest)).items():
+            found[suffix] = confirmed[suffix]
+            report.differences.append(Difference(t.schema, t.table, "entries", f"{base}:{suffix}", keys))
         return report, found
+
+    async def _entries_wrong(
+        self, t: TableInfo, rows: Mapping[str, Mapping[str, Any] | None]
+    ) -> dict[str, tuple[str, ...]]:
+        """A shaped table's rows whose derived entries are not as their source row says."""
+        shape = self.v.catalog.shape(t.schema, t.table)
+        if shape is None or shape.derivation is None or not rows:
+            return {}
+        lay = self.layout
+        base, derived = lay.table_base(t.schema, t.table), lay.derived_key(t.schema, t.table)
+        return await entries_wrong(self.redis, shape.derivation, base, derived, rows)
 
     async def _recheck(
         self,
@@ -176,6 +196,9 @@ class VerifyRun:
                 row = by_suffix.get(suffix)
                 if self._compare(row, value, indexed) is not None:
                     still[suffix] = Suspect(suspects[suffix].key_values, row)
+            rest = {s: by_suffix.get(s) for s in names if s not in still}
+            for suffix in await self._entries_wrong(t, rest):
+                still[suffix] = Suspect(suspects[suffix].key_values, by_suffix.get(suffix))
             suspects = still
             if not moved and position == target:
                 break  # neither side can change the verdict: the mirror is idle, the source too

@@ -109,7 +109,9 @@ class Verifier:
             changelog_maxlen=self.settings.changelog_maxlen or None,
             lease_ttl=max(self.settings.lease_ttl_seconds, REPAIR_LEASE_TTL),
         )
-        mirror = RedisMirror(redis, self.layout, self.catalog.key_columns, options, derive_of=self.catalog.derive_spec)
+        mirror = RedisMirror(
+            redis, self.layout, self.catalog.key_columns, options, derive_of=self.catalog.derive_spec
+        )
         try:
             with map_errors("verify"):
                 async with conn.cursor() as cur:
