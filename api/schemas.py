@@ -37,6 +37,7 @@ __all__ = [
     "RowCountsOut",
     "SourceOut",
     "TableOut",
+    "IndexOut",
     "ShapeOut",
     "TableSummaryOut",
     "TablesOut",
@@ -309,6 +310,12 @@ class ResyncOut(BaseModel):
         )
 
 
+class IndexOut(BaseModel):
+    kind: str = Field(description="unique | set | zset")
+    key: str = Field(description="Its key template.")
+    score: str | None = Field(default=None, description="zset: the column of the score.")
+
+
 class ShapeOut(BaseModel):
     section: str = Field(
         description='The pattern of the `[table."…"]` section that applies (docs/mirror.md, "Shaping").'
@@ -319,11 +326,18 @@ class ShapeOut(BaseModel):
         description="The section's fingerprint, recorded with the rows: a start with another one "
         "copies the table again into the new shape."
     )
+    key: str | None = Field(default=None, description="The row key template; null: the mirror's own key.")
+    indexes: list[IndexOut] = Field(default_factory=list, description="Its lookup and index keys.")
 
     @classmethod
     def from_domain(cls, s: ShapeStatus) -> ShapeOut:
         return cls(
-            section=s.section, fields=dict(s.fields), excluded=list(s.excluded), fingerprint=s.fingerprint
+            section=s.section,
+            fields=dict(s.fields),
+            excluded=list(s.excluded),
+            fingerprint=s.fingerprint,
+            key=s.key,
+            indexes=[IndexOut(kind=k, key=t, score=sc) for k, t, sc in s.indexes],
         )
 
 

@@ -211,9 +211,12 @@ def _shape(catalog: Catalog, schema: str, table: str) -> ShapeStatus | None:
     shape = catalog.shape(schema, table)
     if shape is None:
         return None
+    section = catalog.shapes.sections[shape.section]
     return ShapeStatus(
         shape.section,
         tuple(shape.fields.items()),
         tuple(sorted(shape.dropped)),
         catalog.shapes.fingerprint(schema, table),
+        section.key,
+        tuple((i.kind, i.key, i.score) for i in section.indexes),
     )

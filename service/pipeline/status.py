@@ -58,6 +58,8 @@ class ShapeStatus:
     fields: tuple[tuple[str, str], ...]  # (source column, field name) of the kept columns
     excluded: tuple[str, ...]  # the columns never stored nor published
     fingerprint: str  # recorded with the rows (`__shapes`)
+    key: str | None = None  # its row key template (None: the mirror's own key)
+    indexes: tuple[tuple[str, str, str | None], ...] = ()  # (kind, key template, score column)
 
 
 @dataclass(frozen=True, slots=True)

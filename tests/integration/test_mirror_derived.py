@@ -15,6 +15,7 @@ import pymysql
 import pytest
 import redis as redis_sync
 
+from api.schemas import TableSummaryOut
 from service.devtools.stack import LocalStack
 from service.errors import ConfigError
 from service.pipeline.replicator import Replicator
@@ -194,6 +195,11 @@ async def test_rows_and_index_entries_follow_every_change(stack: LocalStack) -> 
         await caught_up()
         assert actual(info.redis_url, app) == expected(stack, db, app)
         assert (await Verifier(settings).run()).equal
+        users = next(t for t in rep.status().tables if t.table == "users")
+        shown = TableSummaryOut.from_domain(users).model_dump(by_alias=True)["shape"]
+        assert shown["key"] == f"{app}:{{tenant_id}}:user:{{id}}" and shown["indexes"][2] == {
+            "kind": "zset", "key": f"{app}:{{tenant_id}}:users-by-created", "score": "created_at"
+        }  # fmt: skip
     finally:
         await stop_replicator(rep, task)
 

@@ -158,6 +158,8 @@ async def test_shaped_tables_keep_only_their_fields_everywhere(stack: LocalStack
             "fields": {"id": "id", "email": "email", "created_at": "created", "note": "note"},
             "excluded": ["password_hash"],
             "fingerprint": rep.catalog.shapes.fingerprint(db, "users"),
+            "key": None,
+            "indexes": [],
         }
         assert shown["tokens"]["shape"]["section"] == f"{db}.tok*" and shown["plain"]["shape"] is None
 

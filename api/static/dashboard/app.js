@@ -259,9 +259,10 @@
   function shapeText(s) { // a [table] section: its fields' count, what it leaves out, its renames
     if (!s) return "-";
     const renames = Object.entries(s.fields).filter(([c, f]) => c !== f).map(([c, f]) => c + "→" + f);
-    const parts = [Object.keys(s.fields).length + " fields"];
+    const parts = [(s.key ? s.key + ": " : "") + Object.keys(s.fields).length + " fields"];
     if (s.excluded.length) parts.push("without " + s.excluded.join(", "));
     if (renames.length) parts.push(renames.join(", "));
+    if (s.indexes && s.indexes.length) parts.push(s.indexes.map((i) => i.kind + " " + i.key).join(", "));
     return parts.join("; ");
   }
 
