@@ -41,10 +41,32 @@ from service.cli.runtime import tune_gc
 from service.pipeline.replicator import Replicator
 from service.pipeline.status import State
 from service.settings import Settings
+from service.shaping import Shapes
 from service.sink.keys import KeyLayout
 from service.transactions import Transaction
 
 REPLAY_TABLES = (("bench", "t_insert"), ("bench", "t_small"))
+
+
+def shaped_tables() -> dict[str, dict[str, object]]:
+    """BENCH_SHAPE=indexed: the bench tables with a key template, `exclude` and a unique and a set
+    index (issue 40's benchmark; the updates change no indexed column); BENCH_SHAPE=moving: the
+    set index on `flag`, which every update changes (each update moves the row between sets)."""
+    kind = os.environ.get("BENCH_SHAPE", "")
+    if not kind:
+        return {}
+    column = {"indexed": "state", "moving": "flag"}[kind]
+    return {
+        f"{schema}.{table}": {  # a section each: one glob's templates would name one key space
+            "key": f"{table}:{{id}}",
+            "exclude": ["body"],
+            "index": [
+                {"kind": "unique", "key": f"{table}-by-id:{{id}}"},  # the only UNIQUE index is the key
+                {"kind": "set", "key": f"{table}-by-{column}:{{{column}}}"},
+            ],
+        }
+        for schema, table in REPLAY_TABLES
+    }
 
 
 async def replay(
@@ -66,10 +88,15 @@ async def replay(
         value_mode=os.environ.get("BINLOG_MIRROR_VALUE_MODE") or "hash",
         # BINLOG_MIRROR_PLAIN_INSERTS=false: every call as the apply script (docs/BENCHMARKS.md)
         plain_inserts=os.environ.get("BINLOG_MIRROR_PLAIN_INSERTS", "true").lower() not in ("false", "0"),
+        table=shaped_tables(),
     )
     layout = KeyLayout(prefix)
     client = Redis.from_url(redis)
     await client.sadd(layout.tables_key, *(layout.table_id(s, t) for s, t in REPLAY_TABLES))
+    if settings.table:  # written in this shape already: no copy at start
+        shapes = Shapes(settings.table_sections(), prefix)
+        fingerprints = {layout.table_id(s, t): shapes.fingerprint(s, t) for s, t in REPLAY_TABLES}
+        await client.hset(layout.shapes_key, mapping=fingerprints)
     target = BinlogPosition(file, end)
     replicator = Replicator(settings)
     rows = txns = 0

@@ -75,37 +75,44 @@ class Repairer:
             raise SinkError("cannot repair: the mirror has no checkpoint (it was never started)")
         return cp
 
-    async def _apply(self, changes: list[RowChange]) -> int:
-        """Apply `changes` as transactions that end at the stored checkpoint, which they rewrite
-        with the same position and the same last GTID."""
+    async def _apply(self, units: list[list[RowChange]]) -> int:
+        """Apply the changes of `units` (each a row's, kept in one call) as transactions that end
+        at the stored checkpoint, which they rewrite with the same position and the same last
+        GTID. Returns the rows repaired (units)."""
         size = max(1, self.chunk_rows)
-        for start in range(0, len(changes), size):
+        for start in range(0, len(units), size):
+            changes = [c for unit in units[start : start + size] for c in unit]
             cp = await self._lease()
             with map_redis_errors("reading the checkpoint"):
                 stored = decode_checkpoint(await self.redis.hgetall(self.layout.checkpoint_key))
             gtid = stored.gtid if stored else None
             span = EventSpan(cp.position.file, cp.position.pos, cp.position.pos)
-            part = tuple(at_span(c, span) for c in changes[start : start + size])
+            part = tuple(at_span(c, span) for c in changes)
             # the checkpoint's own time: the stored hash is rewritten exactly as it was
             txn = Transaction(part, (), gtid, cp.ts, cp)
             await self.mirror.apply([(txn, ())])
-        return len(changes)
+        return len(units)
 
-    async def repair(self, t: TableInfo, suspects: Mapping[str, Suspect]) -> int:
+    async def repair(self, t: TableInfo, suspects: Mapping[str, Suspect], derived: bool = False) -> int:
+        """Rewrite (or delete) the suspect rows; `derived`: a shaped table's rows are deleted
+        first in the same call, so that every derived entry is written again (lua/derive.lua
+        skips entries it recorded as they are)."""
         assert t.key is not None
-        changes: list[RowChange] = []
+        units: list[list[RowChange]] = []
         span = EventSpan("", 0, 0)
         now = int(time.time())
         for suffix, s in sorted(suspects.items()):
+            gone = key_delete(t.schema, t.table, t.key, suffix, span, now)
             if s.source is not None:
-                changes.append(RowChange(Op.INSERT, t.schema, t.table, None, s.source, span, now, 0))
+                put = RowChange(Op.INSERT, t.schema, t.table, None, s.source, span, now, 0)
+                units.append([gone, put] if derived else [put])
             else:
-                changes.append(key_delete(t.schema, t.table, t.key, suffix, span, now))
-        done = await self._apply(changes)
+                units.append([gone])
+        done = await self._apply(units)
         log.info("repaired %d rows of %s.%s", done, t.schema, t.table)
         return done
 
-    async def repair_live(self, t: TableInfo, suffixes: Sequence[str]) -> int:
+    async def repair_live(self, t: TableInfo, suffixes: Sequence[str], derived: bool = False) -> int:
         """Repair rows while the service applies (the background verifier, which shares its
         writer lease): the checkpoint C is read first, then the rows from the source (at or past
         C: the source is never behind its mirror), and the call is fenced by the chain check on C.
@@ -132,14 +139,14 @@ class Repairer:
                     rows[self.layout.row_suffix([r[c] for c in key])] = self.source.stored_form(t, r, utc)
             span = EventSpan(cp.position.file, cp.position.pos, cp.position.pos)
             now = int(time.time())
-            changes = tuple(
-                RowChange(Op.INSERT, t.schema, t.table, None, rows[sfx], span, now, 0)
-                if sfx in rows
-                else key_delete(t.schema, t.table, key, sfx, span, now)
-                for sfx in part
-            )
-            await self.mirror.apply([(Transaction(changes, (), stored.gtid, cp.ts, cp), ())])
-            done += len(changes)
+            changes: list[RowChange] = []
+            for sfx in part:
+                if sfx not in rows or derived:  # (derived: every entry written again, as `repair`)
+                    changes.append(key_delete(t.schema, t.table, key, sfx, span, now))
+                if sfx in rows:
+                    changes.append(RowChange(Op.INSERT, t.schema, t.table, None, rows[sfx], span, now, 0))
+            await self.mirror.apply([(Transaction(tuple(changes), (), stored.gtid, cp.ts, cp), ())])
+            done += len(part)
         return done
 
     async def repair_orphans(self, schema: str, table: str, extras: Sequence[str]) -> int:

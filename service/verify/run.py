@@ -237,11 +237,15 @@ class VerifyRun:
 
     # -- repairing (repairs.py) ---------------------------------------------------------------
     async def repair(self, t: TableInfo, suspects: Mapping[str, Suspect]) -> int:
-        return await self.repairs.repair(t, suspects)
+        return await self.repairs.repair(t, suspects, derived=self._derived(t))
+
+    def _derived(self, t: TableInfo) -> bool:
+        shape = self.v.catalog.shape(t.schema, t.table)
+        return shape is not None and shape.derivation is not None
 
     async def repair_live(self, t: TableInfo, suffixes: Sequence[str]) -> int:
         """Repair rows while the service applies (Repairer.repair_live)."""
-        return await self.repairs.repair_live(t, suffixes)
+        return await self.repairs.repair_live(t, suffixes, derived=self._derived(t))
 
     async def repair_orphans(self, schema: str, table: str, extras: Sequence[str]) -> int:
         return await self.repairs.repair_orphans(schema, table, extras)

@@ -99,8 +99,8 @@ local function unit_done(key, uid)
 end
 local base, index, touched, tid = '', '', '', ''  -- the table of the row ops (op C)
 local dspec, derived = nil, ''           -- its derived entries' spec and hash (derive.lua)
-local function rederive(suffix)          -- after a row op: the row's derived entries follow it
-  if dspec then derive(dspec, base .. suffix, derived, suffix) end
+local function rederive(suffix, flat, n)  -- after a row op: the row's derived entries follow it
+  if dspec then derive(dspec, base .. suffix, derived, suffix, flat, n) end  -- (flat: written whole)
 end
 local function in_resync()
   local m = marks[tid]
@@ -162,14 +162,14 @@ while i <= n do
     end
     write_row(base .. ARGV[i + 1], c)
     row_written(ARGV[i + 1], true)
-    rederive(ARGV[i + 1])
+    rederive(ARGV[i + 1], pairs_, 2 * c)
     i = i + 3 + c
   elseif op == 'WP' then                 -- replace a row: suffix count f v ... (plain.py's rows)
     local c = tonumber(ARGV[i + 2])
     for k = 1, 2 * c do pairs_[k] = ARGV[i + 2 + k] end
     write_row(base .. ARGV[i + 1], c)
     row_written(ARGV[i + 1], true)
-    rederive(ARGV[i + 1])
+    rederive(ARGV[i + 1], pairs_, 2 * c)
     i = i + 3 + 2 * c
   elseif op == 'U' then                  -- update a row: suffix shape mask x f ... v ... rest
     -- mask: '1' for each of the shape's columns whose value changed, the v that follow in

@@ -91,12 +91,22 @@ local function underive(derived, suffix)
   for _, e in ipairs(entries) do drop_entry(e, member) end
   redis.call('HDEL', derived, suffix)
 end
-local function derive(spec, key, derived, suffix)
-  -- the entries of the row stored at `key` (none when it is not there) replace those recorded
-  local flat = redis.call('HGETALL', key)
-  if #flat == 0 then return underive(derived, suffix) end
+local function copy_row(ikey, flat, n)  -- the copy at the template key becomes flat[1 .. n]
+  if n <= 1000 then                      -- as apply.lua's write_row: one HSET when it holds these
+    local added = redis.pcall('HSET', ikey, unpack(flat, 1, n))
+    if type(added) == 'number' and redis.call('HLEN', ikey) == n / 2 then return end
+  end
+  redis.call('DEL', ikey)
+  batched('HSET', ikey, 1, n, flat)
+end
+local function derive(spec, key, derived, suffix, flat, n)
+  -- the entries of the row stored at `key` (none when it is not there) replace those recorded;
+  -- `flat` (n items): the row's field-value pairs when the caller just wrote them whole (nil:
+  -- read back, after a merge or a move)
+  if not flat then flat = redis.call('HGETALL', key); n = #flat end
+  if n == 0 then return underive(derived, suffix) end
   local row = {}
-  for j = 1, #flat, 2 do row[flat[j]] = flat[j + 1] end
+  for j = 1, n, 2 do row[flat[j]] = flat[j + 1] end
   local member, new = key, {}
   if #spec.k > 0 then
     member = render(spec.k, row)
@@ -114,27 +124,36 @@ local function derive(spec, key, derived, suffix)
       end
     end
   end
+  local text = {lv(member)}
+  for _, e in ipairs(new) do
+    text[#text + 1] = e[1] .. lv(e[2]) .. (e[1] == 'z' and lv(e[3]) or '')
+  end
+  text = table.concat(text)
   local raw = redis.call('HGET', derived, suffix)
-  if raw then                            -- entries no longer there (or held by another member) go
+  local held = {}                        -- entries recorded for this member, which stay
+  if raw == text then                    -- the same entries: only the copy follows the row
+    if #spec.k > 0 then copy_row(member, flat, n) end
+    return
+  elseif raw then                        -- entries no longer there (or held by another member) go
     local old_member, old = decode_entries(raw)
-    local keep = {}
-    if old_member == member then
-      for _, e in ipairs(new) do keep[e[1] .. e[2]] = true end
-    end
     for _, e in ipairs(old) do
-      if not keep[e[1] .. e[2]] then drop_entry(e, old_member) end
+      local id = e[1] .. e[2] .. ' ' .. e[3]
+      held[id] = old_member == member
+    end
+    for _, e in ipairs(new) do held[e[1] .. e[2] .. ' ' .. e[3]] = held[e[1] .. e[2] .. ' ' .. e[3]] and 'keep' end
+    for _, e in ipairs(old) do
+      if held[e[1] .. e[2] .. ' ' .. e[3]] ~= 'keep' then drop_entry(e, old_member) end
     end
   end
-  local text = {lv(member)}
   for _, e in ipairs(new) do
     local kind, ikey = e[1], e[2]
     if kind == 'k' then                  -- the row's copy: the stored row, whole
-      redis.call('DEL', ikey)
-      batched('HSET', ikey, 1, #flat, flat)
-    elseif kind == 'u' then redis.call('SET', ikey, member)
-    elseif kind == 's' then redis.call('SADD', ikey, member)
-    else redis.call('ZADD', ikey, e[3], member) end
-    text[#text + 1] = kind .. lv(ikey) .. (kind == 'z' and lv(e[3]) or '')
+      copy_row(ikey, flat, n)
+    elseif held[kind .. ikey .. ' ' .. e[3]] ~= 'keep' then
+      if kind == 'u' then redis.call('SET', ikey, member)
+      elseif kind == 's' then redis.call('SADD', ikey, member)
+      else redis.call('ZADD', ikey, e[3], member) end
+    end
   end
-  redis.call('HSET', derived, suffix, table.concat(text))
+  redis.call('HSET', derived, suffix, text)
 end
