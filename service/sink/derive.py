@@ -16,6 +16,7 @@ it): the same entries and the same bytes for the same stored row.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -31,6 +32,7 @@ __all__ = [
 ]
 
 Stored = str | bytes  # a stored hash value
+_NUMBER = re.compile(r"[-+0-9.eE]+")  # the texts a score may be read from (derive.lua alike)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +86,8 @@ def score_of(value: Stored, temporal: bool) -> str | None:
     a zero date, or a value that is not a number, has none."""
     text = _text(value)
     if not temporal:
+        if not _NUMBER.fullmatch(text):
+            return None  # (a numeric column's text always is; Lua's tonumber takes other forms)
         try:
             return "%.17g" % float(text)  # noqa: UP031 - the Lua's format, byte for byte
         except ValueError:
@@ -158,6 +162,20 @@ class Derivation:
         }
         return json.dumps(spec, separators=(",", ":"), ensure_ascii=False)
 
+    @classmethod
+    def from_spec(cls, text: str) -> Derivation:
+        """The derivation `spec_text` wrote (the reference executor reads the IR's spec)."""
+        spec = json.loads(text)
+
+        def parts(ps: Sequence[str]) -> tuple[Part, ...]:
+            return tuple(Part(p[1:]) if p[0] == "=" else Part(p[1:], True, p[0] == "#") for p in ps)
+
+        key = parts(spec["k"]) if spec["k"] else None
+        indexes = tuple(
+            IndexSpec(k, parts(ps), score or None, kind == "t") for k, ps, score, kind in spec["i"]
+        )
+        return cls(key, indexes)
+
     @staticmethod
     def render(parts: Sequence[Part], row: Mapping[str, Stored]) -> str | None:
         out: list[str] = []
@@ -171,13 +189,16 @@ class Derivation:
             out.append(key_part(value, p.binary))
         return "".join(out)
 
-    def entries(self, row: Mapping[str, Stored], own_key: str) -> tuple[str, list[Entry]]:
-        """The member (the row's key) and the entries of a stored row (field -> stored value)."""
+    def entries(self, row: Mapping[str, Stored], own_key: str) -> tuple[str | None, list[Entry]]:
+        """The member (the row's key) and the entries of a stored row (field -> stored value).
+        A row without a key template's column (a partial image merged into a row the mirror did
+        not have: a resync reads it again) has none yet: (None, [])."""
         out: list[Entry] = []
         member = own_key
         if self.key is not None:
             rendered = self.render(self.key, row)
-            assert rendered is not None, "a key template's columns are NOT NULL"
+            if rendered is None:
+                return None, []
             member = rendered
             out.append(Entry("k", member))
         for ix in self.indexes:

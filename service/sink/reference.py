@@ -53,6 +53,7 @@ from service.sink.ir import (
     WriteRow,
 )
 from service.sink.keys import (
+    DERIVED_SUFFIX,
     GENERATION_FIELD,
     MARK_FENCED,
     PARTIAL_SUFFIX,
@@ -61,6 +62,7 @@ from service.sink.keys import (
     resync_mark,
 )
 from service.sink.reference_checks import check_call
+from service.sink.reference_derive import derive, underive
 from service.sink.reference_fk import Cascades
 from service.sink.reference_keyspace import Keyspace, ScriptError, as_bytes, merge_json
 from service.sink.values import json_document, row_fields, same_text
@@ -232,6 +234,11 @@ class _Call:
         else:
             assert isinstance(op, RereadRow)
             self.row_merged(t, op.suffix)
+        if t.derive and not isinstance(op, RereadRow):  # apply.lua's `rederive` after the row op
+            derived = base + DERIVED_SUFFIX.encode()
+            for suffix in (op.old, op.new) if isinstance(op, MoveRow) else (op.suffix,):
+                s = as_bytes(suffix)
+                derive(self.ks, t.derive, base + s, derived, s)
 
     def table_unit(self, op: ClearRows | MoveRows | CopyMembers) -> None:
         key, uid = as_bytes(op.record), as_bytes(op.uid)
@@ -253,6 +260,10 @@ class _Call:
                 index, base = as_bytes(op.index), as_bytes(op.base)
                 self.fk.clear_for(base)
                 ms = self.ks.spop(index, op.limit)
+                derived = base + b":" + DERIVED_SUFFIX.encode()
+                if self.ks.exists(derived):  # a shaped table's entries go with its rows
+                    for m in ms:
+                        underive(self.ks, derived, m)
                 if isinstance(op, ClearRows):
                     for m in ms:
                         self.fk.unlink(base + b":" + m, m)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-__all__ = ["Arg", "Dump", "Keyspace", "ScriptError", "Stream", "as_bytes", "members", "merge_json"]
+__all__ = ["Arg", "Dump", "Keyspace", "ScriptError", "Stream", "ZSet", "as_bytes", "members", "merge_json"]
 
 Arg = str | bytes | int  # an argument as redis-py sends it
 
@@ -42,7 +42,14 @@ class Stream:
     entries: list[tuple[bytes, ...]] = field(default_factory=list)
 
 
-Value = bytes | dict[bytes, bytes] | set[bytes] | Stream
+@dataclass(slots=True)
+class ZSet:
+    """A sorted set: member -> score (derived index entries, service/sink/derive.py)."""
+
+    members: dict[bytes, float] = field(default_factory=dict)
+
+
+Value = bytes | dict[bytes, bytes] | set[bytes] | Stream | ZSet
 # key -> (type, contents): what the differential tests compare; a hash as a dict (Redis does not
 # keep a big hash's field order), a set as a frozenset, a stream as its entries' field lists.
 Dump = dict[bytes, tuple[str, object]]
@@ -61,6 +68,8 @@ class Keyspace:
                 out[key] = ("hash", dict(v))
             elif isinstance(v, set):
                 out[key] = ("set", frozenset(v))
+            elif isinstance(v, ZSet):
+                out[key] = ("zset", dict(v.members))
             else:
                 out[key] = ("stream", list(v.entries))
         return out
@@ -180,6 +189,21 @@ class Keyspace:
         out = self.smembers(key)[:count]
         self.srem(key, out)
         return out
+
+    # -- sorted sets -----------------------------------------------------------------------------
+    def zadd(self, key: bytes, score: float, member: bytes) -> None:
+        z = self._typed(key, ZSet)
+        if z is None:
+            z = self.data[key] = ZSet()
+        assert isinstance(z, ZSet)
+        z.members[member] = score
+
+    def zrem(self, key: bytes, member: bytes) -> None:
+        z = self._typed(key, ZSet)
+        if isinstance(z, ZSet):
+            z.members.pop(member, None)
+            if not z.members:
+                del self.data[key]
 
     # -- streams ---------------------------------------------------------------------------------
     def xadd(self, key: bytes, maxlen: int, fields: tuple[bytes, ...]) -> None:

@@ -11,9 +11,10 @@ import re
 from collections.abc import Sequence
 
 from service.sink.ir import ResyncHeader, WriteRow
-from service.sink.keys import MARK_FENCED
+from service.sink.keys import DERIVED_SUFFIX, MARK_FENCED
 from service.sink.reference import partial_key_of, row_pairs
 from service.sink.reference_checks import fence
+from service.sink.reference_derive import derive, underive
 from service.sink.reference_keyspace import Keyspace, as_bytes
 from service.sink.values import json_document
 
@@ -49,6 +50,8 @@ def _write_copy(ks: Keyspace, h: ResyncHeader, op: WriteRow, json_mode: bool) ->
         ks.delete(key)
         ks.hset(key, row_pairs(op.row))
     ks.sadd(as_bytes(t.index), [as_bytes(op.suffix)])
+    if t.derive:  # a shaped table's entries follow (resync_rows.lua, resync_reread.lua)
+        derive(ks, t.derive, key, as_bytes(t.base) + b":" + DERIVED_SUFFIX.encode(), as_bytes(op.suffix))
 
 
 def resync_rows(
@@ -105,6 +108,7 @@ def resync_finish(
     for m in ks.spop(stale, limit):
         if not _stream_wrote(ks, touched, partial, m):
             ks.delete(as_bytes(t.base) + b":" + m)
+            underive(ks, as_bytes(t.base) + b":" + DERIVED_SUFFIX.encode(), m)
             ks.srem(as_bytes(t.index), [m])
             removed += 1
     left, again = ks.scard(stale), ks.hlen(partial)

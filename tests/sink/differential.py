@@ -32,12 +32,17 @@ def redis_dump(r: redis_sync.Redis) -> Dump:
             p.type(k)
         types = [t.decode() for t in p.execute()]
         for k, t in zip(keys, types, strict=True):
-            {"string": p.get, "hash": p.hgetall, "set": p.smembers, "stream": p.xrange}[t](k)
+            if t == "zset":  # a shaped table's index (service/sink/derive.py)
+                p.zrange(k, 0, -1, withscores=True)
+            else:
+                {"string": p.get, "hash": p.hgetall, "set": p.smembers, "stream": p.xrange}[t](k)
         contents = p.execute()
     out: Dump = {}
     for k, t, c in zip(keys, types, contents, strict=True):
         if t == "set":
             c = frozenset(c)
+        elif t == "zset":
+            c = dict(c)
         elif t == "stream":
             c = [tuple(x for kv in fields.items() for x in kv) for _, fields in c]
         out[k] = (t, c)

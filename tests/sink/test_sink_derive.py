@@ -66,6 +66,7 @@ def expected(alive: dict[str, dict[str, str | bytes]]) -> dict[bytes, Any]:
     out: dict[bytes, Any] = {}
     for suffix, row in alive.items():
         member, entries = SPEC.entries(row, BASE + suffix)
+        assert member is not None
         out.setdefault(DERIVED.encode(), {})[suffix.encode()] = encode_entries(member, entries).encode()
         for e in entries:
             key = e.key.encode()

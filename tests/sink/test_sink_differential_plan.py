@@ -18,6 +18,7 @@ from service.binlog.rowchange import EventSpan, Op, Row, RowChange
 from service.checkpoint import BinlogPosition, Checkpoint
 from service.sink import ir
 from service.sink.codec import CallEncoder
+from service.sink.derive import Derivation, IndexSpec, Part
 from service.sink.fks import ForeignKey, ForeignKeys
 from service.sink.keys import KeyLayout
 from service.sink.plan import ActionKind, Planner, TableAction, checkpoint_op
@@ -193,11 +194,25 @@ def send(twin: Twin, planner: Planner, txn: Transaction, acts: list[TableAction]
         done += n
 
 
+# table "u" shaped with a key template and indexes (service/sink/derive.py): its entries follow
+# every op, unit and resync write, in both executors
+DERIVED = Derivation(
+    key=(Part("app:u:"), Part("id", field=True, integer=True)),
+    indexes=(
+        IndexSpec("u", (Part("app:u-by-id:"), Part("id", field=True, integer=True))),
+        IndexSpec("s", (Part("app:u-by-a:"), Part("a", field=True, binary=True))),
+        IndexSpec("z", (Part("app:u-by-b"),), score="b"),
+    ),
+).spec_text()
+
+
 @pytest.mark.parametrize(
-    ("json_mode", "changelog"), [(False, None), (False, 1000), (True, None)], ids=["hash", "hash-log", "json"]
+    ("json_mode", "changelog", "derived"),
+    [(False, None, False), (False, 1000, False), (True, None, False), (False, None, True)],
+    ids=["hash", "hash-log", "json", "hash-derived"],
 )
 def test_planned_transactions_leave_the_same_keyspace(
-    sink_redis: redis_sync.Redis, json_mode: bool, changelog: int | None
+    sink_redis: redis_sync.Redis, json_mode: bool, changelog: int | None, derived: bool
 ) -> None:
     @settings(settings.get_profile("sink-differential"))
     @given(scenario=scenarios())
@@ -206,7 +221,11 @@ def test_planned_transactions_leave_the_same_keyspace(
         fk = ForeignKey("fk_c", "s", "c", ("pid",), "s", "t", ("id",), src.on_update, src.on_delete)
         fks = ForeignKeys((fk,))
         planner = Planner(
-            LAY, lambda s, t: ("id",) if t in KEYED else None, json_mode, changelog_maxlen=changelog
+            LAY,
+            lambda s, t: ("id",) if t in KEYED else None,
+            json_mode,
+            changelog_maxlen=changelog,
+            derive_of=(lambda s, t: DERIVED if t == "u" else "") if derived else None,
         )
         planner.cascades.foreign_keys = lambda: fks
         twin = Twin(sink_redis, LAY, json_mode, CallEncoder(LAY, json_mode).encode, Keyspace())

@@ -5,7 +5,7 @@ and the real Lua; the replies and the keyspaces must agree."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pytest
@@ -22,6 +22,7 @@ from service.sink.reference_resync import resync_finish, resync_reread, resync_r
 from service.sink.scripts import RESYNC_FINISH, RESYNC_REREAD, RESYNC_ROWS
 from tests.sink.differential import MAX_UNIT_CALLS, Twin
 from tests.sink.test_sink_differential import LAY, TABLES, drive, ids, rows, rule, start, steps
+from tests.sink.test_sink_differential_plan import DERIVED
 
 pytestmark = pytest.mark.redis
 
@@ -88,8 +89,16 @@ def run(twin: Twin, call: ResyncCall, json_mode: bool, scripts: dict[str, Any]) 
     twin.check()
 
 
-@pytest.mark.parametrize("json_mode", [False, True], ids=["hash", "json"])
-def test_resync_calls_leave_the_same_keyspace(sink_redis: redis_sync.Redis, json_mode: bool) -> None:
+@pytest.mark.parametrize(
+    ("json_mode", "derived"),
+    [(False, False), (True, False), (False, True)],
+    ids=["hash", "json", "hash-derived"],
+)
+def test_resync_calls_leave_the_same_keyspace(
+    sink_redis: redis_sync.Redis, json_mode: bool, derived: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if derived:  # table "u" shaped: its entries follow the copies and the stale rows' removal
+        monkeypatch.setitem(TABLES, "u", replace(TABLES["u"], derive=DERIVED))
     scripts = {
         "rows": sink_redis.register_script(RESYNC_ROWS),
         "reread": sink_redis.register_script(RESYNC_REREAD),

@@ -43,6 +43,7 @@ local function days_from_civil(y, m, d)
 end
 local function score_of(v, temporal)     -- '%.17g' text, or nil: no entry
   if not temporal then
+    if not string.find(v, '^[-+0-9.eE]+$') then return nil end  -- (derive.py's _NUMBER)
     local x = tonumber(v)
     if x == nil then return nil end
     return string.format('%.17g', x)
@@ -110,6 +111,9 @@ local function derive(spec, key, derived, suffix, flat, n)
   local member, new = key, {}
   if #spec.k > 0 then
     member = render(spec.k, row)
+    -- a row without a template's column (a partial image merged into a row the mirror did not
+    -- have: a resync reads it again) has no entries yet
+    if not member then return underive(derived, suffix) end
     new[1] = {'k', member, ''}
   end
   for _, ix in ipairs(spec.i) do

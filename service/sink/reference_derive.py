@@ -1,0 +1,84 @@
+"""The reference executor's derived entries (lua/derive.lua's key-space effects, over the
+in-memory keyspace): the twin the differential tests compare with the real script."""
+
+from __future__ import annotations
+
+from functools import cache
+
+from service.sink.derive import Derivation, Entry, decode_entries, encode_entries
+from service.sink.reference_keyspace import Keyspace
+
+__all__ = ["derive", "underive"]
+
+
+@cache
+def _spec(text: str) -> Derivation:
+    return Derivation.from_spec(text)
+
+
+def _drop(ks: Keyspace, e: Entry, member: bytes) -> None:
+    key = e.key.encode()
+    if e.kind == "k":
+        ks.delete(key)
+    elif e.kind == "u":
+        if ks.get(key) == member:
+            ks.delete(key)
+    elif e.kind == "s":
+        ks.srem(key, [member])
+    else:
+        ks.zrem(key, member)
+
+
+def underive(ks: Keyspace, derived: bytes, suffix: bytes) -> None:
+    raw = ks.hget(derived, suffix)
+    if raw is None:
+        return
+    member, entries = decode_entries(raw)
+    for e in entries:
+        _drop(ks, e, member.encode())
+    ks.hdel(derived, [suffix])
+
+
+def _copy(ks: Keyspace, key: bytes, row: dict[bytes, bytes]) -> None:
+    ks.delete(key)  # (the script's HSET + HLEN check ends the same)
+    ks.hset(key, row.items())
+
+
+def derive(ks: Keyspace, spec_text: str, key: bytes, derived: bytes, suffix: bytes) -> None:
+    """The entries of the row stored at `key` replace those recorded for `suffix`."""
+    row = ks.hgetall(key)
+    if not row:
+        return underive(ks, derived, suffix)
+    spec = _spec(spec_text)
+    text_row = {k.decode(): v for k, v in row.items()}
+    member, new = spec.entries(text_row, key.decode())
+    if member is None:
+        return underive(ks, derived, suffix)
+    text = encode_entries(member, new).encode()
+    raw = ks.hget(derived, suffix)
+    keep: set[tuple[str, str, str]] = set()
+    if raw == text:
+        if spec.key is not None:
+            _copy(ks, member.encode(), row)
+        return
+    if raw is not None:
+        old_member, old = decode_entries(raw)
+        held = {(e.kind, e.key, e.score) for e in old} if old_member == member else set()
+        keep = {(e.kind, e.key, e.score) for e in new} & held
+        for e in old:
+            if (e.kind, e.key, e.score) not in keep:
+                _drop(ks, e, old_member.encode())
+    m = member.encode()
+    for e in new:
+        k = e.key.encode()
+        if e.kind == "k":
+            _copy(ks, k, row)
+        elif (e.kind, e.key, e.score) in keep:
+            continue
+        elif e.kind == "u":
+            ks.set(k, m)
+        elif e.kind == "s":
+            ks.sadd(k, [m])
+        else:
+            ks.zadd(k, float(e.score), m)
+    ks.hset(derived, [(suffix, text)])
