@@ -351,9 +351,24 @@ def planned() -> dict[str, list[Arg]]:
     return dict(_scenarios())
 
 
+def _without_derive_specs(args: list[Arg]) -> list[Arg]:
+    """The ARGV as sent before op C gained its 5th argument (issue 40: a shaped table's derived
+    entries' spec, '' for every table here)."""
+    out: list[Arg] = []
+    i = 0
+    while i < len(args):
+        if args[i] == "C" and i + 5 < len(args) and args[i + 5] == "" and str(args[i + 2]).endswith("__keys"):
+            out += args[i : i + 5]
+            i += 6
+        else:
+            out.append(args[i])
+            i += 1
+    return out
+
+
 @pytest.mark.parametrize("name", [*PINNED, *ROWS_PINNED])
 def test_planned_calls_are_the_argv_sent_before_the_ir(planned: dict[str, list[Arg]], name: str) -> None:
-    args = planned[name]
+    args = _without_derive_specs(planned[name])
     if name in PINNED:
         packed: bytes = hiredis.pack_command(("X", *args))  # type: ignore[arg-type]
         assert hashlib.sha256(packed).hexdigest()[:16] == PINNED[name]
@@ -362,19 +377,20 @@ def test_planned_calls_are_the_argv_sent_before_the_ir(planned: dict[str, list[A
 
 
 def test_resync_calls() -> None:
-    """The resync scripts' ARGV: the lease, the generation, the table's keys, then rows as the
-    source gave them (count f v ..., NULLs not stored; json: 1, '' and the document)."""
+    """The resync scripts' ARGV: the lease, the generation, the table's keys, the value mode and
+    the table's derive spec ('' unshaped), then rows as the source gave them (count f v ..., NULLs
+    not stored; json: 1, '' and the document)."""
     h = ir.ResyncHeader("m:__lease", "tok", "m:__resync", T, 4)
     row: Row = {"id": 1, "v": None, "b": b"\x00"}
     ops = [ir.WriteRow(T, "1", row)]
     head = ["m:__lease", "tok", "m:__resync", "db:t", 4]
     assert resync_rows_args(h, "m:db:t:__stale", False, ops) == [
-        *head, "m:db:t:__touched", "m:db:t:__stale", "m:db:t:__keys", "m:db:t", "0",
+        *head, "m:db:t:__touched", "m:db:t:__stale", "m:db:t:__keys", "m:db:t", "0", "",
         "1", 2, "id", "1", "b", b"\x00",
     ]  # fmt: skip
     assert resync_rows_args(h, "s", True, ops)[-4:] == ["1", 1, "", b'{"id":1,"v":null,"b":"AA=="}']
     assert resync_reread_args(h, False, [("1", "3", ops[0]), ("2", "1", None)]) == [
-        *head, "m:db:t:__touched", "m:db:t:__keys", "m:db:t", "0",
+        *head, "m:db:t:__touched", "m:db:t:__keys", "m:db:t", "0", "",
         "1", "3", 1, 2, "id", "1", "b", b"\x00", "2", "1", 0, 0,
     ]  # fmt: skip
     assert resync_finish_args(h, "m:db:t:__stale", 500, "m:__settle", "") == [

@@ -27,7 +27,7 @@ def _change(op: Op, before: dict[str, object] | None, after: dict[str, object] |
     return RowChange(op, "db", "t", before, after, EventSpan("mysql-bin.000001", 4, 90), 1, 1)
 
 
-CONTEXT = ["A", "m:__tables", "db:t", "C", "m:db:t", "m:db:t:__keys", "db:t", "m:db:t:__touched"]
+CONTEXT = ["A", "m:__tables", "db:t", "C", "m:db:t", "m:db:t:__keys", "db:t", "m:db:t:__touched", ""]
 
 
 def _args(p: Planner, ops: list[IrOp] | None) -> list[Arg]:
@@ -43,8 +43,8 @@ def _row_args(p: Planner, ops: list[IrOp] | None) -> list[Arg]:
         n = args[3]
         assert isinstance(n, int)
         args = args[4 + n :]
-    assert args[:8] == CONTEXT
-    return args[8:]
+    assert args[: len(CONTEXT)] == CONTEXT
+    return args[len(CONTEXT) :]
 
 
 def test_plan_pk_change_full_images() -> None:
@@ -239,7 +239,7 @@ def test_plan_chunk_ops_set_the_table_once_per_call() -> None:
     # each call starts without a table and shapes
     assert chunks[1][0][:3] == ["A", "m:__tables", "db:a"]
     assert chunks[1][0][3:5] == ["C", "m:db:a"]
-    assert chunks[1][0][8:10] == ["K", "1"]
+    assert chunks[1][0][9:11] == ["K", "1"]
     assert "S" not in chunks[0][0]  # without a change log the sequence needs no op per change
 
 
