@@ -6,6 +6,7 @@ Sources, highest priority first: CLI flags (passed as init kwargs), environment 
 
 from __future__ import annotations
 
+import json
 import os
 import tomllib
 from pathlib import Path
@@ -391,6 +392,17 @@ class Settings(BaseSettings):
                 "(redis+cluster://) by this version yet; remove the sections or mirror into one Redis"
             )
         return self
+
+    @field_validator("table", mode="before")
+    @classmethod
+    def _table_json(cls, value: Any) -> Any:
+        """BINLOG_MIRROR_TABLE: the sections as one JSON object ({"shop.users": {"exclude": [...]}})."""
+        if isinstance(value, str):
+            try:
+                return json.loads(value)
+            except ValueError as exc:
+                raise ValueError(f"not a JSON object of sections ({exc})") from None
+        return value
 
     @field_validator("table")
     @classmethod

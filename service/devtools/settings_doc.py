@@ -102,7 +102,8 @@ MEANINGS = {
     "allowed, the most specific match wins) with `columns` or `exclude` (the fields kept), `rename` "
     "(a field's name in Redis), `key` (the row's key template) and `[[…index]]` entries (unique, set "
     "and zset index keys; hash value mode only); `ttl` and `value` are refused by this version. Not on a "
-    'Redis Cluster. docs/mirror.md, "Shaping" and "Key templates and index keys".',
+    "Redis Cluster. In the environment: one JSON object of sections. "
+    'docs/mirror.md, "Shaping" and "Key templates and index keys".',
 }
 
 HEAD = f"""# Configuration reference

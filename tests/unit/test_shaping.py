@@ -167,3 +167,15 @@ def test_a_fingerprint_names_the_section_that_applies_not_its_list_order() -> No
     assert users != Shapes({"shop.users": SectionSettings(exclude=("email",))}).fingerprint("shop", "users")
     assert shapes.fingerprint("shop", "orders") not in ("", users)  # the glob's
     assert shapes.fingerprint("other", "users") == ""  # no section: unshaped
+
+
+def test_sections_from_the_environment_as_json(monkeypatch: pytest.MonkeyPatch) -> None:
+    """BINLOG_MIRROR_TABLE: the sections as one JSON object (a container's environment)."""
+    monkeypatch.setenv(
+        "BINLOG_MIRROR_TABLE", '{"shop.users": {"key": "u:{id}", "index": [{"kind": "set", "key": "s:{a}"}]}}'
+    )
+    section = load_settings().table_sections()["shop.users"]
+    assert section.key == "u:{id}" and section.indexes[0].key == "s:{a}"
+    monkeypatch.setenv("BINLOG_MIRROR_TABLE", "{shop")
+    with pytest.raises(ConfigError, match="env BINLOG_MIRROR_TABLE.*not a JSON object of sections"):
+        load_settings()
