@@ -152,6 +152,15 @@ class RedisUrl(BaseModel):
 UNSUPPORTED_TABLE_SETTINGS = ("ttl", "value")
 
 
+def _checked_template(value: str, placeholders: bool) -> str:
+    """A key template whose syntax is valid (service.shaping.parse_template), else its reason."""
+    try:
+        parse_template(value, placeholders)
+    except ValueError as exc:
+        raise ValueError(f"{value!r}: {exc}") from None
+    return value
+
+
 class TableIndexSettings(BaseModel):
     """A `[[table."schema.table".index]]` entry (docs/mirror.md, "Key templates and index keys")."""
 
@@ -164,11 +173,7 @@ class TableIndexSettings(BaseModel):
     @field_validator("key")
     @classmethod
     def _template(cls, value: str) -> str:
-        try:
-            parse_template(value, placeholders=False)
-        except ValueError as exc:
-            raise ValueError(f"{value!r}: {exc}") from None
-        return value
+        return _checked_template(value, placeholders=False)
 
 
 class TableShapeSettings(BaseModel):
@@ -198,12 +203,7 @@ class TableShapeSettings(BaseModel):
     @field_validator("key")
     @classmethod
     def _template(cls, value: str | None) -> str | None:
-        if value is not None:
-            try:
-                parse_template(value)
-            except ValueError as exc:
-                raise ValueError(f"{value!r}: {exc}") from None
-        return value
+        return None if value is None else _checked_template(value, placeholders=True)
 
     @field_validator("rename")
     @classmethod

@@ -31,6 +31,7 @@ from tests.integration.mirror_helpers import (
     stop_replicator,
     wait_applied,
 )
+from tests.integration.test_mirror_shaping import write
 
 pytestmark = pytest.mark.integration
 
@@ -114,16 +115,6 @@ def actual(redis_url: str, app: str) -> dict[str, Any]:
             out[key] = kind
     r.close()
     return out
-
-
-def write(stack: LocalStack, db: str, statements: list[str], row_image: str = "FULL") -> None:
-    conn = root(stack, db)
-    with conn.cursor() as cur:
-        cur.execute("SET SESSION binlog_row_image = %s", (row_image,))
-        for sql in statements:
-            cur.execute(sql)
-    conn.commit()
-    conn.close()
 
 
 INSERTS = [
