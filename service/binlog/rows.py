@@ -371,7 +371,10 @@ def _rows(
             start = pos + nb
             nulls = _bitmap(buf, pos, nb)
             read = readers.get(nulls) or image(present, nulls)
-            row, pos = read(buf, start)
+            if isinstance(read, StepReader):  # compiled: a native call, no argument tuple
+                row, pos = read.read(buf, start, None, None, None)
+            else:
+                row, pos = read(buf, start)
             if pos > end or pos == start - nb:
                 _bad_row(pos, end, db, tbl)
             if is_insert:
