@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from service.binlog.constants import EventType
 from service.binlog.fde import StreamFormat
-from service.binlog.rowchange import Op, RowChange
+from service.binlog.rowchange import Op, RowChange, RowColumns
 from service.binlog.schema import TableSchema
 
 __all__ = [
@@ -226,13 +226,16 @@ class RowsEvent(Event):
     partition_id: int | None = None
     source_partition_id: int | None = None
     ndb_info: bytes | None = None
+    # DecodeOptions.columnar: the rows column by column (changes is then []); None otherwise
+    columns: RowColumns | None = None
 
     def __init__(
         self, header: EventHeader, table: TableSchema, changes: list[RowChange], op: Op, flags: int,
         version: int, extra_info: bytes = b"", skipped: bool = False, partial: bool = False,
         compressed: bool = False, partition_id: int | None = None, source_partition_id: int | None = None,
-        ndb_info: bytes | None = None,
+        ndb_info: bytes | None = None, columns: RowColumns | None = None,
     ) -> None:  # fmt: skip
+        self.columns = columns
         self.header, self.table, self.changes, self.op = header, table, changes, op
         self.flags, self.version, self.extra_info, self.skipped = flags, version, extra_info, skipped
         self.partial, self.compressed = partial, compressed
