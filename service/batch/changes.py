@@ -251,32 +251,50 @@ class _ColumnBuffer:
         self.version: tuple[str, ...] = ()
         self.meta: tuple[list[Any], ...] = tuple([] for _ in _META)
         self.before, self.after = ImageColumns(t.columns), ImageColumns(t.columns)
+        self.counts: list[int] = []  # rows per event (meta holds a value per event)
         self.pending = 0  # rows buffered
         self.rows = 0  # rows written
 
     def extend(self, c: RowColumns, seq: int, file: str, end: tuple[str, int, int, str | None]) -> None:
+        """One rows event's rows: its metadata once (the same for each of its rows: expanded
+        by a `take` per batch), its values appended per column."""
         n = c.count
         end_file, end_pos, commit_ts, gtid = end
         seqs, files, pos, end_files, end_poss, ts, commit_tss, server_ids, gtids, ops = self.meta
-        seqs.extend(range(seq, seq + n))
-        files.extend([file] * n)
-        pos.extend([c.position.start] * n)
-        end_files.extend([end_file] * n)
-        end_poss.extend([end_pos] * n)
-        ts.extend([c.ts] * n)
-        commit_tss.extend([commit_ts] * n)
-        server_ids.extend([c.server_id] * n)
-        gtids.extend([c.gtid or gtid] * n)
-        ops.extend([c.op] * n)
+        seqs.append(seq)  # the event's first row's; its rows' follow one by one
+        files.append(file)
+        pos.append(c.position.start)
+        end_files.append(end_file)
+        end_poss.append(end_pos)
+        ts.append(c.ts)
+        commit_tss.append(commit_ts)
+        server_ids.append(c.server_id)
+        gtids.append(c.gtid or gtid)
+        ops.append(c.op)
+        self.counts.append(n)
         self.before.extend(n, c.before_names, c.before)
         self.after.extend(n, c.after_names, c.after)
         self.pending += n
+
+    def _meta(self) -> list[pa.Array]:
+        """The metadata columns, a value per row, from the events' values and row counts."""
+        import numpy as np
+
+        counts = np.array(self.counts, dtype=np.int64)
+        event = np.repeat(np.arange(len(counts)), counts)  # each row's event
+        first = np.repeat(np.cumsum(counts) - counts, counts)  # each row's event's first row
+        seq = np.array(self.meta[0], dtype=np.int64)[event] + (np.arange(self.pending) - first)
+        take = pa.array(event)
+        arrays = [pa.array(seq, type=pa.int64())]
+        for values, (_, ty) in zip(self.meta[1:], _META[1:], strict=True):
+            arrays.append(pa.array(values, type=ty).take(take))
+        return arrays
 
     def flush(self) -> None:
         if not self.pending:
             return
         t = self.t
-        arrays = [pa.array(c, type=ty) for c, (_, ty) in zip(self.meta, _META, strict=True)]
+        arrays = self._meta()
         before, after = self.before.array(t.columns), self.after.array(t.columns)
         arrays += [
             _key(t, before, after),
@@ -289,6 +307,7 @@ class _ColumnBuffer:
         self.rows += self.pending
         self.pending = 0
         self.meta = tuple([] for _ in _META)
+        self.counts = []
         self.before, self.after = ImageColumns(t.columns), ImageColumns(t.columns)
 
 
