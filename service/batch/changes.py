@@ -34,7 +34,14 @@ from service.batch.ranges import FileRange
 from service.batch.tableversion import table_version
 from service.binlog import BinlogDecoder, scan_binlog_file
 from service.binlog.decoder import DecodeOptions
-from service.binlog.events import GtidListEvent, QueryEvent, RowsEvent, TableMapEvent, TransactionPayloadEvent
+from service.binlog.events import (
+    ColumnarRowsEvent,
+    GtidListEvent,
+    QueryEvent,
+    RowsEvent,
+    TableMapEvent,
+    TransactionPayloadEvent,
+)
 from service.binlog.rowchange import RowChange, RowColumns
 from service.checkpoint import BinlogPosition, CheckpointTracker, statement_kind
 from service.errors import DecodeError
@@ -515,8 +522,8 @@ def _decode_range(task: RangeTask) -> RangeResult:
                     if key in versions:
                         txn_versions[key] = versions[key]
                     if columnar and not ev.skipped and task.tables.wants(*key):  # as the assembler
-                        if ev.columns is not None:
-                            if ev.columns.count:
+                        if isinstance(ev, ColumnarRowsEvent):
+                            if ev.columns is not None and ev.columns.count:
                                 pending.append(ev.columns)
                         else:  # PARTIAL_UPDATE_ROWS: decoded as RowChanges
                             pending.extend(_one_change(ch) for ch in ev.changes)

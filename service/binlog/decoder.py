@@ -29,6 +29,7 @@ from service.binlog.constants import HEADER_LEN, LOG_EVENT_ARTIFICIAL_F, LOG_EVE
 from service.binlog.constants import EventType as E
 from service.binlog.control import CONTROL_EVENTS, parse_control, parse_rotate
 from service.binlog.events import (
+    ColumnarRowsEvent,
     Event,
     EventHeader,
     FormatDescriptionEvent,
@@ -375,16 +376,24 @@ class BinlogDecoder:
             else:
                 changes = decode_rows(body, start, kind, plan, span, h.timestamp, h.server_id, self.gtid)
                 self.stats.rows += len(changes)
+        part: int | None = None
+        source: int | None = None
+        ndb: bytes | None = None
         if extra:  # MySQL 8 writes it for partitioned (and NDB) tables only
             part, source, ndb = parse_extra_row_info(extra, kind)
+        if columns is not None:
+            return ColumnarRowsEvent(
+                h, schema, columns, kind.op, flags, kind.version, extra, skipped, kind.partial,
+                kind.compressed, part, source, ndb,
+            )  # fmt: skip
+        if extra:
             return RowsEvent(
                 h, schema, changes, kind.op, flags, kind.version, extra, skipped, kind.partial,
-                kind.compressed, part, source, ndb, columns,
+                kind.compressed, part, source, ndb,
             )  # fmt: skip
         return RowsEvent(
-            h, schema, changes, kind.op, flags, kind.version, extra, skipped, kind.partial, kind.compressed,
-            None, None, None, columns,
-        )  # fmt: skip
+            h, schema, changes, kind.op, flags, kind.version, extra, skipped, kind.partial, kind.compressed
+        )
 
     def _payload(self, h: EventHeader, body: bytes) -> TransactionPayloadEvent:
         head = parse_payload_header(body)

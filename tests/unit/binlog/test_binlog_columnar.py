@@ -8,6 +8,7 @@ import pytest
 from binlog_text import FIXTURES, VECTORS
 
 from service.binlog import BinlogDecoder, DecodeOptions, RowsEvent, read_binlog_file
+from service.binlog.events import ColumnarRowsEvent
 from service.errors import DecodeError
 
 FILES = [
@@ -34,11 +35,11 @@ def test_columnar_rows_equal_the_row_changes(path: Path) -> None:
     assert len(plain) == len(columnar)
     rows = 0
     for p, c in zip(plain, columnar, strict=True):
-        assert p.columns is None
-        if c.columns is None:  # PARTIAL_UPDATE_ROWS stay RowChanges
+        assert not isinstance(p, ColumnarRowsEvent)
+        if not isinstance(c, ColumnarRowsEvent):  # PARTIAL_UPDATE_ROWS stay RowChanges
             assert c.partial and c.changes == p.changes
             continue
-        assert c.changes == []
+        assert c.changes == [] and c.columns is not None
         cols = c.columns
         assert cols.count == len(p.changes)
         for i, ch in enumerate(p.changes):
@@ -61,3 +62,15 @@ def test_columnar_rows_equal_the_row_changes(path: Path) -> None:
                     assert list(image) == names
         rows += cols.count
     assert rows or not any(p.changes for p in plain)
+
+
+def test_rows_events_print_as_before() -> None:
+    """`decode --events` prints every field of an event: a RowsEvent has no field more."""
+    import dataclasses
+
+    from service.cli.decode import event_to_dict
+
+    names = {f.name for f in dataclasses.fields(RowsEvent)}
+    assert "columns" not in names
+    (event,) = [e for e in _events(FILES[1], False) if e.changes][:1]
+    assert "columns" not in event_to_dict(event)
