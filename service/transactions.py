@@ -334,6 +334,9 @@ class TransactionAssembler:
     _ddl: list[Ddl] = field(default_factory=list)
     _gtid: str | None = None
     _rolled_back: bool = False
+    # transactions ended by a ROLLBACK and dropped so far (a caller that keeps rows of its own,
+    # DecodeOptions.columnar's, drops the transaction's when this moves)
+    dropped: int = 0
 
     @property
     def in_transaction(self) -> bool:
@@ -357,7 +360,9 @@ class TransactionAssembler:
         if end is None:
             return None
         txn = None
-        if not self._rolled_back:
+        if self._rolled_back:
+            self.dropped += 1
+        else:
             # Positional: keywords cost 0.5 µs more (a dataclass __init__), once per transaction.
             txn = Transaction(
                 self._stamped(),

@@ -13,10 +13,11 @@ from collections.abc import Sequence
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from service.sink.values import text_value
 
-__all__ = ["arrow_type", "column_array", "image_array", "names_array"]
+__all__ = ["ImageColumns", "arrow_type", "column_array", "image_array", "key_array", "names_array"]
 
 Image = dict[str, Any] | None
 
@@ -106,10 +107,37 @@ def _transposed(images: Sequence[Image], version: Sequence[str]) -> dict[str, Se
         return None
 
 
+def _struct_type(columns: Sequence[tuple[str, str]]) -> pa.StructType:
+    return pa.struct([pa.field(name, arrow_type(kind)) for name, kind in columns])
+
+
+def _all_text(images: Sequence[Image], name: str) -> bool:
+    """Whether every value of a `text` column is already its text (str or NULL)."""
+    return {type(img.get(name)) for img in images if img is not None} <= {str, type(None)}
+
+
 def image_array(
     images: Sequence[Image], columns: Sequence[tuple[str, str]], version: Sequence[str]
 ) -> pa.StructArray:
-    """Row images (None: no image) as one struct of the union `columns` (name, kind)."""
+    """Row images (None: no image) as one struct of the union `columns` (name, kind).
+
+    First the whole batch in one conversion in C (pyarrow reads each image dict by the fields'
+    names: no transposition in Python), when the values are what the Arrow types take as they
+    are; else (a value to coerce, a `text` column holding other than str) a column at a time."""
+    if all(kind != "text" or _all_text(images, name) for name, kind in columns):
+        try:
+            array = pa.array(images, type=_struct_type(columns))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
+            pass
+        else:
+            assert isinstance(array, pa.StructArray)
+            return array
+    return _image_by_column(images, columns, version)
+
+
+def _image_by_column(
+    images: Sequence[Image], columns: Sequence[tuple[str, str]], version: Sequence[str]
+) -> pa.StructArray:
     by_name = _transposed(images, version)
     if by_name is None:
         by_name = {name: [None if img is None else img.get(name) for img in images] for name, _ in columns}
@@ -120,19 +148,81 @@ def image_array(
     return pa.StructArray.from_arrays(arrays, fields=fields, mask=mask)
 
 
-def names_array(images: Sequence[Image], version: Sequence[str]) -> pa.Array:
-    """The columns each image carries (list<string>, null without an image)."""
+def names_array(images: Sequence[Image], version: Sequence[str], valid: pa.Array | None = None) -> pa.Array:
+    """The columns each image carries (list<string>, null without an image). `valid`: which
+    images there are (the images' struct array's `is_valid()`), when the caller has it."""
     n = len(version)
-    if n and all(img is None or len(img) == n for img in images):
+    if n and {len(img) for img in images if img is not None} <= {n}:
         # the same list for every image: offsets and one `take` instead of a list per row
         import numpy as np
 
-        present = [img is not None for img in images]
-        counts = np.where(present, n, 0)
-        offsets = pa.array(np.concatenate([[0], np.cumsum(counts)]).astype(np.int32))
+        if valid is None:
+            present = np.array([img is not None for img in images], dtype=np.bool_)
+        else:
+            present = valid.to_numpy(zero_copy_only=False)
+        offsets = pa.array(np.concatenate([[0], np.cumsum(present * n)]).astype(np.int32))
         values = pa.array(list(version), type=pa.string()).take(
-            pa.array(np.tile(np.arange(n), int(sum(present))))
+            pa.array(np.tile(np.arange(n), int(present.sum())))
         )
-        mask = pa.array([not p for p in present], type=pa.bool_())
-        return pa.ListArray.from_arrays(offsets, values, mask=mask)
+        return pa.ListArray.from_arrays(offsets, values, mask=pa.array(~present, type=pa.bool_()))
     return pa.array([None if img is None else list(img) for img in images], type=pa.list_(pa.string()))
+
+
+def key_array(
+    columns: Sequence[tuple[str, str]], key: Sequence[str], before: pa.StructArray, after: pa.StructArray
+) -> pa.StructArray:
+    """The key column from the images' struct arrays: the after image's values, else the before
+    image's (a delete); NULL text for a key column the images do not have."""
+    index = {name: i for i, (name, _) in enumerate(columns)}
+    b, a = before.flatten(), after.flatten()
+    arrays = [
+        pc.coalesce(a[index[c]], b[index[c]]) if c in index else pa.nulls(len(before), arrow_type("text"))
+        for c in key
+    ]
+    return pa.StructArray.from_arrays(arrays, names=list(key))
+
+
+class ImageColumns:
+    """One image side (before or after) of a batch of rows events' RowColumns (decoded with
+    DecodeOptions.columnar, service.batch.changes): a list of values per union column, which rows
+    have the image, and the image's columns per run of rows (RowColumns' names)."""
+
+    __slots__ = ("values", "valid", "names")
+
+    def __init__(self, columns: tuple[tuple[str, str], ...]) -> None:
+        self.values: dict[str, list[Any]] = {name: [] for name, _ in columns}
+        self.valid: list[bool] = []
+        self.names: list[tuple[int, list[str] | None]] = []  # (rows, the image's columns or None)
+
+    def extend(self, n: int, names: list[str] | None, values: list[list[Any]] | None) -> None:
+        if names is None or values is None:
+            self.valid.extend([False] * n)
+            for column in self.values.values():
+                column.extend([None] * n)
+            self.names.append((n, None))
+            return
+        self.valid.extend([True] * n)
+        given = dict(zip(names, values, strict=True))
+        for name, column in self.values.items():
+            v = given.get(name)
+            column.extend([None] * n if v is None else v)
+        self.names.append((n, names))
+
+    def array(self, columns: tuple[tuple[str, str], ...]) -> pa.StructArray:
+        """The images as image_array makes them from dicts (column_array per column)."""
+        import numpy as np
+
+        arrays = [column_array(self.values[name], kind) for name, kind in columns]
+        fields = [pa.field(name, arrow_type(kind)) for name, kind in columns]
+        mask = pa.array(~np.array(self.valid, dtype=np.bool_), type=pa.bool_())
+        return pa.StructArray.from_arrays(arrays, fields=fields, mask=mask)
+
+    def names_array(self, version: tuple[str, ...], valid: pa.Array) -> pa.Array:
+        """As names_array from the images' dicts."""
+        n = len(version)
+        if n and all(names is None or len(names) == n for _, names in self.names):
+            return names_array([], version, valid)  # every image's names are the version's
+        rows: list[list[str] | None] = []
+        for count, names in self.names:
+            rows.extend([names] * count)
+        return pa.array(rows, type=pa.list_(pa.string()))

@@ -18,6 +18,7 @@ range, so ordering by `seq` orders every change of every file.
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -28,13 +29,20 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from service.batch.arrowlog import column_array, image_array, names_array
+from service.batch.arrowlog import ImageColumns, column_array, image_array, key_array, names_array
 from service.batch.ranges import FileRange
 from service.batch.tableversion import table_version
 from service.binlog import BinlogDecoder, scan_binlog_file
 from service.binlog.decoder import DecodeOptions
-from service.binlog.events import GtidListEvent, QueryEvent, RowsEvent, TableMapEvent, TransactionPayloadEvent
-from service.binlog.rowchange import RowChange
+from service.binlog.events import (
+    ColumnarRowsEvent,
+    GtidListEvent,
+    QueryEvent,
+    RowsEvent,
+    TableMapEvent,
+    TransactionPayloadEvent,
+)
+from service.binlog.rowchange import RowChange, RowColumns
 from service.checkpoint import BinlogPosition, CheckpointTracker, statement_kind
 from service.errors import DecodeError
 from service.gtids import parse_gtid_set
@@ -154,14 +162,16 @@ def write_empty(out: str, relative: str, schema: pa.Schema) -> None:
     pq.write_table(schema.empty_table(), f"{root}/{relative}/part-empty.parquet", filesystem=fs)
 
 
-def decode_options(schema_file: str | None) -> DecodeOptions:
+def decode_options(schema_file: str | None, columnar: bool = False) -> DecodeOptions:
     if schema_file is None:
-        return DecodeOptions()
+        return DecodeOptions(columnar=columnar)
     from service.transport.columns import ColumnNames  # pure: reads the export document only
 
     with open(schema_file, "rb") as fh:
         names = ColumnNames.from_export(orjson.loads(fh.read()))
-    return DecodeOptions(column_names=names, column_charsets=names.charsets, column_members=names.members)
+    return DecodeOptions(
+        column_names=names, column_charsets=names.charsets, column_members=names.members, columnar=columnar
+    )
 
 
 class _TableBuffer:
@@ -200,12 +210,14 @@ class _TableBuffer:
             return
         t = self.t
         arrays = [pa.array(c, type=ty) for c, (_, ty) in zip(self.meta, _META, strict=True)]
-        arrays.append(self._key())
+        before = image_array(self.before, t.columns, self.version)
+        after = image_array(self.after, t.columns, self.version)
         arrays += [
-            image_array(self.before, t.columns, self.version),
-            image_array(self.after, t.columns, self.version),
-            names_array(self.before, self.version),
-            names_array(self.after, self.version),
+            self._key(before, after),
+            before,
+            after,
+            names_array(self.before, self.version, before.is_valid()),
+            names_array(self.after, self.version, after.is_valid()),
         ]
         if self.canonical:
             arrays += [
@@ -219,11 +231,14 @@ class _TableBuffer:
         self.meta = tuple([] for _ in _META)
         self.before, self.after = [], []
 
-    def _key(self) -> pa.Array:
+    def _key(self, before: pa.StructArray, after: pa.StructArray) -> pa.Array:
+        """The after image's key, else the before image's (a delete): from the images' columns."""
         t = self.t
         if not t.key:
             return pa.nulls(len(self.before), pa.string())
         kinds = dict(t.columns)
+        if all(c in kinds for c in t.key):  # the images' columns, with their nulls where no image
+            return _key(t, before, after)
         arrays = []
         for c in t.key:  # the after image's key, else the before image's (a delete)
             values = [
@@ -232,6 +247,92 @@ class _TableBuffer:
             ]
             arrays.append(column_array(values, kinds.get(c, "text")))
         return pa.StructArray.from_arrays(arrays, names=list(t.key))
+
+
+class _ColumnBuffer:
+    """_TableBuffer's columnar twin (DecodeOptions.columnar): rows events' RowColumns, their
+    values appended per column (no dict per image), until they become an Arrow batch."""
+
+    def __init__(self, t: LogTable, writer: pq.ParquetWriter | _BlobWriter) -> None:
+        self.t, self.writer = t, writer
+        self.version: tuple[str, ...] = ()
+        self.meta: tuple[list[Any], ...] = tuple([] for _ in _META)
+        self.before, self.after = ImageColumns(t.columns), ImageColumns(t.columns)
+        self.counts: list[int] = []  # rows per event (meta holds a value per event)
+        self.pending = 0  # rows buffered
+        self.rows = 0  # rows written
+
+    def extend(self, c: RowColumns, seq: int, file: str, end: tuple[str, int, int, str | None]) -> None:
+        """One rows event's rows: its metadata once (the same for each of its rows: expanded
+        by a `take` per batch), its values appended per column."""
+        n = c.count
+        end_file, end_pos, commit_ts, gtid = end
+        seqs, files, pos, end_files, end_poss, ts, commit_tss, server_ids, gtids, ops = self.meta
+        seqs.append(seq)  # the event's first row's; its rows' follow one by one
+        files.append(file)
+        pos.append(c.position.start)
+        end_files.append(end_file)
+        end_poss.append(end_pos)
+        ts.append(c.ts)
+        commit_tss.append(commit_ts)
+        server_ids.append(c.server_id)
+        gtids.append(c.gtid or gtid)
+        ops.append(c.op)
+        self.counts.append(n)
+        self.before.extend(n, c.before_names, c.before)
+        self.after.extend(n, c.after_names, c.after)
+        self.pending += n
+
+    def _meta(self) -> list[pa.Array]:
+        """The metadata columns, a value per row, from the events' values and row counts."""
+        import numpy as np
+
+        counts = np.array(self.counts, dtype=np.int64)
+        event = np.repeat(np.arange(len(counts)), counts)  # each row's event
+        first = np.repeat(np.cumsum(counts) - counts, counts)  # each row's event's first row
+        seq = np.array(self.meta[0], dtype=np.int64)[event] + (np.arange(self.pending) - first)
+        take = pa.array(event)
+        arrays = [pa.array(seq, type=pa.int64())]
+        for values, (_, ty) in zip(self.meta[1:], _META[1:], strict=True):
+            arrays.append(pa.array(values, type=ty).take(take))
+        return arrays
+
+    def flush(self) -> None:
+        if not self.pending:
+            return
+        t = self.t
+        arrays = self._meta()
+        before, after = self.before.array(t.columns), self.after.array(t.columns)
+        arrays += [
+            _key(t, before, after),
+            before,
+            after,
+            self.before.names_array(self.version, before.is_valid()),
+            self.after.names_array(self.version, after.is_valid()),
+        ]
+        self.writer.write_batch(pa.RecordBatch.from_arrays(arrays, schema=self.writer.schema))
+        self.rows += self.pending
+        self.pending = 0
+        self.meta = tuple([] for _ in _META)
+        self.counts = []
+        self.before, self.after = ImageColumns(t.columns), ImageColumns(t.columns)
+
+
+def _key(t: LogTable, before: pa.StructArray, after: pa.StructArray) -> pa.Array:
+    if not t.key:
+        return pa.nulls(len(before), pa.string())
+    return key_array(t.columns, t.key, before, after)
+
+
+def _one_change(ch: RowChange) -> RowColumns:
+    """A RowChange as a one-row RowColumns (a rows event the columnar decoder leaves as changes)."""
+    b, a = ch.before, ch.after
+    return RowColumns(
+        ch.op, ch.schema, ch.table, 1,
+        None if b is None else list(b), None if b is None else [[v] for v in b.values()],
+        None if a is None else list(a), None if a is None else [[v] for v in a.values()],
+        ch.position, ch.ts, ch.server_id, ch.gtid,
+    )  # fmt: skip
 
 
 class _BlobWriter:
@@ -266,6 +367,7 @@ class _Output:
         self.part = f"part-{r.index:05d}-{r.part:04d}.parquet"
         self.tables = {(t.schema, t.table): t for t in task.log_tables}
         self.buffers: dict[tuple[str, str], _TableBuffer] = {}
+        self.columns: dict[tuple[str, str], _ColumnBuffer] = {}
 
     def _writer(self, relative: str, schema: pa.Schema) -> pq.ParquetWriter | _BlobWriter:
         if self.fs is None:
@@ -283,6 +385,16 @@ class _Output:
             buf = self.buffers[(schema, table)] = _TableBuffer(t, self.task.canonical, writer)
         return buf
 
+    def column_buffer(self, schema: str, table: str, where: str) -> _ColumnBuffer:
+        buf = self.columns.get((schema, table))
+        if buf is None:
+            t = self.tables.get((schema, table))
+            if t is None:  # the scan saw every TABLE_MAP: only a changed file gets here
+                raise DecodeError(f"{where}: {schema}.{table} has no table version from the scan")
+            writer = self._writer(f"changes/{schema}/{table}", table_schema(t, False))
+            buf = self.columns[(schema, table)] = _ColumnBuffer(t, writer)
+        return buf
+
     def write(self, relative: str, schema: pa.Schema, columns: list[list[Any]]) -> None:
         if columns[0]:
             writer = self._writer(relative, schema)
@@ -290,20 +402,55 @@ class _Output:
             writer.write_batch(pa.RecordBatch.from_arrays(arrays, schema=schema))
             writer.close()
 
+    def _all(self) -> dict[tuple[str, str], _TableBuffer | _ColumnBuffer]:
+        return {**self.buffers, **self.columns}  # a range uses one kind (columnar or not)
+
     def close(self) -> dict[tuple[str, str], int]:
-        for buf in self.buffers.values():
+        for buf in self._all().values():
             buf.flush()
             buf.writer.close()
-        return {k: b.rows for k, b in self.buffers.items()}
+        return {k: b.rows for k, b in self._all().items()}
 
     def abort(self) -> None:
         """Close without the buffered rows (the job fails: its staged output is deleted)."""
-        for buf in self.buffers.values():
+        for buf in self._all().values():
             with contextlib.suppress(Exception):
                 buf.writer.close()
 
 
 _VERSION_COLUMNS: dict[str, tuple[str, ...]] = {}
+
+
+def _write_columns(
+    out: _Output,
+    pending: list[RowColumns],
+    txn_versions: dict[tuple[str, str], str],
+    base: int,
+    rank: int,
+    name: str,
+    end: tuple[str, int, int, str | None],
+) -> int:
+    """A committed transaction's rows (columnar) into their tables' buffers, in runs of one table
+    as decode_range does with a transaction's RowChanges; returns the rank after them."""
+    i, n = 0, len(pending)
+    while i < n:
+        first = pending[i]
+        j = i + 1
+        while j < n and pending[j].table == first.table and pending[j].schema == first.schema:
+            j += 1
+        ver = txn_versions.get((first.schema, first.table))
+        if ver is not None:  # else a table the filter dropped
+            buf = out.column_buffer(first.schema, first.table, f"{name} at offset {first.position.start}")
+            if buf.version != (cols := _columns_of(ver)):
+                buf.flush()  # a batch holds one version
+                buf.version = cols
+            for c in pending[i:j]:
+                buf.extend(c, base | rank, name, end)
+                rank += c.count
+            if buf.pending >= _BATCH_ROWS:
+                buf.flush()
+        i = j
+    return rank
 
 
 def _columns_of(version: str) -> tuple[str, ...]:
@@ -314,10 +461,28 @@ def _columns_of(version: str) -> tuple[str, ...]:
 
 
 def decode_range(task: RangeTask) -> RangeResult:
-    """Decode one range and write its part files; see the module doc."""
+    """Decode one range and write its part files; see the module doc.
+
+    Without the cyclic GC while it runs: a range keeps up to _BATCH_ROWS row changes (their
+    images, values and RowChange objects, none in a cycle) per table alive until they become a
+    batch, and every full collection walked them all again: 2-3 µs per change, measured
+    (benchmarks/replay_range.py). Collected as usual once the range is done."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _decode_range(task)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _decode_range(task: RangeTask) -> RangeResult:
     r = task.range
     name = os.path.basename(r.path)
-    decoder = BinlogDecoder(decode_options(task.schema_file), file=name)
+    # Rows column by column, straight into the Arrow batches' lists; the canonical JSON images
+    # are made from each image's dict (json_document), so that output decodes RowChanges.
+    columnar = not task.canonical
+    decoder = BinlogDecoder(decode_options(task.schema_file, columnar), file=name)
     if r.start > 4:  # the file's FORMAT_DESCRIPTION first: how to read every event after it
         for offset, data in scan_binlog_file(r.path, 4, 5):
             decoder.feed(data, offset)
@@ -333,6 +498,7 @@ def decode_range(task: RangeTask) -> RangeResult:
     txn_versions: dict[tuple[str, str], str] = {}
     ddl: list[list[Any]] = [[] for _ in DDL_SCHEMA]
     txns: list[list[Any]] = [[] for _ in TXN_SCHEMA]
+    pending: list[RowColumns] = []  # columnar: the open transaction's rows, event by event
     try:
         for offset, data in scan_binlog_file(r.path, r.start, r.stop):
             event = decoder.feed(data, offset)
@@ -355,6 +521,12 @@ def decode_range(task: RangeTask) -> RangeResult:
                     key = (ev.table.schema, ev.table.table)
                     if key in versions:
                         txn_versions[key] = versions[key]
+                    if columnar and not ev.skipped and task.tables.wants(*key):  # as the assembler
+                        if isinstance(ev, ColumnarRowsEvent):
+                            if ev.columns is not None and ev.columns.count:
+                                pending.append(ev.columns)
+                        else:  # PARTIAL_UPDATE_ROWS: decoded as RowChanges
+                            pending.extend(_one_change(ch) for ch in ev.changes)
                 elif isinstance(ev, QueryEvent) and statement_kind(ev.sql) == "ddl":
                     if not tracker.in_transaction:
                         parsed = parse_ddl(ev.schema, ev.sql)
@@ -365,11 +537,19 @@ def decode_range(task: RangeTask) -> RangeResult:
                         for column, value in zip(ddl, row, strict=True):
                             column.append(value)
                         rank += 1
+                dropped = assembler.dropped
                 txn = assembler.feed(ev)
+                if assembler.dropped != dropped:  # rolled back: its rows are not written
+                    pending = []
                 if txn is None:
                     continue
                 end_file, end_pos, cts, gtid = txn.end.position.file, txn.end.position.pos, txn.ts, txn.gtid
-                changes = txn.changes
+                if columnar:
+                    rank = _write_columns(
+                        out, pending, txn_versions, base, rank, name, (end_file, end_pos, cts, gtid)
+                    )
+                    pending = []
+                changes = () if columnar else txn.changes
                 i, n = 0, len(changes)
                 while i < n:  # runs of one table: one extend each
                     first = changes[i]

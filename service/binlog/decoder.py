@@ -29,6 +29,7 @@ from service.binlog.constants import HEADER_LEN, LOG_EVENT_ARTIFICIAL_F, LOG_EVE
 from service.binlog.constants import EventType as E
 from service.binlog.control import CONTROL_EVENTS, parse_control, parse_rotate
 from service.binlog.events import (
+    ColumnarRowsEvent,
     Event,
     EventHeader,
     FormatDescriptionEvent,
@@ -43,11 +44,12 @@ from service.binlog.gtid import parse_gtid, parse_gtid_list, parse_mariadb_gtid,
 from service.binlog.payload import iter_inner_events, parse_payload_header
 from service.binlog.query import parse_query
 from service.binlog.rawevent import RawEvent
-from service.binlog.rowchange import EventSpan
+from service.binlog.rowchange import EventSpan, RowChange, RowColumns
 from service.binlog.rows import (
     ROWS_EVENTS,
     TablePlan,
     decode_rows,
+    decode_rows_columns,
     parse_extra_row_info,
     parse_rows_header,
     rows_header_layout,
@@ -117,6 +119,9 @@ class DecodeOptions:
     # TIMESTAMP2 as a UtcText, whose Redis text is its UTC wall time (without the T and the Z).
     # For the mirror's stream, whose every output is one of those texts or the canonical JSON.
     stored_text: bool = False
+    # Rows events carry their rows column by column (RowsEvent.columns, a RowColumns; `changes`
+    # is []), except PARTIAL_UPDATE_ROWS events: for the replay's Arrow batches (service.batch).
+    columnar: bool = False
 
 
 class BinlogDecoder:
@@ -356,16 +361,32 @@ class BinlogDecoder:
         if flags & STMT_END_F:
             self._tables.clear()  # ids are only valid up to the end of the statement
         skipped = self.options.skip_rows is not None and self.options.skip_rows(schema)
+        columns: RowColumns | None = None
+        changes: list[RowChange] = []
         if skipped:
             self.stats.skipped_rows_events += 1
-            changes = []
         else:
             span = self._payload_span or EventSpan(self.file, h.offset, h.offset + h.event_size)
             plan = self._plan(schema)
-            changes = decode_rows(body, start, kind, plan, span, h.timestamp, h.server_id, self.gtid)
-            self.stats.rows += len(changes)
+            if self.options.columnar and not kind.partial:
+                columns = decode_rows_columns(
+                    body, start, kind, plan, span, h.timestamp, h.server_id, self.gtid
+                )
+                self.stats.rows += columns.count
+            else:
+                changes = decode_rows(body, start, kind, plan, span, h.timestamp, h.server_id, self.gtid)
+                self.stats.rows += len(changes)
+        part: int | None = None
+        source: int | None = None
+        ndb: bytes | None = None
         if extra:  # MySQL 8 writes it for partitioned (and NDB) tables only
             part, source, ndb = parse_extra_row_info(extra, kind)
+        if columns is not None:
+            return ColumnarRowsEvent(
+                h, schema, columns, kind.op, flags, kind.version, extra, skipped, kind.partial,
+                kind.compressed, part, source, ndb,
+            )  # fmt: skip
+        if extra:
             return RowsEvent(
                 h, schema, changes, kind.op, flags, kind.version, extra, skipped, kind.partial,
                 kind.compressed, part, source, ndb,

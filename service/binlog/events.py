@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from service.binlog.constants import EventType
 from service.binlog.fde import StreamFormat
-from service.binlog.rowchange import Op, RowChange
+from service.binlog.rowchange import Op, RowChange, RowColumns
 from service.binlog.schema import TableSchema
 
 __all__ = [
@@ -23,6 +23,7 @@ __all__ = [
     "AppendBlockEvent",
     "BeginLoadQueryEvent",
     "BinlogCheckpointEvent",
+    "ColumnarRowsEvent",
     "DeleteFileEvent",
     "Event",
     "EventHeader",
@@ -241,6 +242,27 @@ class RowsEvent(Event):
             source_partition_id,
             ndb_info,
         )
+
+
+@dataclass(slots=True, unsafe_hash=True, init=False)
+class ColumnarRowsEvent(RowsEvent):
+    """A RowsEvent of DecodeOptions.columnar: its rows column by column (`changes` is []). A
+    subclass, so that the other RowsEvents (and `decode --events`, which prints every field)
+    stay as they were."""
+
+    columns: RowColumns | None = None
+
+    def __init__(
+        self, header: EventHeader, table: TableSchema, columns: RowColumns, op: Op, flags: int,
+        version: int, extra_info: bytes = b"", skipped: bool = False, partial: bool = False,
+        compressed: bool = False, partition_id: int | None = None, source_partition_id: int | None = None,
+        ndb_info: bytes | None = None,
+    ) -> None:  # fmt: skip
+        RowsEvent.__init__(
+            self, header, table, [], op, flags, version, extra_info, skipped, partial, compressed,
+            partition_id, source_partition_id, ndb_info,
+        )  # fmt: skip
+        self.columns = columns
 
 
 @dataclass(slots=True, unsafe_hash=True)

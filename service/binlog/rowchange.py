@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-__all__ = ["EventSpan", "Op", "Row", "RowChange"]
+__all__ = ["EventSpan", "Op", "Row", "RowChange", "RowColumns"]
 
 # Column name -> decoded value (None, int, float, Decimal, str, bytes, date, datetime,
 # timedelta, JSON structures, ...). Absent columns (MINIMAL/NOBLOB images) are omitted.
@@ -54,4 +54,29 @@ class RowChange:
         ts: int, server_id: int, gtid: str | None = None,
     ) -> None:  # fmt: skip
         self.op, self.schema, self.table, self.before, self.after = op, schema, table, before, after
+        self.position, self.ts, self.server_id, self.gtid = position, ts, server_id, gtid
+
+
+class RowColumns:
+    """A rows event's row changes column by column (DecodeOptions.columnar: the replay's Arrow
+    batches are built from these lists, not from a dict per image). Every row of one event has
+    the same columns in each image: `before_names` / `after_names` (the image's columns, in the
+    table's order, as a RowChange's image dict has them), and `before` / `after` one list of
+    `count` values per name; both None where the op has no such image (insert: no before)."""
+
+    __slots__ = ("op", "schema", "table", "count", "before_names", "before", "after_names", "after",
+                 "position", "ts", "server_id", "gtid")  # fmt: skip
+
+    def __init__(
+        self, op: Op, schema: str, table: str, count: int, before_names: list[str] | None,
+        before: list[list[Any]] | None, after_names: list[str] | None, after: list[list[Any]] | None,
+        position: EventSpan, ts: int, server_id: int, gtid: str | None,
+    ) -> None:  # fmt: skip
+        self.op, self.schema, self.table, self.count = op, schema, table, count
+        self.before_names, self.before, self.after_names, self.after = (
+            before_names,
+            before,
+            after_names,
+            after,
+        )
         self.position, self.ts, self.server_id, self.gtid = position, ts, server_id, gtid

@@ -19,7 +19,7 @@ from service.binlog.constants import EventType as E
 from service.binlog.fde import StreamFormat
 from service.binlog.imagereader import COMPILED, ColumnStep, StepReader
 from service.binlog.reader import ByteReader
-from service.binlog.rowchange import EventSpan, Op, Row, RowChange
+from service.binlog.rowchange import EventSpan, Op, Row, RowChange, RowColumns
 from service.binlog.schema import TableSchema
 from service.binlog.stats import DecoderStats
 from service.binlog.values import FixedSpec, VarSpec, column_spec
@@ -30,6 +30,7 @@ __all__ = [
     "RowsKind",
     "TablePlan",
     "decode_rows",
+    "decode_rows_columns",
     "parse_extra_row_info",
     "parse_rows_header",
     "rows_header_layout",
@@ -324,6 +325,126 @@ def decode_rows(
         raise InvalidValue(f"bad value in {schema.qualified_name}: {exc}{_old_format_hint(schema)}") from None
 
 
+def decode_rows_columns(
+    body: bytes,
+    start: int,
+    kind: RowsKind,
+    plan: TablePlan,
+    span: EventSpan,
+    ts: int,
+    server_id: int,
+    gtid: str | None,
+) -> RowColumns:
+    """decode_rows' rows column by column (DecodeOptions.columnar). Not for PARTIAL_UPDATE."""
+    r = ByteReader(body, start, base=HEADER_LEN)
+    schema = plan.schema
+    ncols = r.lenenc()
+    if ncols != len(schema.columns):
+        raise InvalidValue(
+            f"rows event has {ncols} columns, TABLE_MAP of {schema.qualified_name} has {len(schema.columns)}"
+        )
+    present_bi = r.bitmap(ncols)
+    present_ai = present_bi
+    if kind.is_update and kind.version > 0:
+        present_ai = r.bitmap(ncols)
+    buf = body[r.pos :]
+    if kind.compressed:
+        buf = mariadb_uncompress(buf)
+    out = RowColumns(
+        kind.op, schema.schema, schema.table, 0, None, None, None, None, span, ts, server_id, gtid
+    )
+    try:
+        _columns(buf, kind, plan, present_bi, present_ai, out)
+    except (IndexError, struct.error) as exc:
+        raise TruncatedEvent(
+            f"row data of {schema.qualified_name} ends early ({exc}){_old_format_hint(schema)}"
+        ) from None
+    except DecodeError as exc:
+        hint = _old_format_hint(schema)
+        if not hint:
+            raise
+        raise type(exc)(f"{exc}{hint}") from None
+    except (ValueError, OverflowError) as exc:
+        raise InvalidValue(f"bad value in {schema.qualified_name}: {exc}{_old_format_hint(schema)}") from None
+    return out
+
+
+def _append(row: Row, columns: list[list[Any]]) -> list[list[Any]]:
+    """Append an image's values to its columns' lists (made at the event's first row)."""
+    if not columns:
+        columns = [[] for _ in range(len(row))]
+    k = 0
+    for value in row.values():
+        columns[k].append(value)
+        k += 1
+    return columns
+
+
+def _columns(
+    buf: bytes, kind: RowsKind, plan: TablePlan, present_bi: int, present_ai: int, out: RowColumns
+) -> None:
+    """_rows' loops, each image's values appended to its columns instead of a RowChange."""
+    schema = plan.schema
+    db, tbl = schema.schema, schema.table
+    end = len(buf)
+    nb_bi = (bin(present_bi).count("1") + 7) // 8
+    nb_ai = (bin(present_ai).count("1") + 7) // 8
+    pos = 0
+    count = 0
+    image = plan.image_reader
+    befores: list[list[Any]] = []
+    afters: list[list[Any]] = []
+    row: Row = {}
+    before: Row = {}
+    if not kind.is_update:
+        is_insert = kind.is_insert
+        present, nb = (present_ai, nb_ai) if is_insert else (present_bi, nb_bi)
+        readers = plan.readers_by_nulls(present)
+        values: list[list[Any]] = []
+        while pos < end:
+            start = pos + nb
+            nulls = _bitmap(buf, pos, nb)
+            read = readers.get(nulls) or image(present, nulls)
+            row, pos = read(buf, start)
+            if pos > end or pos == start - nb:
+                _bad_row(pos, end, db, tbl)
+            values = _append(row, values)
+            count += 1
+        if is_insert:
+            out.after_names, out.after = list(row), values
+        else:
+            out.before_names, out.before = list(row), values
+        out.count = count
+        return
+    readers_bi = plan.readers_by_nulls(present_bi)
+    readers_ai = plan.readers_by_nulls(present_ai)
+    steps = USE_STEP_READERS and present_bi == present_ai
+    while pos < end:
+        row_start = pos
+        nulls = _bitmap(buf, pos, nb_bi)
+        if steps:  # unchanged values converted once, as in _rows
+            keys: list[object] = []
+            reader = readers_bi.get(nulls) or image(present_bi, nulls)
+            assert isinstance(reader, StepReader)
+            before, pos = reader.read(buf, pos + nb_bi, keys, None, None)
+            nulls = _bitmap(buf, pos, nb_ai)
+            reader = readers_ai.get(nulls) or image(present_ai, nulls)
+            assert isinstance(reader, StepReader)
+            row, pos = reader.read(buf, pos + nb_ai, None, keys, before)
+        else:
+            before, pos = (readers_bi.get(nulls) or image(present_bi, nulls))(buf, pos + nb_bi)
+            nulls = _bitmap(buf, pos, nb_ai)
+            row, pos = (readers_ai.get(nulls) or image(present_ai, nulls))(buf, pos + nb_ai)
+        if pos > end or pos == row_start:
+            _bad_row(pos, end, db, tbl)
+        befores = _append(before, befores)
+        afters = _append(row, afters)
+        count += 1
+    out.before_names, out.before = list(before), befores
+    out.after_names, out.after = list(row), afters
+    out.count = count
+
+
 _OLD_TEMPORALS = frozenset({T.TIME, T.DATETIME, T.TIMESTAMP})
 
 
@@ -371,7 +492,10 @@ def _rows(
             start = pos + nb
             nulls = _bitmap(buf, pos, nb)
             read = readers.get(nulls) or image(present, nulls)
-            row, pos = read(buf, start)
+            if isinstance(read, StepReader):  # compiled: a native call, no argument tuple
+                row, pos = read.read(buf, start, None, None, None)
+            else:
+                row, pos = read(buf, start)
             if pos > end or pos == start - nb:
                 _bad_row(pos, end, db, tbl)
             if is_insert:

@@ -41,3 +41,30 @@ def test_values_a_type_cannot_hold() -> None:
     text = column_array([{"a": [1, "x"]}, dt.timedelta(hours=-1, seconds=1), {"x", "a"}, b"\x01"], "text")
     assert text.to_pylist() == ['{"a":[1,"x"]}', "-00:59:59", "a,x", "0x01"]
     assert column_array([1, 2.5], "double").to_pylist() == [1.0, 2.5]
+
+
+def test_the_batch_conversion_equals_the_column_at_a_time_one() -> None:
+    """image_array converts a batch in one pyarrow call when it can; what it gives is what the
+    column-at-a-time path gives (with or without images, narrow images, values to coerce)."""
+    from service.batch.arrowlog import _image_by_column
+
+    columns = [*COLUMNS, ("state", "text"), ("raw", "binary"), ("on", "date")]
+    version = [n for n, _ in columns]
+    utc2 = dt.timezone(dt.timedelta(hours=2))
+    full = {
+        "id": 1, "at": dt.datetime(2024, 1, 1, 3, tzinfo=utc2), "amount": Decimal("1.5"), "added": "x",
+        "state": "paid", "raw": b"\x00\x01", "on": dt.date(2024, 2, 3),
+    }  # fmt: skip
+    batches: list[list[dict[str, object] | None]] = [
+        [full, None, dict.fromkeys(version)],
+        [None, None],
+        [full, {"id": 3}],  # a MINIMAL image
+        [full, {**full, "state": {"a": 1}}],  # a text column's value to convert
+        [full, {**full, "on": "0000-00-00"}],  # a zero date: NULL
+        [full, {**full, "amount": Decimal("123456789.5")}],  # out of the decimal's range: NULL
+    ]
+    for images in batches:
+        got, want = image_array(images, columns, version), _image_by_column(images, columns, version)
+        assert got.type == want.type
+        assert got.to_pylist() == want.to_pylist()
+        assert names_array(images, version, got.is_valid()).equals(names_array(images, version))

@@ -48,3 +48,37 @@ def test_the_spark_jobs_refuse_a_sentinel_url_with_one_line(tmp_path: object) ->
         result = CliRunner().invoke(app, args)
         assert result.exit_code == 1, result.output
         assert "does not support Redis Sentinel" in result.output, result.output
+
+
+def test_a_plain_decode_skips_click_and_prints_the_same_bytes(tmp_path: object) -> None:
+    # `binlog-mirror decode FILE...` alone runs the command without typer's parsing (start-up,
+    # issue 42); an option, or a log setting in the environment, takes typer's path. Same output.
+    import os
+    from pathlib import Path
+
+    from service.cli import _plain_decode
+
+    assert _plain_decode(["decode", "a", "b"]) == [Path("a"), Path("b")]
+    for argv in (["decode"], ["decode", "--events", "a"], ["decode", "a", "-v"], ["stream", "a"], []):
+        assert _plain_decode(argv) is None, argv
+    vector = Path(__file__).parents[1] / "fixtures/binlog/vectors/mysql-5.7/mysql-bin.checksum-none"
+    run = [sys.executable, "-m", "service", "decode", str(vector), str(vector)]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BINLOG_MIRROR_LOG_")}
+    fast = subprocess.run(run, check=True, capture_output=True, env=env)
+    slow = subprocess.run(
+        run, check=True, capture_output=True, env={**env, "BINLOG_MIRROR_LOG_LEVEL": "info"}
+    )
+    assert fast.stdout == slow.stdout and fast.stdout.count(b"\n") == 72
+    assert fast.stderr == slow.stderr == b""
+    probe = (  # typer's standalone mode exits: report at exit
+        "import atexit, sys; from service.cli import app;"
+        " atexit.register(lambda: print('typer._adapters' in sys.modules)); app()"
+    )
+    for extra, parsed in (({}, b"False"), ({"BINLOG_MIRROR_LOG_LEVEL": "info"}, b"True")):
+        argv = [sys.executable, "-c", probe, "decode", str(vector)]
+        out = subprocess.run(argv, check=True, capture_output=True, env={**env, **extra}).stdout
+        assert out.endswith(parsed + b"\n"), out[-200:]
+    missing = [sys.executable, "-m", "service", "decode", str(Path(str(tmp_path)) / "nope")]
+    for extra in ({}, {"BINLOG_MIRROR_LOG_LEVEL": "info"}):
+        failed = subprocess.run(missing, capture_output=True, env={**env, **extra})
+        assert failed.returncode == 1 and failed.stderr.startswith(b"error: "), failed
