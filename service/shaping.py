@@ -5,10 +5,9 @@ Pure: settings in, checked against what the source says a table is (`TableInfo`)
 Every refusal is one line naming the table, the section and the setting (`ShapeError`, a
 `ConfigError`: it stops the run).
 
-This version applies `columns` / `exclude` and `rename`. A `key` template is parsed and checked
-(every rule below), then refused: rows stay at `{prefix}:{schema}:{table}:{pk}` until the key
-templates land. The other settings of issue 40 (`index`, `ttl`, `value`) are refused by
-`service.settings`.
+It applies `columns` / `exclude` and `rename`, and turns a `key` template and `index` entries
+into the table's `Derivation` (service/sink/derive.py: the entries the apply script keeps). `ttl`
+and `value` are refused by `service.settings`.
 """
 
 from __future__ import annotations
