@@ -375,12 +375,16 @@ class _Output:
         self.fs.create_dir(f"{self.root}/{relative}", recursive=True)
         return pq.ParquetWriter(f"{self.root}/{relative}/{self.part}", schema, filesystem=self.fs)
 
+    def _version(self, schema: str, table: str, where: str) -> LogTable:
+        t = self.tables.get((schema, table))
+        if t is None:  # the scan saw every TABLE_MAP: only a changed file gets here
+            raise DecodeError(f"{where}: {schema}.{table} has no table version from the scan")
+        return t
+
     def buffer(self, schema: str, table: str, where: str) -> _TableBuffer:
         buf = self.buffers.get((schema, table))
         if buf is None:
-            t = self.tables.get((schema, table))
-            if t is None:  # the scan saw every TABLE_MAP: only a changed file gets here
-                raise DecodeError(f"{where}: {schema}.{table} has no table version from the scan")
+            t = self._version(schema, table, where)
             writer = self._writer(f"changes/{schema}/{table}", table_schema(t, self.task.canonical))
             buf = self.buffers[(schema, table)] = _TableBuffer(t, self.task.canonical, writer)
         return buf
@@ -388,9 +392,7 @@ class _Output:
     def column_buffer(self, schema: str, table: str, where: str) -> _ColumnBuffer:
         buf = self.columns.get((schema, table))
         if buf is None:
-            t = self.tables.get((schema, table))
-            if t is None:  # the scan saw every TABLE_MAP: only a changed file gets here
-                raise DecodeError(f"{where}: {schema}.{table} has no table version from the scan")
+            t = self._version(schema, table, where)
             writer = self._writer(f"changes/{schema}/{table}", table_schema(t, False))
             buf = self.columns[(schema, table)] = _ColumnBuffer(t, writer)
         return buf

@@ -296,20 +296,8 @@ def decode_rows(
     server_id: int,
     gtid: str | None,
 ) -> list[RowChange]:
-    r = ByteReader(body, start, base=HEADER_LEN)
     schema = plan.schema
-    ncols = r.lenenc()
-    if ncols != len(schema.columns):
-        raise InvalidValue(
-            f"rows event has {ncols} columns, TABLE_MAP of {schema.qualified_name} has {len(schema.columns)}"
-        )
-    present_bi = r.bitmap(ncols)
-    present_ai = present_bi
-    if kind.is_update and kind.version > 0:
-        present_ai = r.bitmap(ncols)
-    buf = body[r.pos :]
-    if kind.compressed:
-        buf = mariadb_uncompress(buf)
+    present_bi, present_ai, buf = _rows_body(body, start, kind, schema)
     try:
         return _rows(buf, kind, plan, present_bi, present_ai, span, ts, server_id, gtid)
     except (IndexError, struct.error) as exc:
@@ -325,19 +313,9 @@ def decode_rows(
         raise InvalidValue(f"bad value in {schema.qualified_name}: {exc}{_old_format_hint(schema)}") from None
 
 
-def decode_rows_columns(
-    body: bytes,
-    start: int,
-    kind: RowsKind,
-    plan: TablePlan,
-    span: EventSpan,
-    ts: int,
-    server_id: int,
-    gtid: str | None,
-) -> RowColumns:
-    """decode_rows' rows column by column (DecodeOptions.columnar). Not for PARTIAL_UPDATE."""
+def _rows_body(body: bytes, start: int, kind: RowsKind, schema: TableSchema) -> tuple[int, int, bytes]:
+    """A rows event's column bitmaps (before, after image) and its row data (uncompressed)."""
     r = ByteReader(body, start, base=HEADER_LEN)
-    schema = plan.schema
     ncols = r.lenenc()
     if ncols != len(schema.columns):
         raise InvalidValue(
@@ -350,6 +328,22 @@ def decode_rows_columns(
     buf = body[r.pos :]
     if kind.compressed:
         buf = mariadb_uncompress(buf)
+    return present_bi, present_ai, buf
+
+
+def decode_rows_columns(
+    body: bytes,
+    start: int,
+    kind: RowsKind,
+    plan: TablePlan,
+    span: EventSpan,
+    ts: int,
+    server_id: int,
+    gtid: str | None,
+) -> RowColumns:
+    """decode_rows' rows column by column (DecodeOptions.columnar). Not for PARTIAL_UPDATE."""
+    schema = plan.schema
+    present_bi, present_ai, buf = _rows_body(body, start, kind, schema)
     out = RowColumns(
         kind.op, schema.schema, schema.table, 0, None, None, None, None, span, ts, server_id, gtid
     )
