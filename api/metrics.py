@@ -267,8 +267,8 @@ def build_registry(
 
 def register_pipeline_metrics(registry: CollectorRegistry, pipeline: object) -> None:
     """Register the collectors a pipeline object owns (`apply_seconds`, the background
-    verifier's `drift_rows`), once per registry."""
-    for name, kind in (("apply_seconds", Histogram), ("drift_rows", Counter)):
+    verifier's `drift_rows`, the ttl sweep's `ttl_swept`), once per registry."""
+    for name, kind in (("apply_seconds", Histogram), ("drift_rows", Counter), ("ttl_swept", Counter)):
         collector = getattr(pipeline, name, None)
         if not isinstance(collector, kind):
             continue

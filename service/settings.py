@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
@@ -25,7 +26,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from service.errors import ConfigError
-from service.shaping import IndexSettings, SectionSettings, parse_template
+from service.shaping import IndexSettings, SectionSettings, TtlSettings, parse_template
 
 __all__ = ["MySQLUrl", "RedisUrl", "Settings", "cluster_nodes", "load_settings", "sentinel_target"]
 
@@ -149,7 +150,8 @@ class RedisUrl(BaseModel):
 
 
 # issue 40's per-table settings this version does not apply yet: refused, never ignored
-UNSUPPORTED_TABLE_SETTINGS = ("ttl", "value")
+UNSUPPORTED_TABLE_SETTINGS = ("value",)
+_OFFSET = re.compile(r"[+-](?:[01][0-9]|2[0-3]):[0-5][0-9]")
 
 
 def _checked_template(value: str, placeholders: bool) -> str:
@@ -176,6 +178,38 @@ class TableIndexSettings(BaseModel):
         return _checked_template(value, placeholders=False)
 
 
+class TableTtlSettings(BaseModel):
+    """A section's `ttl` (docs/mirror.md, "Expiry"): `{ at = "column" }` or `{ seconds = N }`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    at: str | None = None  # a DATE/DATETIME/TIMESTAMP or integer (epoch seconds) column
+    seconds: int | None = Field(default=None, gt=0)  # renewed on each write of the row
+    timezone: str | None = None  # `at` on a DATETIME/DATE: "UTC" or a fixed offset, "+02:00"
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> TableTtlSettings:
+        if (self.at is None) == (self.seconds is None):
+            raise ValueError("ttl: give one of `at` (a column) or `seconds`")
+        if self.timezone is not None:
+            if self.at is None:
+                raise ValueError("ttl: timezone is for `at` only")
+            if self.timezone != "UTC" and not _OFFSET.fullmatch(self.timezone):
+                raise ValueError(
+                    f"ttl: timezone {self.timezone!r}: expected UTC or a fixed offset like +02:00 "
+                    "(a zone with daylight saving time would make an expiry depend on the rules "
+                    "the mirror ran with; store the column as TIMESTAMP or in UTC)"
+                )
+        return self
+
+    def offset_seconds(self) -> int:
+        """The timezone's offset east of UTC, in seconds (a DATETIME `at` is local time there)."""
+        if self.timezone is None or self.timezone == "UTC":
+            return 0
+        sign = -1 if self.timezone[0] == "-" else 1
+        return sign * (int(self.timezone[1:3]) * 3600 + int(self.timezone[4:6]) * 60)
+
+
 class TableShapeSettings(BaseModel):
     """A `[table."schema.table"]` section (docs/mirror.md, "Shaping"); checked against the
     table's columns when its definition is read (service/shaping.py)."""
@@ -187,6 +221,7 @@ class TableShapeSettings(BaseModel):
     exclude: list[str] = []  # or: the columns left out
     rename: dict[str, str] = {}  # column -> its field name in the mirror
     index: list[TableIndexSettings] = []  # lookup and index keys
+    ttl: TableTtlSettings | None = None  # the rows' expiry
 
     @model_validator(mode="before")
     @classmethod
@@ -226,6 +261,9 @@ class TableShapeSettings(BaseModel):
             exclude=tuple(self.exclude),
             rename=tuple(self.rename.items()),
             indexes=tuple(IndexSettings(i.kind, i.key, i.score) for i in self.index),
+            ttl=None
+            if self.ttl is None
+            else TtlSettings(self.ttl.at, self.ttl.seconds, self.ttl.offset_seconds()),
         )
 
 
@@ -321,6 +359,9 @@ class Settings(BaseSettings):
     verify_rows_per_second: float = Field(default=0.0, ge=0)
     verify_repair: bool = False  # rewrite the rows it finds different (else only count them)
     table_step_rows: int = Field(default=500, ge=1)  # rows per call of DROP/TRUNCATE/RENAME/resync work
+    ttl_sweep_seconds: float = Field(
+        default=1.0, gt=0, le=60
+    )  # ttl tables: expired rows' index entries go within it
     api_cors_origins: list[str] = []  # "*" or exact origins; empty = no CORS headers
     ws_buffer_events: int = Field(default=10_000, ge=0)  # ring kept for websocket resume
     ws_queue_events: int = Field(default=1_000, ge=1)  # per subscriber; overflow closes it (1013)
@@ -380,7 +421,7 @@ class Settings(BaseSettings):
                 "verify_rows_per_second: the background verifier reads the single-node key layout "
                 "and does not run against a Redis Cluster (redis+cluster://) yet; set it to 0"
             )
-        derived = [p for p, t in self.table.items() if t.key is not None or t.index]
+        derived = [p for p, t in self.table.items() if t.key is not None or t.index or t.ttl]
         if derived and self.value_mode == "json":
             raise ValueError(
                 f'table: [table."{derived[0]}"]: key templates and indexes are kept from hash rows; '

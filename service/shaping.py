@@ -20,8 +20,8 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 from service.errors import ConfigError
-from service.sink.derive import Derivation, IndexSpec, Part
-from service.table_info import TableInfo
+from service.sink.derive import Derivation, IndexSpec, Part, Ttl
+from service.table_info import ColumnStatus, TableInfo
 
 __all__ = [
     "IndexSettings",
@@ -30,6 +30,7 @@ __all__ = [
     "ShapeError",
     "Shapes",
     "TemplatePart",
+    "TtlSettings",
     "parse_template",
     "section_fingerprint",
     "section_for",
@@ -99,6 +100,15 @@ class IndexSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class TtlSettings:
+    """A section's `ttl` as settings read it: `at` a column, or `seconds`."""
+
+    at: str | None = None
+    seconds: int | None = None
+    offset: int = 0  # seconds east of UTC of a DATETIME/DATE `at` column's wall time
+
+
+@dataclass(frozen=True, slots=True)
 class SectionSettings:
     """One `[table."pattern"]` section as settings read it (service.settings.TableShapeSettings)."""
 
@@ -107,6 +117,7 @@ class SectionSettings:
     exclude: tuple[str, ...] = ()
     rename: tuple[tuple[str, str], ...] = ()
     indexes: tuple[IndexSettings, ...] = ()
+    ttl: TtlSettings | None = None
 
 
 def _specificity(pattern: str) -> tuple[int, int]:
@@ -239,7 +250,7 @@ def _derivation(
     """The derived entries of a section with a `key` template or indexes (service/sink/derive.py);
     every column a template or a score names is kept (an excluded column never leaves the
     process), under its field name."""
-    if section.key is None and not section.indexes:
+    if section.key is None and not section.indexes and section.ttl is None:
         return None
     columns = {c.name: c for c in info.columns}
 
@@ -300,7 +311,34 @@ def _derivation(
         elif ix.score is not None:
             raise ShapeError(f'{where}: {setting}: score is for kind = "zset" only')
         indexes.append(IndexSpec(kind, ps, score, temporal))
-    return Derivation(key, tuple(indexes))
+    return Derivation(key, tuple(indexes), _ttl(where, section, columns, fields))
+
+
+def _ttl(
+    where: str, section: SectionSettings, columns: Mapping[str, ColumnStatus], fields: Mapping[str, str]
+) -> Ttl | None:
+    """The section's expiry: `at` a DATE/DATETIME/TIMESTAMP (its UTC instant; a DATETIME/DATE at
+    the offset `timezone` names) or integer (epoch seconds) column, kept; or `seconds`."""
+    t = section.ttl
+    if t is None:
+        return None
+    if t.at is None:
+        return Ttl(seconds=t.seconds)
+    col = columns.get(t.at)
+    if col is None:
+        raise ShapeError(f"{where}: ttl: at: {t.at} names no column")
+    if col.type not in TEMPORAL_TYPES | INTEGER_TYPES:
+        raise ShapeError(
+            f"{where}: ttl: at: column {t.at} is {col.type}; expected DATE, DATETIME, TIMESTAMP or an "
+            "integer column (epoch seconds)"
+        )
+    if t.at not in fields:
+        raise ShapeError(f"{where}: ttl: at: column {t.at} is left out by columns/exclude; keep it")
+    if t.offset and col.type not in ("DATE", "DATETIME"):
+        raise ShapeError(
+            f"{where}: ttl: timezone: column {t.at} is {col.type}, already an instant; remove timezone"
+        )
+    return Ttl(at=fields[t.at], temporal=col.type in TEMPORAL_TYPES, offset=t.offset)
 
 
 def segments(parts: Sequence[Part]) -> list[list[Part]]:
@@ -422,6 +460,11 @@ class Shapes:
     def get(self, schema: str, table: str) -> Shape | None:
         return self._shapes.get((schema, table))
 
+    @property
+    def expire(self) -> bool:
+        """Some section has a ttl (the replicator then runs the sweep, service/sink/ttlsweep.py)."""
+        return any(s.ttl is not None for s in self.sections.values())
+
     def matches(self, schema: str, table: str) -> bool:
         return section_for(self.sections, schema, table) is not None
 
@@ -439,13 +482,15 @@ SHAPE_FORMAT = 1  # bumped when the same settings come to mean other rows
 def section_fingerprint(section: SectionSettings) -> str:
     """`{format}:{16 hex}` of the section's settings (list order of columns/exclude/rename not
     counted: it changes no row)."""
-    canon = {
+    canon: dict[str, object] = {
         "key": section.key,
         "columns": sorted(section.columns) if section.columns is not None else None,
         "exclude": sorted(section.exclude),
         "rename": sorted(section.rename),
         "index": [[i.kind, i.key, i.score] for i in section.indexes],
     }
+    if section.ttl is not None:  # (a section without one keeps the fingerprint it had)
+        canon["ttl"] = [section.ttl.at, section.ttl.seconds, section.ttl.offset]
     digest = hashlib.sha256(json.dumps(canon, sort_keys=True).encode()).hexdigest()[:16]
     return f"{SHAPE_FORMAT}:{digest}"
 

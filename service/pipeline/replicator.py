@@ -24,7 +24,7 @@ import logging
 from collections.abc import Iterable, Sequence
 from typing import Any, cast
 
-from prometheus_client import Histogram
+from prometheus_client import Counter, Histogram
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
@@ -151,6 +151,12 @@ class Replicator:
             if settings.verify_rows_per_second > 0
             else None
         )
+        self.ttl_swept = Counter(
+            "binlog_mirror_ttl_swept_rows_total",
+            "Expired rows of ttl tables whose index entries and bookkeeping the sweep removed",
+            ["table"],
+            registry=None,
+        )  # registered by the API as apply_seconds is
         self._applier = Applier(
             self.mirror, self.catalog, self.filter, self.progress, self._resyncs, self.on_applied,
             self.apply_seconds, self.control, self._unmatched,
@@ -316,6 +322,8 @@ class Replicator:
                     tg.create_task(self._stats_loop(source), name="stats")
                     if self._verifier is not None:  # its own connections; never raises
                         tg.create_task(self._verifier.run(), name="verifier")
+                    if self.catalog.shapes.expire:
+                        tg.create_task(self._sweep_loop(), name="ttl sweep")
                     self._resyncs.attach(tg, source.source_position)
                     for tid in await self.mirror.pending_resyncs():
                         parts = split_key(tid)
@@ -416,6 +424,17 @@ class Replicator:
                 with contextlib.suppress(ReplicatorError):
                     self.progress.binlog_room = await source.binlog_room(applied.position)
             await asyncio.sleep(2.0)
+
+    async def _sweep_loop(self) -> None:
+        """Expired rows of ttl tables leave their index entries (service/sink/ttlsweep.py)."""
+        while True:
+            for schema, table in sorted(self.progress.mirrored):
+                shape = self.catalog.shape(schema, table)
+                if shape is not None and shape.derivation is not None and shape.derivation.ttl:
+                    swept = await self.mirror.sweep_expired(schema, table)
+                    if swept:
+                        self.ttl_swept.labels(f"{schema}.{table}").inc(swept)
+            await asyncio.sleep(self.settings.ttl_sweep_seconds)
 
 
 def _warn_if_behind(applied: Checkpoint | None, stored: Checkpoint | None) -> None:

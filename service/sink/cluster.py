@@ -130,6 +130,7 @@ class _GroupMirror(RedisMirror):
         super().__init__(cast(Redis, cluster), layout, key_columns, opts, token="#0", skipped=skipped)
         self.chain.channel = ClusterChannel(cluster, APPLY, layout.checkpoint_key, self.encoder)
         self.resyncs.route = [layout.checkpoint_key]
+        self.sweeper.route = [layout.checkpoint_key]
         self.at: Checkpoint | None = None  # the group's stored checkpoint: what it has applied
 
     async def check_server(self) -> None:
@@ -164,6 +165,7 @@ class ClusterMirror(RedisMirror):
         self.prefix = prefix
         self.chain.channel = ClusterChannel(cluster, APPLY, self.layout.checkpoint_key, self.encoder)
         self.resyncs.route = [self.layout.checkpoint_key]
+        self.sweeper.route = [self.layout.checkpoint_key]
         self._fence_script = cluster.register_script(FENCE)
         self._fence: int | None = None  # this writer's fencing number, while it holds the lease
         self._groups: dict[str, _GroupMirror] = {}  # by table id, loaded this session
@@ -493,6 +495,9 @@ class ClusterMirror(RedisMirror):
     ) -> int | None:
         g = await self._group(self._tid(schema, table))
         return await g.resync_reread(schema, table, generation, entries, rows)
+
+    async def sweep_expired(self, schema: str, table: str) -> int:
+        return await (await self._group(self._tid(schema, table))).sweep_expired(schema, table)
 
 
 def _without_renames(actions: Sequence[TableAction]) -> list[TableAction]:

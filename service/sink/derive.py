@@ -16,6 +16,7 @@ it): the same entries and the same bytes for the same stored row.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ __all__ = [
     "Entry",
     "IndexSpec",
     "Part",
+    "Ttl",
     "decode_entries",
     "encode_entries",
     "key_part",
@@ -49,6 +51,29 @@ class IndexSpec:
     parts: tuple[Part, ...]
     score: str | None = None  # zset: the field of the score
     temporal: bool = False  # the score field holds a DATE/DATETIME/TIMESTAMP text (UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class Ttl:
+    """A shaped table's expiry: `seconds` after each write, or at the instant in field `at`."""
+
+    seconds: int | None = None
+    at: str | None = None  # the field (after rename)
+    temporal: bool = False  # `at` holds a DATE/DATETIME/TIMESTAMP text, else epoch seconds
+    offset: int = 0  # seconds east of UTC of that text's wall time
+
+    def expires_ms(self, row: Mapping[str, Stored], now_ms: int) -> int | None:
+        """The row's expiry (epoch ms) as derive.lua sets it; None: none (NULL, a zero date)."""
+        if self.seconds is not None:
+            return now_ms + self.seconds * 1000
+        assert self.at is not None
+        value = row.get(self.at)
+        if value is None:
+            return None
+        score = score_of(value, self.temporal)
+        if score is None:
+            return None
+        return math.floor(float(score) * 1000) - self.offset * 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +174,7 @@ class Derivation:
 
     key: tuple[Part, ...] | None
     indexes: tuple[IndexSpec, ...]
+    ttl: Ttl | None = None
 
     def spec_text(self) -> str:
         """The form lua/derive.lua reads (cjson): parts as "=literal", "@field" or "#field" (binary)."""
@@ -160,6 +186,8 @@ class Derivation:
             "k": parts(self.key) if self.key is not None else [],
             "i": [[i.kind, parts(i.parts), i.score or "", "t" if i.temporal else "n"] for i in self.indexes],
         }
+        if (t := self.ttl) is not None:  # [seconds (0: at), at field, "t"|"n", offset]
+            spec["t"] = [t.seconds or 0, t.at or "", "t" if t.temporal else "n", t.offset]
         return json.dumps(spec, separators=(",", ":"), ensure_ascii=False)
 
     @classmethod
@@ -174,7 +202,11 @@ class Derivation:
         indexes = tuple(
             IndexSpec(k, parts(ps), score or None, kind == "t") for k, ps, score, kind in spec["i"]
         )
-        return cls(key, indexes)
+        ttl = None
+        if "t" in spec:
+            seconds, at, kind, offset = spec["t"]
+            ttl = Ttl(seconds or None, at or None, kind == "t", offset)
+        return cls(key, indexes, ttl)
 
     @staticmethod
     def render(parts: Sequence[Part], row: Mapping[str, Stored]) -> str | None:

@@ -42,6 +42,7 @@ from service.sink.values import key_text
 
 __all__ = [
     "DERIVED_SUFFIX",
+    "EXPIRY_SUFFIX",
     "FKDEFS_SUFFIX",
     "GENERATION_FIELD",
     "INDEX_SUFFIX",
@@ -73,6 +74,7 @@ STALE_SUFFIX = "__stale"  # rows a resync has not confirmed yet
 PARTIAL_SUFFIX = "__partial"  # rows a partial image merged during a resync (read again at its end)
 FKDEFS_SUFFIX = "__fkdefs"  # a child table's foreign-key sets (fks.py)
 DERIVED_SUFFIX = "__derived"  # a shaped table's derived entries per row (derive.py)
+EXPIRY_SUFFIX = "__expiry"  # a ttl table's rows by expiry (ms), for the sweep (ttlsweep.py)
 GENERATION_FIELD = "__gen"  # the `__resync` field counting generations
 MARK_FENCED = "-"  # a fenced resync mark's generation: "- {reason}"
 
@@ -84,6 +86,7 @@ LUA_CONSTANTS = {
     "PARTIAL_SUFFIX": PARTIAL_SUFFIX,
     "FKDEFS_SUFFIX": FKDEFS_SUFFIX,
     "DERIVED_SUFFIX": DERIVED_SUFFIX,
+    "EXPIRY_SUFFIX": EXPIRY_SUFFIX,
     "GENERATION_FIELD": GENERATION_FIELD,
     "MARK_FENCED": MARK_FENCED,
 }

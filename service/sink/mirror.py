@@ -45,6 +45,7 @@ from service.sink.resyncs import ResyncWriter
 from service.sink.scripts import APPLY
 from service.sink.server import check_server
 from service.sink.tablerun import TableWorkRunner
+from service.sink.ttlsweep import TtlSweep
 from service.transactions import Transaction
 
 __all__ = ["MirrorOptions", "RedisMirror", "SentBatch", "map_redis_errors", "redis_access_denied"]
@@ -116,6 +117,7 @@ class RedisMirror:
         self.resyncs = ResyncWriter(
             redis, layout, self.planner, marks, self.chain, opts.json_mode, opts.table_step
         )
+        self.sweeper = TtlSweep(redis, layout)
         self._warned_aof = False
         # why the selected tables must be copied again (the checkpoint hash's recopy marker, read
         # by load_checkpoint; cleared in Redis by the next apply's checkpoint)
@@ -244,6 +246,10 @@ class RedisMirror:
     ) -> int | None:
         """Write whole the rows of `entries` as read again; None: refused (ResyncWriter.reread)."""
         return await self.resyncs.reread(schema, table, generation, entries, rows)
+
+    async def sweep_expired(self, schema: str, table: str) -> int:
+        """Remove what points at the ttl table's expired rows (service/sink/ttlsweep.py)."""
+        return await self.sweeper.sweep(schema, table)
 
     async def pending_resyncs(self) -> dict[str, str]:
         """table_id -> reason for every resync in flight (survives restarts)."""

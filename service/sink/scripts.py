@@ -24,12 +24,12 @@ from service.sink.keys import LUA_CONSTANTS
 
 __all__ = [
     "ACQUIRE", "APPLY", "FENCE", "GUARD", "RELEASE", "RENEW", "RESYNC_FINISH", "RESYNC_REREAD", "RESYNC_ROWS",
-    "lua_prelude",
+    "SWEEP", "lua_prelude",
 ]  # fmt: skip
 
 LUA_FILES = (
     "common", "derive", "cascade", "apply", "resync_rows", "resync_finish", "resync_reread", "renew",
-    "release", "fence", "acquire", "guard",
+    "release", "fence", "acquire", "guard", "sweep",
 )  # fmt: skip
 
 
@@ -60,3 +60,4 @@ GUARD = _COMMON + _load("guard")  # the checks of a plain apply call (service/si
 RESYNC_ROWS = _COMMON + _load("resync_rows")
 RESYNC_FINISH = _COMMON + _load("resync_finish")
 RESYNC_REREAD = _COMMON + _load("resync_reread")
+SWEEP = _COMMON + _load("sweep")  # ttl tables: expired rows' entries (service/sink/ttlsweep.py)

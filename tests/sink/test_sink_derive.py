@@ -7,6 +7,9 @@ recorded in `__derived`."""
 
 from __future__ import annotations
 
+import time
+from dataclasses import replace
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -14,12 +17,14 @@ import redis as redis_sync
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from service.sink.derive import Derivation, IndexSpec, Part, encode_entries, key_part, score_of
-from service.sink.scripts import _COMMON
+from service.sink.derive import Derivation, IndexSpec, Part, Ttl, encode_entries, key_part, score_of
+from service.sink.keys import EXPIRY_SUFFIX
+from service.sink.scripts import _COMMON, SWEEP
 
 pytestmark = pytest.mark.redis
 
 DERIVE = _COMMON + "derive(derive_spec(ARGV[1]), ARGV[2], ARGV[3], ARGV[4])\nreturn 1\n"
+DERIVE_GONE = _COMMON + "return derive(derive_spec(ARGV[1]), ARGV[2], ARGV[3], ARGV[4]) and 1 or 0\n"
 BASE, DERIVED = "m:db:t:", "m:db:t:__derived"
 
 SPEC = Derivation(
@@ -123,3 +128,80 @@ def test_key_parts_and_scores_as_documented() -> None:
     assert key_part("__a:b\\c", False) == "\\__a\\:b\\\\c" and key_part(b"\x00\xff", True) == "0x00ff"
     assert score_of("1970-01-02", True) == "86400" and score_of("1969-12-31 23:59:59.5", True) == "-0.5"
     assert score_of("0000-00-00", True) is None and score_of("12.50", False) == "12.5"
+
+
+TTL_SPEC = Derivation(
+    key=(Part("app:u:"), Part("id", field=True)),
+    indexes=(IndexSpec("s", (Part("app:by-status:"), Part("status", field=True))),),
+    ttl=Ttl(at="created", temporal=True),
+)
+EXPIRY = BASE + EXPIRY_SUFFIX
+
+
+@settings(settings.get_profile("sink-differential"))
+@given(
+    st.one_of(
+        st.none(),
+        st.datetimes(min_value=datetime(2000, 1, 1), max_value=datetime(2100, 1, 1)).map(lambda d: d.isoformat(" ")),
+        st.just("0000-00-00 00:00:00"),
+    ),
+    st.sampled_from([0, 3600, -5400]),
+)
+def test_derive_lua_sets_the_expiry_its_twin_computes(
+    sink_redis: redis_sync.Redis, created: str | None, offset: int
+) -> None:
+    """`ttl.at`: the row and its copy expire at the instant the twin computes (PEXPIRETIME, ms); a
+    NULL or zero date: no expiry; an instant already past: the row and every entry go now."""
+    r = sink_redis
+    r.flushdb()
+    spec = replace(TTL_SPEC, ttl=Ttl(at="created", temporal=True, offset=offset))
+    row: dict[str, str | bytes] = {"id": "7", "status": "new"} | ({"created": created} if created else {})
+    key = BASE + "7"
+    r.hset(key, mapping=row)  # type: ignore[arg-type]
+    gone = r.register_script(DERIVE_GONE)(args=[spec.spec_text(), key, DERIVED, "7"])
+    now_ms = int(r.time()[0]) * 1000
+    assert spec.ttl is not None
+    at = spec.ttl.expires_ms(row, now_ms)
+    if at is not None and at <= now_ms:
+        assert gone == 1 and r.keys("*") == [], "an expiry already past leaves no key"
+        return
+    if at is not None and at <= now_ms + 2000:
+        return  # past by the script's clock or not: either is right
+    assert gone == 0
+    assert r.hgetall("app:u:7") == {k.encode(): v.encode() for k, v in row.items()}  # type: ignore[union-attr]
+    assert r.smembers("app:by-status:new") == {b"app:u:7"}
+    if at is None:
+        assert r.pttl(key) == -1 and r.pttl("app:u:7") == -1 and r.zscore(EXPIRY, "7") is None
+    else:
+        assert r.pexpiretime(key) == at and r.pexpiretime("app:u:7") == at
+        assert r.zscore(EXPIRY, "7") == at
+
+
+def test_seconds_renew_and_the_sweep_removes_expired_rows_entries(sink_redis: redis_sync.Redis) -> None:
+    """`ttl.seconds`: each derive sets now + seconds on the row and its copy; once Redis expired
+    them, lua/sweep.lua removes the set member, the unique key, `__derived` and the `__keys`
+    member, and corrects the entry of a row written again since."""
+    r = sink_redis
+    r.flushdb()
+    spec = Derivation(
+        key=(Part("app:u:"), Part("id", field=True)),
+        indexes=(
+            IndexSpec("u", (Part("app:by-email:"), Part("email", field=True))),
+            IndexSpec("s", (Part("app:by-status:"), Part("status", field=True))),
+        ),
+        ttl=Ttl(seconds=1),
+    ).spec_text()
+    derive, sweep = r.register_script(DERIVE_GONE), r.register_script(SWEEP)
+    index = BASE + "__keys"
+    for n in (1, 2):
+        r.hset(f"{BASE}{n}", mapping={"id": str(n), "email": f"{n}@x", "status": "new"})
+        r.sadd(index, str(n))
+        assert derive(args=[spec, f"{BASE}{n}", DERIVED, str(n)]) == 0
+        assert 0 < r.pttl(f"{BASE}{n}") <= 1000 and 0 < r.pttl(f"app:u:{n}") <= 1000
+    r.persist(f"{BASE}2")  # as if written again with no expiry since
+    deadline = time.monotonic() + 10
+    while r.exists(f"{BASE}1") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert sweep(args=[BASE.rstrip(":"), index, 1000]) == [1, 2]
+    assert not r.exists("app:by-email:1@x", "app:u:1") and r.smembers("app:by-status:new") == {b"app:u:2"}
+    assert r.smembers(index) == {b"2"} and r.hkeys(DERIVED) == [b"2"] and r.zcard(EXPIRY) == 0

@@ -100,7 +100,8 @@ end
 local base, index, touched, tid = '', '', '', ''  -- the table of the row ops (op C)
 local dspec, derived = nil, ''           -- its derived entries' spec and hash (derive.lua)
 local function rederive(suffix, flat, n)  -- after a row op: the row's derived entries follow it
-  if dspec then derive(dspec, base .. suffix, derived, suffix, flat, n) end  -- (flat: written whole)
+  -- (flat: written whole); an expiry already past removed the row
+  if dspec and derive(dspec, base .. suffix, derived, suffix, flat, n) then note(index, suffix, false) end
 end
 local function in_resync()
   local m = marks[tid]
@@ -236,11 +237,15 @@ while i <= n do
     i = i + 2
   elseif op == 'P' then                  -- merge a partial image: suffix count f v ... count f ...
     local key, c = base .. ARGV[i + 1], tonumber(ARGV[i + 2])
-    hset(key, i + 3, c)
     local j = i + 3 + 2 * c
     local x = tonumber(ARGV[j])
-    if x > 0 then batched('HDEL', key, j + 1, j + x) end
-    row_merged(ARGV[i + 1])
+    -- a row of a ttl table that expired stays expired: never half a row (a FULL image writes it
+    -- whole again: op U)
+    if not (dspec and dspec.t) or redis.call('EXISTS', key) == 1 then
+      hset(key, i + 3, c)
+      if x > 0 then batched('HDEL', key, j + 1, j + x) end
+      row_merged(ARGV[i + 1])
+    end
     rederive(ARGV[i + 1])
     i = j + 1 + x
   elseif op == 'PJ' then                 -- merge a JSON patch into a JSON row: suffix patch

@@ -84,8 +84,30 @@ local function drop_entry(e, member)
   elseif kind == 's' then redis.call('SREM', key, member)
   else redis.call('ZREM', key, member) end
 end
+local derive_now = nil                   -- the server's clock, read once per call (ms)
+local function now_ms()
+  if not derive_now then
+    local t = redis.call('TIME')
+    derive_now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return derive_now
+end
+local function expires_ms(t, row)        -- derive.py's Ttl.expires_ms; nil: no expiry
+  if t[1] > 0 then return now_ms() + t[1] * 1000 end
+  local v = row[t[2]]
+  local score = v and score_of(v, t[3] == 't')
+  if not score then return nil end
+  return math.floor(tonumber(score) * 1000) - t[4] * 1000
+end
+local function set_expiry(key, ms)
+  if ms then redis.call('PEXPIREAT', key, string.format('%.0f', ms)) else redis.call('PERSIST', key) end
+end
+local function expiry_of(derived)        -- `{table}:__expiry`: suffix -> expiry (ms), for the sweep
+  return string.sub(derived, 1, #derived - #DERIVED_SUFFIX) .. EXPIRY_SUFFIX
+end
 local function underive(derived, suffix)
   -- the row `suffix` is gone (or moves away): its entries go
+  redis.call('ZREM', expiry_of(derived), suffix)
   local raw = redis.call('HGET', derived, suffix)
   if not raw then return end
   local member, entries = decode_entries(raw)
@@ -103,11 +125,25 @@ end
 local function derive(spec, key, derived, suffix, flat, n)
   -- the entries of the row stored at `key` (none when it is not there) replace those recorded;
   -- `flat` (n items): the row's field-value pairs when the caller just wrote them whole (nil:
-  -- read back, after a merge or a move)
+  -- read back, after a merge or a move). With a ttl the row (and its copy) get their expiry; a
+  -- row whose expiry is already past leaves the mirror now: true, the caller drops it from
+  -- `__keys`.
   if not flat then flat = redis.call('HGETALL', key); n = #flat end
   if n == 0 then return underive(derived, suffix) end
   local row = {}
   for j = 1, n, 2 do row[flat[j]] = flat[j + 1] end
+  local exp = nil
+  if spec.t then
+    exp = expires_ms(spec.t, row)
+    if exp and exp <= now_ms() then
+      redis.call('DEL', key)
+      underive(derived, suffix)
+      return true
+    end
+    set_expiry(key, exp)
+    if exp then redis.call('ZADD', expiry_of(derived), exp, suffix)
+    else redis.call('ZREM', expiry_of(derived), suffix) end
+  end
   local member, new = key, {}
   if #spec.k > 0 then
     member = render(spec.k, row)
@@ -136,7 +172,10 @@ local function derive(spec, key, derived, suffix, flat, n)
   local raw = redis.call('HGET', derived, suffix)
   local held = {}                        -- entries recorded for this member, which stay
   if raw == text then                    -- the same entries: only the copy follows the row
-    if #spec.k > 0 then copy_row(member, flat, n) end
+    if #spec.k > 0 then
+      copy_row(member, flat, n)
+      if spec.t then set_expiry(member, exp) end
+    end
     return
   elseif raw then                        -- entries no longer there (or held by another member) go
     local old_member, old = decode_entries(raw)
@@ -153,6 +192,7 @@ local function derive(spec, key, derived, suffix, flat, n)
     local kind, ikey = e[1], e[2]
     if kind == 'k' then                  -- the row's copy: the stored row, whole
       copy_row(ikey, flat, n)
+      if spec.t then set_expiry(ikey, exp) end
     elseif held[kind .. ikey .. ' ' .. e[3]] ~= 'keep' then
       if kind == 'u' then redis.call('SET', ikey, member)
       elseif kind == 's' then redis.call('SADD', ikey, member)

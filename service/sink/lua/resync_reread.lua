@@ -18,7 +18,7 @@ while i <= n do
   if redis.call('HGET', partial, suffix) == merges then
     if found then
       write_copy(base, index, suffix, json, i + 4, c)
-      if spec then derive(spec, base .. ':' .. suffix, derived, suffix) end
+      if spec and derive(spec, base .. ':' .. suffix, derived, suffix) then redis.call('SREM', index, suffix) end
     end
     redis.call('HDEL', partial, suffix)
     done = done + 1

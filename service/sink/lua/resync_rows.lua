@@ -13,7 +13,7 @@ while i <= n do
   local suffix, c = ARGV[i], tonumber(ARGV[i + 1])
   if not stream_wrote(touched, partial, suffix) then
     write_copy(base, index, suffix, json, i + 2, c)
-    if spec then derive(spec, base .. ':' .. suffix, derived, suffix) end
+    if spec and derive(spec, base .. ':' .. suffix, derived, suffix) then redis.call('SREM', index, suffix) end
     written = written + 1
   end
   redis.call('SREM', stale, suffix)
