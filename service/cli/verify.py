@@ -109,9 +109,10 @@ def verify(
         if not t.keyed:
             typer.echo(f"{t.schema}.{t.table}: not mirrored (no primary key and no unique NOT NULL key)")
             continue
+        expired = f", {t.expired} expired (ttl)" if t.expired else ""
         typer.echo(
             f"{t.schema}.{t.table}: {t.rows} rows, {t.count('differs')} differing, "
-            f"{t.count('missing')} missing, {t.count('extra')} extra"
+            f"{t.count('missing')} missing, {t.count('extra')} extra{expired}"
         )
     found = len(report.differences)
     summary = f"{len(report.tables)} tables, {sum(t.rows for t in report.tables)} rows: "

@@ -87,6 +87,8 @@ MEANINGS = {
     "changelog_maxlen": "> 0: also keep a change-log stream `{prefix}:__changes` of about this many "
     "entries, written atomically with the rows.",
     "lease_ttl_seconds": "The writer lease's TTL: a standby takes over within it after the leader dies.",
+    "ttl_sweep_seconds": "How often the index entries of ttl rows Redis expired are removed "
+    '(`[table."…"]` `ttl`; docs/mirror.md, "Expiry").',
     "resync_chunk_rows": "Rows per SELECT when a table is copied or re-read (bootstrap, after DDL, "
     "`ctl resync`).",
     "verify_rows_per_second": "The background verifier's budget: rows per second compared with the "
@@ -101,9 +103,10 @@ MEANINGS = {
     "table": 'Per-table shaping: `[table."schema.table"]` sections of the config file (a glob '
     "allowed, the most specific match wins) with `columns` or `exclude` (the fields kept), `rename` "
     "(a field's name in Redis), `key` (the row's key template) and `[[…index]]` entries (unique, set "
-    "and zset index keys; hash value mode only); `ttl` and `value` are refused by this version. Not on a "
+    "and zset index keys) and `ttl` (`{ at = column }` or `{ seconds = N }`; these three in hash value "
+    "mode only); `value` is refused by this version. Not on a "
     "Redis Cluster. In the environment: one JSON object of sections. "
-    'docs/mirror.md, "Shaping" and "Key templates and index keys".',
+    'docs/mirror.md, "Shaping", "Key templates and index keys" and "Expiry".',
 }
 
 HEAD = f"""# Configuration reference

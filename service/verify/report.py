@@ -23,6 +23,7 @@ class TableReport:
     table: str
     rows: int = 0  # source rows compared
     keyed: bool = True  # False: no usable key, the table is not mirrored (nothing compared)
+    expired: int = 0  # source rows of a ttl table absent because they expired (not differences)
     differences: list[Difference] = field(default_factory=list)
 
     def count(self, kind: str) -> int:

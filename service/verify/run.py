@@ -13,7 +13,7 @@ from redis.asyncio import Redis
 
 from service.catalog import Catalog
 from service.checkpoint import BinlogPosition, Checkpoint
-from service.rowcompare import compare_row, key_values
+from service.rowcompare import compare_row, expected_value, key_values
 from service.settings import Settings
 from service.sink.keys import KeyLayout
 from service.sink.mirror import RedisMirror
@@ -78,6 +78,18 @@ class VerifyRun:
     ) -> tuple[str, tuple[str, ...]] | None:
         return compare_row(row, stored, indexed, self.v.json_mode)
 
+    def _expired(self, t: TableInfo, row: Mapping[str, Any]) -> bool:
+        """Whether a source row absent from the mirror is a ttl row that expired: with `at`, its
+        instant is past; with `seconds` always (when it was last written is not known here)."""
+        shape = self.v.catalog.shape(t.schema, t.table)
+        ttl = shape.derivation.ttl if shape is not None and shape.derivation is not None else None
+        if ttl is None:
+            return False
+        now_ms = int(time.time() * 1000)
+        stored = {k.decode(): v for k, v in expected_value(row, False).items()}
+        at = ttl.expires_ms(stored, now_ms)
+        return ttl.seconds is not None or (at is not None and at <= now_ms)
+
     async def check_table(self, t: TableInfo) -> tuple[TableReport, dict[str, Suspect]]:
         report = TableReport(t.schema, t.table)
         if not t.exists:
@@ -104,11 +116,17 @@ class VerifyRun:
             rows = [self.source.stored_form(t, r, utc) for r in rows]
             suffixes = [lay.row_suffix([r[c] for c in key]) for r in rows]
             stored = await self.stored.rows(t.schema, t.table, suffixes)
+            expired: set[str] = set()
             for row, suffix, (value, indexed) in zip(rows, suffixes, stored, strict=True):
-                if self._compare(row, value, indexed) is not None:
+                if not value and self._expired(t, row):
+                    expired.add(suffix)  # not drift: a ttl row Redis removed (or will)
+                elif self._compare(row, value, indexed) is not None:
                     suspects[suffix] = Suspect(tuple(row[c] for c in key), row)
                     target = position
-            by_suffix = {s: r for s, r in zip(suffixes, rows, strict=True) if s not in suspects}
+            report.expired += len(expired)
+            by_suffix = {
+                s: r for s, r in zip(suffixes, rows, strict=True) if s not in suspects and s not in expired
+            }
             for suffix in await self._entries_wrong(t, by_suffix):
                 suspects[suffix] = Suspect(tuple(by_suffix[suffix][c] for c in key), by_suffix[suffix])
                 target = position

@@ -106,10 +106,10 @@ def test_sections_that_cannot_apply_are_refused(section: SectionSettings, messag
 @pytest.mark.parametrize(
     ("toml", "message"),
     [
-        (
-            "ttl = { seconds = 3 }",
-            "'table.shop.users' (key 'table' in config file {path}): ttl: not supported",
-        ),
+        ("ttl = { seconds = 3, at = 'x' }", "ttl: give one of `at` (a column) or `seconds`"),
+        ("ttl = { seconds = 0 }", "greater than 0"),
+        ("ttl = { seconds = 3, timezone = 'UTC' }", "ttl: timezone is for `at` only"),
+        ("ttl = { at = 'x', timezone = 'Europe/Paris' }", "expected UTC or a fixed offset like +02:00"),
         ('value = "json"', "value: not supported by this version yet"),
         (
             '[[table."shop.users".index]]\nkind = "list"\nkey = "x:{id}"',
