@@ -8,7 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import json
+import random
+import threading
+import time
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import pymysql
@@ -29,8 +34,12 @@ from tests.integration.mirror_helpers import (
     root,
     settle,
     stop_replicator,
+    stored_position,
     wait_applied,
 )
+from tests.integration.test_mirror_crash import _start as start_run
+from tests.integration.test_mirror_crash import _stop as stop_run
+from tests.integration.test_mirror_crash import _wait_advance as wait_advance
 from tests.integration.test_mirror_shaping import write
 
 pytestmark = pytest.mark.integration
@@ -54,6 +63,17 @@ def section(app: str) -> dict[str, Any]:
             {"kind": "set", "key": f"{app}:users-by-token:{{token}}"},
         ],
     }
+
+
+def section_toml(name: str, sec: dict[str, Any]) -> str:
+    """`sec` as a config file's `[table."name"]` section (JSON strings are TOML basic strings)."""
+    q = json.dumps
+    lines = [f"[table.{q(name)}]", f"key = {q(sec['key'])}", f"exclude = {q(sec['exclude'])}"]
+    lines.append("rename = { " + ", ".join(f"{k} = {q(v)}" for k, v in sec["rename"].items()) + " }")
+    for ix in sec["index"]:
+        lines.append(f"[[table.{q(name)}.index]]")
+        lines += [f"{k} = {q(v)}" for k, v in ix.items()]
+    return "\n".join(lines) + "\n"
 
 
 def part(value: Any) -> str:
@@ -87,7 +107,7 @@ def expected(stack: LocalStack, db: str, app: str) -> dict[str, Any]:
             names.get(c, c).encode(): text(v) for c, v in r.items() if v is not None and c != "password_hash"
         }
         out[f"{app}:{t}:user-by-email:{part(r['email'])}"] = key.encode()
-        if r["status"] is not None:
+        if r.get("status") is not None:  # (an ALTER may have dropped it)
             out.setdefault(f"{app}:{t}:users-by-status:{part(r['status'])}", set()).add(key.encode())
         if r["created_at"] is not None:
             when = r["created_at"].replace(tzinfo=dt.UTC).timestamp()
@@ -280,3 +300,118 @@ async def test_a_template_naming_the_mirror_prefix_is_refused(stack: LocalStack)
 
 def test_decimal_text_is_the_stored_text() -> None:  # the helper above renders as the mirror stores
     assert text(Decimal("1.50")) == b"1.50" and part(b"\x00\xff") == "0x00ff" and part("__a:b") == "\\__a\\:b"
+
+
+async def test_an_alter_dropping_an_indexed_column_stops_the_run_until_the_section_changes(
+    stack: LocalStack,
+) -> None:
+    """ALTER TABLE … DROP COLUMN of a column an index names: the run stops with one line naming
+    the table, the index and the column; started again with the index removed from the section,
+    it applies the ALTER (a resync) and the old index's entries are gone."""
+    info = stack.load()
+    assert info is not None
+    db, prefix = new_database(stack, USERS)
+    app = f"app_{db}"
+    write(stack, db, INSERTS)
+    settings = mirror_settings(stack, db, prefix, table={f"{db}.users": section(app)})
+    rep = Replicator(settings)
+    task = asyncio.create_task(rep.run())
+    try:
+        await settle(rep, stack)
+        assert actual(info.redis_url, app) == expected(stack, db, app)
+        write(stack, db, ["ALTER TABLE users DROP COLUMN status"])
+        with pytest.raises(ConfigError, match=r"index\[1\]: status names no column") as caught:
+            await asyncio.wait_for(task, 60)
+        assert f"table {db}.users" in str(caught.value)
+    finally:
+        await stop_replicator(rep, task)
+    fixed = section(app)
+    fixed["index"] = [ix for ix in fixed["index"] if "status" not in ix["key"]]
+    rep = Replicator(mirror_settings(stack, db, prefix, table={f"{db}.users": fixed}))
+    task = asyncio.create_task(rep.run())
+    try:
+        await settle(rep, stack)
+        await asyncio.to_thread(wait_applied, info.redis_url, prefix, master_position(stack))
+        await settle(rep, stack)
+        assert actual(info.redis_url, app) == expected(stack, db, app)
+    finally:
+        await stop_replicator(rep, task)
+
+
+STATUSES = ["active", "blocked", "x:y"]
+
+
+def test_sigkill_during_updates_of_indexed_columns(stack: LocalStack, tmp_path: Path) -> None:
+    """`run` processes SIGKILLed at random moments while a workload moves rows between keys and
+    index entries (tenant and id changes, status, e-mail swaps, created_at, deletes), with FULL and
+    MINIMAL images: at the end the application's key space is what the source rows imply."""
+    info = stack.load()
+    assert info is not None
+    db, prefix = new_database(stack, USERS)
+    app = f"app_{db}"
+    write(stack, db, INSERTS)
+    config = tmp_path / "mirror.toml"
+    config.write_text(section_toml(f"{db}.users", section(app)))
+    log = tmp_path / "run.log"
+    rng = random.Random(11)
+    proc = start_run(stack, db, prefix, log, "--config", str(config), changelog=False)
+    wait_applied(info.redis_url, prefix, None, timeout=40)
+    stop, errors, steps = threading.Event(), [], [0]
+
+    def workload() -> None:
+        conn = root(stack, db)
+        wrng = random.Random(5)
+        try:
+            while not stop.is_set():
+                with conn.cursor() as cur:
+                    cur.execute(
+                        "SET SESSION binlog_row_image = %s", (wrng.choice(["FULL", "FULL", "MINIMAL"]),)
+                    )
+                    a, b = wrng.randint(1, 6), wrng.randint(1, 6)
+                    statements = [
+                        f"INSERT IGNORE INTO users (tenant_id, id, email, status) VALUES ({a}, {b}, "
+                        f"'{a}.{b}@x', 'new')",
+                        f"UPDATE users SET status = '{wrng.choice(STATUSES)}' WHERE id = {b}",
+                        f"UPDATE users SET created_at = '20{wrng.randint(10, 40)}-01-01 00:00:0{b}' "
+                        f"WHERE tenant_id = {a}",
+                        f"UPDATE IGNORE users SET tenant_id = {b} WHERE tenant_id = {a} AND id = {b}",
+                        f"UPDATE IGNORE users SET email = CONCAT('s', LEFT(email, 30)) WHERE tenant_id = {a} "
+                        "LIMIT 1",
+                        f"DELETE FROM users WHERE tenant_id = {a} AND id = {b} AND status = 'blocked'",
+                    ]
+                    for sql in wrng.sample(statements, 3):
+                        cur.execute(sql)
+                conn.commit()
+                steps[0] += 1
+                time.sleep(0.01)
+        except BaseException as exc:  # surfaced by the test
+            errors.append(exc)
+        finally:
+            conn.close()
+
+    writer = threading.Thread(target=workload, daemon=True)
+    writer.start()
+    kills = 0
+    try:
+        for _ in range(8):
+            wait_advance(info.redis_url, prefix, stored_position(info.redis_url, prefix))
+            time.sleep(rng.uniform(0.0, 0.3))
+            proc.kill()
+            proc.wait()
+            kills += 1
+            proc = start_run(stack, db, prefix, log, "--config", str(config), changelog=False)
+        stop.set()
+        writer.join()
+        assert not errors, errors
+        write(stack, db, ["UPDATE users SET status = 'last' WHERE tenant_id = 1 AND id = 1"])
+        wait_applied(info.redis_url, prefix, master_position(stack), timeout=60)
+        for _ in range(50):
+            if actual(info.redis_url, app) == expected(stack, db, app):
+                break
+            time.sleep(0.2)
+        assert actual(info.redis_url, app) == expected(stack, db, app)
+    finally:
+        stop.set()
+        stop_run(proc)
+    assert kills == 8 and steps[0] > 20, (kills, steps[0])
+    assert "Traceback" not in log.read_text(errors="replace")
