@@ -328,6 +328,11 @@ class ShapeOut(BaseModel):
     )
     key: str | None = Field(default=None, description="The row key template; null: the mirror's own key.")
     indexes: list[IndexOut] = Field(default_factory=list, description="Its lookup and index keys.")
+    ttl: str | None = Field(
+        default=None,
+        description='Its rows\' expiry: "at COLUMN" (", timezone +HH:MM") or "N s"; null: none '
+        '(docs/mirror.md, "Expiry").',
+    )
 
     @classmethod
     def from_domain(cls, s: ShapeStatus) -> ShapeOut:
@@ -338,6 +343,7 @@ class ShapeOut(BaseModel):
             fingerprint=s.fingerprint,
             key=s.key,
             indexes=[IndexOut(kind=k, key=t, score=sc) for k, t, sc in s.indexes],
+            ttl=s.ttl,
         )
 
 

@@ -13,6 +13,7 @@ from service.pipeline.progress import Progress, TableCounters
 from service.pipeline.sources import TransactionSource
 from service.pipeline.status import ReplicatorStatus, ShapeStatus, SourceStatus, TableStatus
 from service.settings import Settings
+from service.shaping import TtlSettings
 from service.sink.mirror import RedisMirror
 from service.table_info import ColumnStatus
 
@@ -219,4 +220,16 @@ def _shape(catalog: Catalog, schema: str, table: str) -> ShapeStatus | None:
         catalog.shapes.fingerprint(schema, table),
         section.key,
         tuple((i.kind, i.key, i.score) for i in section.indexes),
+        _ttl_text(section.ttl),
+    )
+
+
+def _ttl_text(ttl: TtlSettings | None) -> str | None:
+    if ttl is None:
+        return None
+    if ttl.at is None:
+        return f"{ttl.seconds} s"
+    sign, off = "+" if ttl.offset >= 0 else "-", abs(ttl.offset)
+    return f"at {ttl.at}" + (
+        f", timezone {sign}{off // 3600:02d}:{off % 3600 // 60:02d}" if ttl.offset else ""
     )

@@ -60,6 +60,7 @@ class ShapeStatus:
     fingerprint: str  # recorded with the rows (`__shapes`)
     key: str | None = None  # its row key template (None: the mirror's own key)
     indexes: tuple[tuple[str, str, str | None], ...] = ()  # (kind, key template, score column)
+    ttl: str | None = None  # its expiry: "at {column}" (", timezone {tz}") or "{n} s"
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,7 @@ import pymysql
 import pytest
 import redis as redis_sync
 
+from api.schemas import TableSummaryOut
 from service.devtools.stack import LocalStack
 from service.errors import ConfigError
 from service.pipeline.replicator import Replicator
@@ -134,6 +135,10 @@ async def test_ttl_at_and_seconds_on_real_servers(stack: LocalStack) -> None:
         assert report.equal, report.differences
         by_table = {t.table: t for t in report.tables}
         assert by_table["sessions"].expired == 3  # rows 1, 3 and 5
+        shown = {t.table: TableSummaryOut.from_domain(t).model_dump()["shape"] for t in rep.status().tables}
+        assert (
+            shown["sessions"]["ttl"] == "at expires_at, timezone +02:00" and shown["tokens"]["ttl"] == "2 s"
+        )
 
         # `seconds`: the tokens expire; within the sweep interval their set entries go
         deadline = time.monotonic() + 15

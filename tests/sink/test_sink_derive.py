@@ -142,7 +142,9 @@ EXPIRY = BASE + EXPIRY_SUFFIX
 @given(
     st.one_of(
         st.none(),
-        st.datetimes(min_value=datetime(2000, 1, 1), max_value=datetime(2100, 1, 1)).map(lambda d: d.isoformat(" ")),
+        st.datetimes(min_value=datetime(2000, 1, 1), max_value=datetime(2100, 1, 1)).map(
+            lambda d: d.isoformat(" ")
+        ),
         st.just("0000-00-00 00:00:00"),
     ),
     st.sampled_from([0, 3600, -5400]),

@@ -263,6 +263,7 @@
     if (s.excluded.length) parts.push("without " + s.excluded.join(", "));
     if (renames.length) parts.push(renames.join(", "));
     if (s.indexes && s.indexes.length) parts.push(s.indexes.map((i) => i.kind + " " + i.key).join(", "));
+    if (s.ttl) parts.push("ttl " + s.ttl);
     return parts.join("; ");
   }
 
