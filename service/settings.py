@@ -421,12 +421,6 @@ class Settings(BaseSettings):
                 "verify_rows_per_second: the background verifier reads the single-node key layout "
                 "and does not run against a Redis Cluster (redis+cluster://) yet; set it to 0"
             )
-        derived = [p for p, t in self.table.items() if t.key is not None or t.index or t.ttl]
-        if derived and self.value_mode == "json":
-            raise ValueError(
-                f'table: [table."{derived[0]}"]: key templates and indexes are kept from hash rows; '
-                "with value_mode json they are not supported by this version yet (use value_mode hash)"
-            )
         if self.redis is not None and self.redis.cluster and self.table:
             raise ValueError(
                 'table: shaped tables ([table."..."] sections) are not supported on a Redis Cluster '

@@ -177,7 +177,7 @@ class Shape:
                 )
 
 
-def resolve(pattern: str, section: SectionSettings, info: TableInfo) -> Shape:
+def resolve(pattern: str, section: SectionSettings, info: TableInfo, json_mode: bool = False) -> Shape:
     """Check `section` against the table and build its shape; ShapeError names what is wrong."""
     name = f"{info.schema}.{info.table}"
     where = f'table {name} [table."{pattern}"]'
@@ -231,7 +231,7 @@ def resolve(pattern: str, section: SectionSettings, info: TableInfo) -> Shape:
         fields,
         frozenset(columns) - set(kept),
         any(col != to for col, to in fields.items()),
-        _derivation(where, section, info, fields),
+        _derivation(where, section, info, fields, json_mode),
     )
 
 
@@ -242,14 +242,19 @@ NUMERIC_TYPES = frozenset(
 TEMPORAL_TYPES = frozenset({"DATE", "DATETIME", "TIMESTAMP"})
 INTEGER_TYPES = frozenset({"TINYINT", "SMALLINT", "MEDIUMINT", "INT", "BIGINT", "YEAR"})
 INDEX_KINDS = {"unique": "u", "set": "s", "zset": "z"}
+# json rows: types whose document text is not the hash text a key renders (a float's exponent
+# form, a JSON document, a SET, a geometry)
+JSON_TEXT_DIFFERS = frozenset({"FLOAT", "DOUBLE", "JSON", "SET", "GEOMETRY", "VECTOR"})
 
 
 def _derivation(
-    where: str, section: SectionSettings, info: TableInfo, fields: Mapping[str, str]
+    where: str, section: SectionSettings, info: TableInfo, fields: Mapping[str, str], json_mode: bool
 ) -> Derivation | None:
-    """The derived entries of a section with a `key` template or indexes (service/sink/derive.py);
-    every column a template or a score names is kept (an excluded column never leaves the
-    process), under its field name."""
+    """The derived entries of a section with a `key` template, indexes or a ttl
+    (service/sink/derive.py); every column a template or a score names is kept (an excluded
+    column never leaves the process), under its field name. In json mode derive reads the fields
+    it needs from the document (`json_fields`): binary ones are base64 there, TIMESTAMPs have a
+    `T` and a `Z`."""
     if section.key is None and not section.indexes and section.ttl is None:
         return None
     columns = {c.name: c for c in info.columns}
@@ -311,7 +316,23 @@ def _derivation(
         elif ix.score is not None:
             raise ShapeError(f'{where}: {setting}: score is for kind = "zset" only')
         indexes.append(IndexSpec(kind, ps, score, temporal))
-    return Derivation(key, tuple(indexes), _ttl(where, section, columns, fields))
+    ttl = _ttl(where, section, columns, fields)
+    if not json_mode:
+        return Derivation(key, tuple(indexes), ttl)
+    used_fields = {p.text for ps in (key or (), *(i.parts for i in indexes)) for p in ps if p.field}
+    used_fields |= {i.score for i in indexes if i.score} | ({ttl.at} if ttl and ttl.at else set())
+    by_field = {f: columns[c] for c, f in fields.items()}
+    conv: dict[str, str] = {}
+    for f in sorted(used_fields):
+        ctype = by_field[f].type
+        if ctype in JSON_TEXT_DIFFERS:
+            raise ShapeError(
+                f"{where}: key/index/ttl: column {by_field[f].name} is {ctype}; its JSON text is not its "
+                "key text, so value_mode json cannot derive keys from it (use value_mode hash)"
+            )
+        if ctype in BINARY_TYPES or ctype == "TIMESTAMP":
+            conv[f] = "b" if ctype in BINARY_TYPES else "t"
+    return Derivation(key, tuple(indexes), ttl, json=tuple(sorted(conv.items())))
 
 
 def _ttl(
@@ -412,9 +433,12 @@ class Shapes:
     """The shapes of the tables in use, from the sections; one owner (the Catalog), asked per
     table. `resolve` runs whenever a table's definition is read (start, after each DDL on it)."""
 
-    def __init__(self, sections: Mapping[str, SectionSettings], prefix: str = "mirror") -> None:
+    def __init__(
+        self, sections: Mapping[str, SectionSettings], prefix: str = "mirror", json_mode: bool = False
+    ) -> None:
         self.sections = dict(sections)
         self.prefix = prefix  # the mirror's own keys: no template may name one
+        self.json_mode = json_mode  # rows are JSON documents (value_mode json): derive reads them so
         self._shapes: dict[tuple[str, str], Shape] = {}
 
     def __bool__(self) -> bool:
@@ -426,7 +450,7 @@ class Shapes:
         pattern = section_for(self.sections, info.schema, info.table)
         if pattern is None or not info.exists:
             return None
-        shape = resolve(pattern, self.sections[pattern], info)
+        shape = resolve(pattern, self.sections[pattern], info, self.json_mode)
         self._check_templates(shape)
         self._shapes[key] = shape
         return shape

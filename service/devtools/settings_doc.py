@@ -103,8 +103,8 @@ MEANINGS = {
     "table": 'Per-table shaping: `[table."schema.table"]` sections of the config file (a glob '
     "allowed, the most specific match wins) with `columns` or `exclude` (the fields kept), `rename` "
     "(a field's name in Redis), `key` (the row's key template) and `[[…index]]` entries (unique, set "
-    "and zset index keys) and `ttl` (`{ at = column }` or `{ seconds = N }`; these three in hash value "
-    "mode only); `value` is refused by this version. Not on a "
+    "and zset index keys) and `ttl` (`{ at = column }` or `{ seconds = N }`); `value` is refused by "
+    "this version. Not on a "
     "Redis Cluster. In the environment: one JSON object of sections. "
     'docs/mirror.md, "Shaping", "Key templates and index keys" and "Expiry".',
 }

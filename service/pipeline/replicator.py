@@ -95,7 +95,9 @@ class Replicator:
         self.control = Control()  # pause/resume, resync on request (POST /control/..., `ctl`)
         cluster = settings.redis.cluster  # applied per slot group (service/sink/cluster.py)
         self.layout = cluster_layout(settings.key_prefix) if cluster else KeyLayout(settings.key_prefix)
-        self.catalog = Catalog(self.filter, Shapes(settings.table_sections(), settings.key_prefix))
+        self.catalog = Catalog(
+            self.filter, Shapes(settings.table_sections(), settings.key_prefix, settings.value_mode == "json")
+        )
         self.redis: Redis = redis_client(
             settings.redis.url.get_secret_value(),
             cluster_ok=True,

@@ -15,11 +15,13 @@ it): the same entries and the same bytes for the same stored row.
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 __all__ = [
     "Derivation",
@@ -29,6 +31,7 @@ __all__ = [
     "Ttl",
     "decode_entries",
     "encode_entries",
+    "json_fields",
     "key_part",
     "score_of",
 ]
@@ -132,6 +135,25 @@ def score_of(value: Stored, temporal: bool) -> str | None:
     return "%.17g" % (_days_from_civil(y, m, d) * 86400 + secs + frac)  # noqa: UP031
 
 
+def json_fields(doc: bytes, conv: Mapping[str, str]) -> dict[str, Stored]:
+    """A json row's fields as their hash text (derive.lua's json_row): numbers as their literal
+    text, strings unescaped, `conv`'s fields converted ("b": base64 -> bytes, "t": a TIMESTAMP's
+    `T`/`Z` form -> its wall time); null absent; nested values (not derived from) left out."""
+    row = json.loads(doc, parse_int=str, parse_float=str, parse_constant=str)
+    out: dict[str, Stored] = {}
+    for k, v in row.items():
+        if not isinstance(v, str):
+            continue
+        kind = conv.get(k)
+        if kind == "b":
+            out[k] = base64.b64decode(v)
+        elif kind == "t":
+            out[k] = v.replace("T", " ").removesuffix("Z")
+        else:
+            out[k] = v
+    return out
+
+
 def _lv(text: str) -> str:
     return f"{len(text.encode())}:{text}"
 
@@ -175,6 +197,9 @@ class Derivation:
     key: tuple[Part, ...] | None
     indexes: tuple[IndexSpec, ...]
     ttl: Ttl | None = None
+    # json rows (value_mode json): the fields derive reads whose document text is converted to
+    # the hash text ("b": base64 -> bytes, "t": a TIMESTAMP's "…T…Z" -> "… …"); None: hash rows
+    json: tuple[tuple[str, str], ...] | None = None
 
     def spec_text(self) -> str:
         """The form lua/derive.lua reads (cjson): parts as "=literal", "@field" or "#field" (binary)."""
@@ -182,12 +207,14 @@ class Derivation:
         def parts(ps: Sequence[Part]) -> list[str]:
             return [("#" if p.binary else "@") + p.text if p.field else "=" + p.text for p in ps]
 
-        spec = {
+        spec: dict[str, Any] = {
             "k": parts(self.key) if self.key is not None else [],
             "i": [[i.kind, parts(i.parts), i.score or "", "t" if i.temporal else "n"] for i in self.indexes],
         }
         if (t := self.ttl) is not None:  # [seconds (0: at), at field, "t"|"n", offset]
             spec["t"] = [t.seconds or 0, t.at or "", "t" if t.temporal else "n", t.offset]
+        if self.json is not None:
+            spec["j"] = dict(self.json)
         return json.dumps(spec, separators=(",", ":"), ensure_ascii=False)
 
     @classmethod
@@ -206,7 +233,16 @@ class Derivation:
         if "t" in spec:
             seconds, at, kind, offset = spec["t"]
             ttl = Ttl(seconds or None, at or None, kind == "t", offset)
-        return cls(key, indexes, ttl)
+        json_fields = tuple(sorted(spec["j"].items())) if "j" in spec else None
+        return cls(key, indexes, ttl, json_fields)
+
+    def stored_fields(self, value: bytes | Mapping[bytes, bytes]) -> dict[str, Stored]:
+        """A stored row (HGETALL's fields, or a json row's document) as field -> hash text, as
+        lua/derive.lua reads it."""
+        if self.json is None:
+            assert not isinstance(value, bytes)
+            return {k.decode(): v for k, v in value.items()}
+        return json_fields(value if isinstance(value, bytes) else b"", dict(self.json))
 
     @staticmethod
     def render(parts: Sequence[Part], row: Mapping[str, Stored]) -> str | None:

@@ -39,18 +39,21 @@ def underive(ks: Keyspace, derived: bytes, suffix: bytes) -> None:
     ks.hdel(derived, [suffix])
 
 
-def _copy(ks: Keyspace, key: bytes, row: dict[bytes, bytes]) -> None:
+def _copy(ks: Keyspace, key: bytes, row: dict[bytes, bytes] | bytes) -> None:
+    if isinstance(row, bytes):  # a json row's document
+        ks.set(key, row)
+        return
     ks.delete(key)  # (the script's HSET + HLEN check ends the same)
     ks.hset(key, row.items())
 
 
 def derive(ks: Keyspace, spec_text: str, key: bytes, derived: bytes, suffix: bytes) -> None:
     """The entries of the row stored at `key` replace those recorded for `suffix`."""
-    row = ks.hgetall(key)
+    spec = _spec(spec_text)
+    row: dict[bytes, bytes] | bytes | None = ks.get(key) if spec.json is not None else ks.hgetall(key)
     if not row:
         return underive(ks, derived, suffix)
-    spec = _spec(spec_text)
-    text_row = {k.decode(): v for k, v in row.items()}
+    text_row = spec.stored_fields(row)
     member, new = spec.entries(text_row, key.decode())
     if member is None:
         return underive(ks, derived, suffix)

@@ -11,7 +11,7 @@ from redis.asyncio import Redis
 
 from service.sink.derive import Derivation, Entry, encode_entries
 from service.sink.mirror import map_redis_errors
-from service.sink.values import field_value
+from service.sink.values import field_value, json_document
 
 __all__ = ["entries_wrong", "stored_text"]
 
@@ -43,7 +43,10 @@ async def entries_wrong(
             pipe.hget(derived, suffix)
             checks.append((suffix, None, encode_entries(member, entries).encode()))
             for e in entries:
-                if e.kind == "k":
+                if e.kind == "k" and d.json is not None:  # a json row: its document
+                    pipe.get(e.key)
+                    checks.append((suffix, e, json_document(row)))
+                elif e.kind == "k":
                     pipe.hgetall(e.key)
                     checks.append((suffix, e, {_bytes(k): _bytes(v) for k, v in text.items()}))
                 elif e.kind == "u":

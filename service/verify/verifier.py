@@ -47,7 +47,9 @@ class Verifier:
         self.idle_seconds = idle_seconds
         self.filter = TableFilter.from_lists(settings.tables, settings.exclude_tables)
         self.layout = KeyLayout(settings.key_prefix)
-        self.catalog = Catalog(self.filter, Shapes(settings.table_sections(), settings.key_prefix))
+        self.catalog = Catalog(
+            self.filter, Shapes(settings.table_sections(), settings.key_prefix, settings.value_mode == "json")
+        )
         self.json_mode = settings.value_mode == "json"
 
     async def run(

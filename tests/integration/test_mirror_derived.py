@@ -26,6 +26,7 @@ from service.errors import ConfigError
 from service.pipeline.replicator import Replicator
 from service.sink.clear import clear_prefix
 from service.sink.keys import KeyLayout
+from service.sink.values import json_document
 from service.verify.verifier import Verifier
 from tests.integration.mirror_helpers import (
     master_position,
@@ -91,8 +92,9 @@ def text(value: Any) -> bytes:
     return str(value).encode()
 
 
-def expected(stack: LocalStack, db: str, app: str) -> dict[str, Any]:
-    """Every key under `{app}:` the mirror should hold, by type, from the source's rows."""
+def expected(stack: LocalStack, db: str, app: str, json_rows: bool = False) -> dict[str, Any]:
+    """Every key under `{app}:` the mirror should hold, by type, from the source's rows (json
+    rows: the copy is the row's canonical JSON document)."""
     conn = root(stack, db)
     out: dict[str, Any] = {}
     with conn.cursor(pymysql.cursors.DictCursor) as cur:
@@ -106,6 +108,8 @@ def expected(stack: LocalStack, db: str, app: str) -> dict[str, Any]:
         out[key] = {
             names.get(c, c).encode(): text(v) for c, v in r.items() if v is not None and c != "password_hash"
         }
+        if json_rows:
+            out[key] = json_document({names.get(c, c): v for c, v in r.items() if c != "password_hash"})
         out[f"{app}:{t}:user-by-email:{part(r['email'])}"] = key.encode()
         if r.get("status") is not None:  # (an ALTER may have dropped it)
             out.setdefault(f"{app}:{t}:users-by-status:{part(r['status'])}", set()).add(key.encode())
@@ -334,6 +338,49 @@ async def test_an_alter_dropping_an_indexed_column_stops_the_run_until_the_secti
         await asyncio.to_thread(wait_applied, info.redis_url, prefix, master_position(stack))
         await settle(rep, stack)
         assert actual(info.redis_url, app) == expected(stack, db, app)
+    finally:
+        await stop_replicator(rep, task)
+
+
+async def test_json_rows_keep_their_entries(stack: LocalStack) -> None:
+    """value_mode json: the same entries as the hash layout (derive reads the document's fields:
+    binary from base64), the copy at the template key is the row's document; through the
+    bootstrap copy, updates that move the row and its entries (FULL and MINIMAL images), a delete
+    and verify."""
+    info = stack.load()
+    assert info is not None
+    db, prefix = new_database(stack, USERS)
+    app = f"app_{db}"
+    write(stack, db, INSERTS)
+    settings = mirror_settings(stack, db, prefix, table={f"{db}.users": section(app)}, value_mode="json")
+    rep = Replicator(settings)
+    task = asyncio.create_task(rep.run())
+    try:
+        await settle(rep, stack)
+        assert actual(info.redis_url, app) == expected(stack, db, app, json_rows=True)
+        write(
+            stack,
+            db,
+            [
+                "UPDATE users SET status = 'blocked', token = X'0102' WHERE tenant_id = 1 AND id = 1",
+                "UPDATE users SET tenant_id = 3 WHERE tenant_id = 2 AND id = 1",
+                "DELETE FROM users WHERE tenant_id = 1 AND id = 3",
+            ],
+        )
+        write(
+            stack,
+            db,
+            [
+                "UPDATE users SET status = 'late', created_at = '2031-01-01 00:00:00' "
+                "WHERE tenant_id = 1 AND id = 2",
+                "UPDATE users SET id = 9 WHERE tenant_id = 1 AND id = 1",
+            ],
+            row_image="MINIMAL",
+        )
+        await asyncio.to_thread(wait_applied, info.redis_url, prefix, master_position(stack))
+        await settle(rep, stack)
+        assert actual(info.redis_url, app) == expected(stack, db, app, json_rows=True)
+        assert (await Verifier(settings).run()).equal
     finally:
         await stop_replicator(rep, task)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import json
 import time
 from typing import Any
 
@@ -71,7 +72,8 @@ def actual_sessions(r: redis_sync.Redis, app: str) -> dict[str, int | None]:
     return out
 
 
-async def test_ttl_at_and_seconds_on_real_servers(stack: LocalStack) -> None:
+@pytest.mark.parametrize("value_mode", ["hash", "json"])
+async def test_ttl_at_and_seconds_on_real_servers(stack: LocalStack, value_mode: str) -> None:
     info = stack.load()
     assert info is not None
     db, prefix = new_database(stack, SESSIONS, TOKENS)
@@ -95,7 +97,7 @@ async def test_ttl_at_and_seconds_on_real_servers(stack: LocalStack) -> None:
             "ttl": {"seconds": 2},
         },
     }
-    settings = mirror_settings(stack, db, prefix, table=table, ttl_sweep_seconds=0.2)
+    settings = mirror_settings(stack, db, prefix, table=table, ttl_sweep_seconds=0.2, value_mode=value_mode)
     r = redis_sync.Redis.from_url(info.redis_url)
     rep = Replicator(settings)
     task = asyncio.create_task(rep.run())
@@ -152,7 +154,11 @@ async def test_ttl_at_and_seconds_on_real_servers(stack: LocalStack) -> None:
         write(stack, db, ["UPDATE tokens SET scope = 'admin' WHERE id = 1"])
         write(stack, db, ["UPDATE tokens SET scope = 'none' WHERE id = 2"], row_image="MINIMAL")
         await caught_up()
-        assert r.hgetall(f"{tok}:1") == {b"id": b"1", b"owner": b"ann", b"scope": b"admin"}
+        whole = {"id": 1, "owner": "ann", "scope": "admin"}
+        if value_mode == "hash":
+            assert r.hgetall(f"{tok}:1") == {k.encode(): str(v).encode() for k, v in whole.items()}
+        else:
+            assert json.loads(r.get(f"{tok}:1") or b"") == whole
         assert 0 < r.pttl(f"{tok}:1") <= 2000 and members(f"{app}:tokens-of:ann") == {f"{tok}:1".encode()}
         assert not r.exists(f"{tok}:2") and members(f"{app}:tokens-of:bob") == set()
     finally:

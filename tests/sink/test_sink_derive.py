@@ -7,6 +7,7 @@ recorded in `__derived`."""
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 from dataclasses import replace
 from datetime import datetime
@@ -20,6 +21,8 @@ from hypothesis import strategies as st
 from service.sink.derive import Derivation, IndexSpec, Part, Ttl, encode_entries, key_part, score_of
 from service.sink.keys import EXPIRY_SUFFIX
 from service.sink.scripts import _COMMON, SWEEP
+from service.sink.values import json_document
+from service.verify.entries import stored_text
 
 pytestmark = pytest.mark.redis
 
@@ -207,3 +210,60 @@ def test_seconds_renew_and_the_sweep_removes_expired_rows_entries(sink_redis: re
     assert sweep(args=[BASE.rstrip(":"), index, 1000]) == [1, 2]
     assert not r.exists("app:by-email:1@x", "app:u:1") and r.smembers("app:by-status:new") == {b"app:u:2"}
     assert r.smembers(index) == {b"2"} and r.hkeys(DERIVED) == [b"2"] and r.zcard(EXPIRY) == 0
+
+
+JSON_SPEC = replace(SPEC, json=(("created", "t"), ("token", "b")))
+typed_rows = st.fixed_dictionaries(
+    {
+        "tenant": st.integers(-(2**63), 2**64 - 1),
+        "status": st.one_of(st.none(), st.text(max_size=6)),  # control characters, quotes, emoji
+        "token": st.one_of(st.none(), st.binary(max_size=5)),
+        "created": st.one_of(
+            st.none(),
+            st.datetimes(timezones=st.just(dt.UTC)),
+        ),
+        "amount": st.one_of(st.none(), st.decimals(places=2, allow_nan=False, allow_infinity=False)),
+    }
+)
+
+
+@settings(settings.get_profile("sink-differential"))
+@given(st.lists(st.tuples(st.integers(0, 3), st.one_of(st.none(), typed_rows)), min_size=1, max_size=8))
+def test_derive_lua_reads_json_rows_as_their_hash_text(sink_redis: redis_sync.Redis, plan: list[Any]) -> None:
+    """value_mode json: derive reads the fields from the document (numbers as their literal text,
+    strings unescaped, base64 binary, TIMESTAMP's `T`/`Z`) and keeps the entries the twin computes
+    from the hash text of the same row; the copy is the document."""
+    r = sink_redis
+    r.flushdb()
+    script = r.register_script(DERIVE)
+    spec = JSON_SPEC.spec_text()
+    docs: dict[str, bytes] = {}
+    for version, (n, row) in enumerate(plan):
+        suffix = f"r{n}"
+        key = BASE + suffix
+        if row is None:
+            docs.pop(suffix, None)
+            r.delete(key)
+        else:
+            typed = {"id": suffix, "email": f"{suffix}@{version}:x", **row}
+            docs[suffix] = json_document(typed)
+            r.set(key, docs[suffix])
+            assert JSON_SPEC.stored_fields(docs[suffix]) == stored_text(typed)
+        script(args=[spec, key, DERIVED, suffix])
+    want: dict[bytes, Any] = {}
+    for suffix, doc in docs.items():
+        member, entries = JSON_SPEC.entries(JSON_SPEC.stored_fields(doc), BASE + suffix)
+        assert member is not None
+        want.setdefault(DERIVED.encode(), {})[suffix.encode()] = encode_entries(member, entries).encode()
+        for e in entries:
+            key_b = e.key.encode()
+            if e.kind == "k":
+                want[key_b] = doc
+            elif e.kind == "u":
+                want[key_b] = member.encode()
+            elif e.kind == "s":
+                want.setdefault(key_b, set()).add(member.encode())
+            else:
+                want.setdefault(key_b, {})[member.encode()] = float(e.score)
+    got = {k: v for k, v in keyspace(r).items() if not k.startswith(BASE.encode()) or k == DERIVED.encode()}
+    assert got == want

@@ -204,12 +204,28 @@ DERIVED = Derivation(
         IndexSpec("z", (Part("app:u-by-b"),), score="b"),
     ),
 ).spec_text()
+# the same over json rows: derive reads the document's fields (numbers as their literal text)
+JSON_DERIVED = Derivation(
+    key=(Part("app:u:"), Part("id", field=True, integer=True)),
+    indexes=(
+        IndexSpec("u", (Part("app:u-by-id:"), Part("id", field=True, integer=True))),
+        IndexSpec("s", (Part("app:u-by-a:"), Part("a", field=True))),
+        IndexSpec("z", (Part("app:u-by-b"),), score="b"),
+    ),
+    json=(),
+).spec_text()
 
 
 @pytest.mark.parametrize(
     ("json_mode", "changelog", "derived"),
-    [(False, None, False), (False, 1000, False), (True, None, False), (False, None, True)],
-    ids=["hash", "hash-log", "json", "hash-derived"],
+    [
+        (False, None, False),
+        (False, 1000, False),
+        (True, None, False),
+        (False, None, True),
+        (True, None, True),
+    ],
+    ids=["hash", "hash-log", "json", "hash-derived", "json-derived"],
 )
 def test_planned_transactions_leave_the_same_keyspace(
     sink_redis: redis_sync.Redis, json_mode: bool, changelog: int | None, derived: bool
@@ -225,7 +241,9 @@ def test_planned_transactions_leave_the_same_keyspace(
             lambda s, t: ("id",) if t in KEYED else None,
             json_mode,
             changelog_maxlen=changelog,
-            derive_of=(lambda s, t: DERIVED if t == "u" else "") if derived else None,
+            derive_of=(lambda s, t: (JSON_DERIVED if json_mode else DERIVED) if t == "u" else "")
+            if derived
+            else None,
         )
         planner.cascades.foreign_keys = lambda: fks
         twin = Twin(sink_redis, LAY, json_mode, CallEncoder(LAY, json_mode).encode, Keyspace())

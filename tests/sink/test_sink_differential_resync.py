@@ -22,7 +22,7 @@ from service.sink.reference_resync import resync_finish, resync_reread, resync_r
 from service.sink.scripts import RESYNC_FINISH, RESYNC_REREAD, RESYNC_ROWS
 from tests.sink.differential import MAX_UNIT_CALLS, Twin
 from tests.sink.test_sink_differential import LAY, TABLES, drive, ids, rows, rule, start, steps
-from tests.sink.test_sink_differential_plan import DERIVED
+from tests.sink.test_sink_differential_plan import DERIVED, JSON_DERIVED
 
 pytestmark = pytest.mark.redis
 
@@ -91,14 +91,14 @@ def run(twin: Twin, call: ResyncCall, json_mode: bool, scripts: dict[str, Any]) 
 
 @pytest.mark.parametrize(
     ("json_mode", "derived"),
-    [(False, False), (True, False), (False, True)],
-    ids=["hash", "json", "hash-derived"],
+    [(False, False), (True, False), (False, True), (True, True)],
+    ids=["hash", "json", "hash-derived", "json-derived"],
 )
 def test_resync_calls_leave_the_same_keyspace(
     sink_redis: redis_sync.Redis, json_mode: bool, derived: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     if derived:  # table "u" shaped: its entries follow the copies and the stale rows' removal
-        monkeypatch.setitem(TABLES, "u", replace(TABLES["u"], derive=DERIVED))
+        monkeypatch.setitem(TABLES, "u", replace(TABLES["u"], derive=JSON_DERIVED if json_mode else DERIVED))
     scripts = {
         "rows": sink_redis.register_script(RESYNC_ROWS),
         "reread": sink_redis.register_script(RESYNC_REREAD),

@@ -3,13 +3,24 @@ table's definition, what a shape keeps, and the settings that are refused (servi
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from service.errors import ConfigError
 from service.settings import load_settings
-from service.shaping import SectionSettings, ShapeError, Shapes, TemplatePart, parse_template, section_for
+from service.shaping import (
+    IndexSettings,
+    SectionSettings,
+    ShapeError,
+    Shapes,
+    TemplatePart,
+    TtlSettings,
+    parse_template,
+    section_for,
+)
+from service.sink.derive import Ttl
 from service.table_info import ColumnStatus, TableInfo
 
 USERS = TableInfo(
@@ -179,3 +190,15 @@ def test_sections_from_the_environment_as_json(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setenv("BINLOG_MIRROR_TABLE", "{shop")
     with pytest.raises(ConfigError, match="env BINLOG_MIRROR_TABLE.*not a JSON object of sections"):
         load_settings()
+
+
+def test_json_rows_derive_only_from_columns_whose_json_text_is_their_key_text() -> None:
+    scored = replace(USERS, columns=(*USERS.columns, ColumnStatus("rating", "DOUBLE", nullable=True)))
+    zset = IndexSettings("zset", "app:by-rating", "rating")
+    assert Shapes({"shop.users": SectionSettings(indexes=(zset,))}).resolve(scored) is not None
+    with pytest.raises(ShapeError, match="column rating is DOUBLE; its JSON text is not its key text"):
+        Shapes({"shop.users": SectionSettings(indexes=(zset,))}, json_mode=True).resolve(scored)
+    ttl = SectionSettings(key="app:u:{tenant_id}:{id}", ttl=TtlSettings(at="created_at"))
+    shape = Shapes({"shop.users": ttl}, json_mode=True).resolve(USERS)
+    assert shape is not None and shape.derivation is not None and shape.derivation.json == ()
+    assert shape.derivation.ttl == Ttl(at="created_at", temporal=True)

@@ -154,6 +154,9 @@ while i <= n do
     for a = 1, 2 * rows, 1000 do          -- one MSET per 500 rows: a SET each, in one command
       redis.call('MSET', unpack(kv, a, math.min(a + 999, 2 * rows)))
     end
+    if dspec then
+      for j = 1, rows do rederive(ARGV[i + 2 * j], ARGV[i + 2 * j + 1]) end
+    end
     i = i + 2 + 2 * rows
   elseif op == 'W' then                  -- replace a row: suffix shape v ... (the shape's columns)
     local names = shapes[ARGV[i + 2]]
@@ -250,8 +253,13 @@ while i <= n do
     i = j + 1 + x
   elseif op == 'PJ' then                 -- merge a JSON patch into a JSON row: suffix patch
     local key = base .. ARGV[i + 1]
-    redis.call('SET', key, merge_json(redis.call('GET', key), ARGV[i + 2]))
-    row_merged(ARGV[i + 1])
+    local cur = redis.call('GET', key)
+    -- (a row of a ttl table that expired stays expired: op P)
+    if cur or not (dspec and dspec.t) then
+      redis.call('SET', key, merge_json(cur, ARGV[i + 2]))
+      row_merged(ARGV[i + 1])
+    end
+    rederive(ARGV[i + 1])
     i = i + 3
   elseif op == 'N' then                  -- a row written from a partial image: suffix
     row_merged(ARGV[i + 1])

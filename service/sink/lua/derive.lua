@@ -10,6 +10,80 @@ local function derive_spec(text)
   if not s then s = cjson.decode(text); derive_specs[text] = s end
   return s
 end
+local B64 = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/'
+local b64_index = nil
+local function unbase64(s)
+  if not b64_index then
+    b64_index = {}
+    for k = 1, 64 do b64_index[string.byte(B64, k)] = k - 1 end
+  end
+  local out, bits, nbits = {}, 0, 0
+  for k = 1, #s do
+    local v = b64_index[string.byte(s, k)]
+    if v then                            -- ('=' padding adds nothing)
+      bits, nbits = bits * 64 + v, nbits + 6
+      if nbits >= 8 then
+        nbits = nbits - 8
+        local byte = math.floor(bits / 2 ^ nbits)
+        out[#out + 1] = string.char(byte)
+        bits = bits - byte * 2 ^ nbits
+      end
+    end
+  end
+  return table.concat(out)
+end
+local function utf8_char(cp)
+  if cp < 0x80 then return string.char(cp) end
+  if cp < 0x800 then return string.char(0xC0 + math.floor(cp / 0x40), 0x80 + cp % 0x40) end
+  if cp < 0x10000 then
+    return string.char(0xE0 + math.floor(cp / 0x1000), 0x80 + math.floor(cp / 0x40) % 0x40, 0x80 + cp % 0x40)
+  end
+  return string.char(0xF0 + math.floor(cp / 0x40000), 0x80 + math.floor(cp / 0x1000) % 0x40,
+    0x80 + math.floor(cp / 0x40) % 0x40, 0x80 + cp % 0x40)
+end
+local JSON_ESCAPES = {['"'] = '"', ['\\'] = '\\', ['/'] = '/', b = '\b', f = '\f', n = '\n', r = '\r', t = '\t'}
+local function unquote(raw)              -- a JSON string literal -> its text
+  local s = string.sub(raw, 2, -2)
+  if not string.find(s, '\\', 1, true) then return s end
+  local out, i, n = {}, 1, #s
+  while i <= n do
+    local j = string.find(s, '\\', i, true)
+    if not j then out[#out + 1] = string.sub(s, i); break end
+    out[#out + 1] = string.sub(s, i, j - 1)
+    local c = string.sub(s, j + 1, j + 1)
+    if c == 'u' then
+      local cp = tonumber(string.sub(s, j + 2, j + 5), 16)
+      i = j + 6
+      if cp >= 0xD800 and cp < 0xDC00 and string.sub(s, i, i + 1) == '\\u' then  -- a surrogate pair
+        cp = 0x10000 + (cp - 0xD800) * 0x400 + (tonumber(string.sub(s, i + 2, i + 5), 16) - 0xDC00)
+        i = i + 6
+      end
+      out[#out + 1] = utf8_char(cp)
+    else
+      out[#out + 1] = JSON_ESCAPES[c] or c
+      i = j + 2
+    end
+  end
+  return table.concat(out)
+end
+local function json_row(doc, conv)       -- derive.py's json_fields: field -> hash text
+  local keys, vals = members(doc)
+  local row = {}
+  for _, k in ipairs(keys) do
+    local v, name = vals[k], unquote(k)
+    local c = string.byte(v, 1)
+    if c == 34 then                      -- a string
+      v = unquote(v)
+      local kind = conv[name]
+      if kind == 'b' then v = unbase64(v)
+      elseif kind == 't' then v = string.gsub(string.gsub(v, 'T', ' ', 1), 'Z$', '') end
+      row[name] = v
+    elseif c == 45 or (c >= 48 and c <= 57) then  -- a number: its literal text
+      row[name] = v
+    end                                  -- null (no field), nested values (not derived from)
+  end
+  return row
+end
 local function key_part(v, binary)       -- keys.escape(values.key_text(v)) of a stored value
   if binary then
     v = '0x' .. (string.gsub(v, '.', function(c) return string.format('%02x', string.byte(c)) end))
@@ -125,13 +199,22 @@ end
 local function derive(spec, key, derived, suffix, flat, n)
   -- the entries of the row stored at `key` (none when it is not there) replace those recorded;
   -- `flat` (n items): the row's field-value pairs when the caller just wrote them whole (nil:
-  -- read back, after a merge or a move). With a ttl the row (and its copy) get their expiry; a
-  -- row whose expiry is already past leaves the mirror now: true, the caller drops it from
-  -- `__keys`.
-  if not flat then flat = redis.call('HGETALL', key); n = #flat end
-  if n == 0 then return underive(derived, suffix) end
+  -- read back, after a merge or a move); json rows (spec.j): `flat` is the document. With a
+  -- ttl the row (and its copy) get their expiry; a row whose expiry is already past leaves the
+  -- mirror now: true, the caller drops it from `__keys`.
   local row = {}
-  for j = 1, n, 2 do row[flat[j]] = flat[j + 1] end
+  if spec.j then
+    flat = flat or redis.call('GET', key)
+    if not flat then return underive(derived, suffix) end
+    row = json_row(flat, spec.j)
+  else
+    if not flat then flat = redis.call('HGETALL', key); n = #flat end
+    if n == 0 then return underive(derived, suffix) end
+    for j = 1, n, 2 do row[flat[j]] = flat[j + 1] end
+  end
+  local function copy(ikey)              -- the row's copy at its template key: the stored row
+    if spec.j then redis.call('SET', ikey, flat) else copy_row(ikey, flat, n) end
+  end
   local exp = nil
   if spec.t then
     exp = expires_ms(spec.t, row)
@@ -173,7 +256,7 @@ local function derive(spec, key, derived, suffix, flat, n)
   local held = {}                        -- entries recorded for this member, which stay
   if raw == text then                    -- the same entries: only the copy follows the row
     if #spec.k > 0 then
-      copy_row(member, flat, n)
+      copy(member)
       if spec.t then set_expiry(member, exp) end
     end
     return
@@ -191,7 +274,7 @@ local function derive(spec, key, derived, suffix, flat, n)
   for _, e in ipairs(new) do
     local kind, ikey = e[1], e[2]
     if kind == 'k' then                  -- the row's copy: the stored row, whole
-      copy_row(ikey, flat, n)
+      copy(ikey)
       if spec.t then set_expiry(ikey, exp) end
     elseif held[kind .. ikey .. ' ' .. e[3]] ~= 'keep' then
       if kind == 'u' then redis.call('SET', ikey, member)
