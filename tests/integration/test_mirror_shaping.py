@@ -160,6 +160,7 @@ async def test_shaped_tables_keep_only_their_fields_everywhere(stack: LocalStack
             "fingerprint": rep.catalog.shapes.fingerprint(db, "users"),
             "key": None,
             "indexes": [],
+            "ttl": None,
         }
         assert shown["tokens"]["shape"]["section"] == f"{db}.tok*" and shown["plain"]["shape"] is None
 
