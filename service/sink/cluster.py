@@ -7,6 +7,11 @@ A script call may only touch keys of one hash slot, so a transaction is split by
     (`keys.GroupLayout`). `_GroupMirror` is the single-node `RedisMirror` on those keys: the part of
     each transaction that touches the table is one atomic script call on the node owning the slot,
     with the group's checkpoint chain, chunking and table work exactly as on one node;
+  * a shaped table with key templates or indexes is in the slot of its templates' literal hash tag
+    instead (`{prefix}:{{tag}}:__table:{schema}:{table}`, shaping.section_tag): its rows, entries
+    and the application's keys it writes are one call. `{prefix}:__groups` records each such
+    table's tag: a start that finds the tag changed drops the table in its old group and copies
+    it into the new one (`_regroup`);
   * the **global group** (`KeyLayout("{prefix}")`, one slot) holds the writer lease, the fencing
     counter, the checkpoint a restart resumes from, `__seq`, the change log `__changes`, the
     mirrored `__tables` and `__heads` (each group's last applied transaction). Its call for a batch
@@ -44,7 +49,16 @@ from service.sink.channel import ScriptChannel
 from service.sink.checkpoints import checkpoint_fields, decode_checkpoint
 from service.sink.codec import Arg, CallEncoder
 from service.sink.fks import ACTING, ForeignKeys
-from service.sink.ir import AddMember, AppendChange, ApplyCall, RemoveMember, SetFields, SkipSequence, Text
+from service.sink.ir import (
+    AddMember,
+    AppendChange,
+    ApplyCall,
+    DeleteFields,
+    RemoveMember,
+    SetFields,
+    SkipSequence,
+    Text,
+)
 from service.sink.keys import GroupLayout, KeyLayout, group_layout, split_key
 from service.sink.mirror import MirrorOptions, RedisMirror
 from service.sink.plan import ActionKind, IrOp, KeyColumns, SkipCounter, TableAction, checkpoint_op
@@ -124,10 +138,21 @@ class _GroupMirror(RedisMirror):
         key_columns: KeyColumns,
         options: MirrorOptions,
         skipped: SkipCounter,
+        shape_of: Callable[[str, str], str] | None = None,
+        derive_of: Callable[[str, str], str] | None = None,
     ) -> None:
         # the change log and `__seq` are the global group's (a group's own `__seq` only counts)
         opts = replace(options, changelog_maxlen=None, plain_inserts=False)  # one script per call
-        super().__init__(cast(Redis, cluster), layout, key_columns, opts, token="#0", skipped=skipped)
+        super().__init__(
+            cast(Redis, cluster),
+            layout,
+            key_columns,
+            opts,
+            token="#0",
+            skipped=skipped,
+            shape_of=shape_of,
+            derive_of=derive_of,
+        )
         self.chain.channel = ClusterChannel(cluster, APPLY, layout.checkpoint_key, self.encoder)
         self.resyncs.route = [layout.checkpoint_key]
         self.at: Checkpoint | None = None  # the group's stored checkpoint: what it has applied
@@ -157,7 +182,13 @@ class ClusterMirror(RedisMirror):
         options: MirrorOptions | None = None,
         token: str | None = None,
         foreign_keys: Callable[[], ForeignKeys] | None = None,
+        *,
+        shape_of: Callable[[str, str], str] | None = None,
+        derive_of: Callable[[str, str], str] | None = None,
+        tag_of: Callable[[str, str], str | None] | None = None,
     ) -> None:
+        """`shape_of`, `derive_of`: as RedisMirror's, for each group's table; `tag_of`: a shaped
+        table's hash tag (shaping.Shapes.tag): its group is in the slot of its templates' keys."""
         layout = cluster_layout(prefix)
         super().__init__(cast(Redis, cluster), layout, key_columns, options, token, foreign_keys=foreign_keys)
         self.cluster = cluster
@@ -171,6 +202,20 @@ class ClusterMirror(RedisMirror):
         self._global_gtid = ""
         self._tids: dict[tuple[str, str], str] = {}
         self._loading = asyncio.Lock()
+        self._shape_of, self._derive_of = shape_of, derive_of
+        self._tag_of = tag_of or (lambda schema, table: None)
+
+    @property
+    def groups_key(self) -> str:
+        """Hash: table id -> the hash tag of its slot group, for the tables in a tagged group (a
+        start finds where a table's keys are when its section's tag changed)."""
+        return f"{self.layout.prefix}:__groups"
+
+    def _tag(self, tid: str) -> str | None:
+        parts = split_key(tid)
+        if len(parts) != 2:
+            raise ValueError(f"not a table id: {tid!r}")
+        return self._tag_of(parts[0], parts[1])
 
     @property
     def heads_key(self) -> str:
@@ -239,17 +284,63 @@ class ClusterMirror(RedisMirror):
     async def _load_group(self, tid: str) -> _GroupMirror:
         g = self._groups.get(tid)
         if g is None:
-            parts = split_key(tid)
-            if len(parts) != 2:
-                raise ValueError(f"not a table id: {tid!r}")
-            layout = group_layout(self.prefix, parts[0], parts[1])
-            g = _GroupMirror(
-                self.cluster, layout, self.planner.key_columns, self.options, self.planner.skipped
-            )
-            g.token = f"#{self._fence or 0}"
-            g.at = await g.load_checkpoint()
+            g = await self._open_group(tid, self._tag(tid))
             self._groups[tid] = g
         return g
+
+    async def _open_group(self, tid: str, tag: str | None) -> _GroupMirror:
+        parts = split_key(tid)
+        layout = group_layout(self.prefix, parts[0], parts[1], tag)
+        g = _GroupMirror(
+            self.cluster,
+            layout,
+            self.planner.key_columns,
+            self.options,
+            self.planner.skipped,
+            self._shape_of,
+            self._derive_of,
+        )
+        g.token = f"#{self._fence or 0}"
+        g.at = await g.load_checkpoint()
+        return g
+
+    async def _regroup(self) -> None:
+        """Tables whose section now places their keys in another slot group than the one they
+        are in (a hash tag added, changed or removed): no call can move keys between slots, so
+        the old group's keys (rows, entries, the application's keys) are dropped there, in its own
+        call, and the table leaves `__tables`: the session's bootstrap copies it into its new
+        group. A crash in between drops again (the record goes last)."""
+        with map_redis_errors("reading the tables' slot groups"):
+            raw = await self.redis.hgetall(self.groups_key)
+        recorded: dict[str, str | None] = {_text(k): _text(v) for k, v in raw.items()}
+        for tid in sorted(set(recorded) | await self.mirrored_tables()):
+            was, now = recorded.get(tid), self._tag(tid)
+            if was == now:
+                continue
+            old = await self._open_group(tid, was)
+            schema, table = split_key(tid)
+            log.warning(
+                "table %s: its [table] section moved its keys from slot group %s to %s: its keys "
+                "there are removed and it is copied again",
+                tid,
+                old.layout.prefix,
+                group_layout(self.prefix, schema, table, now).prefix,
+            )
+            if old.at is not None:
+                drop = TableAction(ActionKind.DROP, schema, table, reason="slot group changed")
+                await (await old.send([(Transaction((), (), None, old.at.ts, old.at), [drop])])).replies()
+            await old.close()
+            with map_redis_errors(f"forgetting the slot group of {tid}"):
+                await self.redis.srem(self.layout.tables_key, tid)
+                await self.redis.hdel(self.heads_key, tid)
+                await self.redis.hdel(self.groups_key, tid)
+
+    async def table_shapes(self) -> dict[str, str]:
+        """Each group's `__shapes` (a group records its own table's shape, in its slot)."""
+        out: dict[str, str] = {}
+        for tid in sorted(await self.mirrored_tables()):
+            out.update(await (await self._group(tid)).table_shapes())
+        return out
 
     def _tid(self, schema: str, table: str) -> str:
         tid = self._tids.get((schema, table))
@@ -266,6 +357,7 @@ class ClusterMirror(RedisMirror):
             await g.close()
         self._groups.clear()
         checkpoint = await super().load_checkpoint()
+        await self._regroup()
         with map_redis_errors("loading the slot groups' checkpoints"):
             stored = decode_checkpoint(await self.redis.hgetall(self.layout.checkpoint_key))
             raw_heads = await self.redis.hgetall(self.heads_key)
@@ -406,10 +498,15 @@ class ClusterMirror(RedisMirror):
             for a in actions:
                 tid = self._tid(a.schema, a.table)
                 registered.discard(tid)
+                tag = self._tag_of(a.schema, a.table)
                 if a.kind is ActionKind.DROP:
                     ops.append(RemoveMember(tables, tid))
+                    if tag is not None:
+                        ops.append(DeleteFields(self.groups_key, (tid,)))
                 elif a.kind in (ActionKind.REGISTER, ActionKind.RESYNC):
                     ops.append(AddMember(tables, tid))
+                    if tag is not None:
+                        ops.append(SetFields(self.groups_key, ((tid, tag),)))
             for i, ch in enumerate(txn.changes):
                 self._global_ops(ops, ch, i in txn.partial, registered)
         if last is not None:
@@ -455,6 +552,9 @@ class ClusterMirror(RedisMirror):
         if tid not in registered:
             registered.add(tid)
             out.append(AddMember(self.layout.tables_key, tid))
+            tag = self._tag_of(ch.schema, ch.table)
+            if tag is not None:
+                out.append(SetFields(self.groups_key, ((tid, tag),)))
         if maxlen is not None:
             fields: tuple[tuple[str, Text], ...] = (
                 ("op", ch.op.value),
