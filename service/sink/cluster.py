@@ -53,7 +53,6 @@ from service.sink.ir import (
     AddMember,
     AppendChange,
     ApplyCall,
-    DeleteFields,
     RemoveMember,
     SetFields,
     SkipSequence,
@@ -204,11 +203,14 @@ class ClusterMirror(RedisMirror):
         self._loading = asyncio.Lock()
         self._shape_of, self._derive_of = shape_of, derive_of
         self._tag_of = tag_of or (lambda schema, table: None)
+        self._recorded: dict[str, str] = {}  # `__groups` as this session wrote or found it
 
     @property
     def groups_key(self) -> str:
-        """Hash: table id -> the hash tag of its slot group, for the tables in a tagged group (a
-        start finds where a table's keys are when its section's tag changed)."""
+        """Hash: table id -> the hash tag of its slot group, for the tables in a tagged group.
+        Written before the group's first call of a session, and kept after a DROP (a stale entry
+        costs one DROP of an empty group): a start that finds a table's tag changed knows where
+        its keys are, even after a crash before the global call."""
         return f"{self.layout.prefix}:__groups"
 
     def _tag(self, tid: str) -> str | None:
@@ -284,7 +286,12 @@ class ClusterMirror(RedisMirror):
     async def _load_group(self, tid: str) -> _GroupMirror:
         g = self._groups.get(tid)
         if g is None:
-            g = await self._open_group(tid, self._tag(tid))
+            tag = self._tag(tid)
+            if tag is not None and self._recorded.get(tid) != tag:
+                with map_redis_errors(f"recording the slot group of {tid}"):
+                    await self.redis.hset(self.groups_key, tid, tag)
+                self._recorded[tid] = tag
+            g = await self._open_group(tid, tag)
             self._groups[tid] = g
         return g
 
@@ -309,10 +316,12 @@ class ClusterMirror(RedisMirror):
         are in (a hash tag added, changed or removed): no call can move keys between slots, so
         the old group's keys (rows, entries, the application's keys) are dropped there, in its own
         call, and the table leaves `__tables`: the session's bootstrap copies it into its new
-        group. A crash in between drops again (the record goes last)."""
+        group. A crash in between drops again (the record goes last). A table recorded but no
+        longer mirrored (dropped) is dropped again in its old group: an empty drop."""
         with map_redis_errors("reading the tables' slot groups"):
             raw = await self.redis.hgetall(self.groups_key)
-        recorded: dict[str, str | None] = {_text(k): _text(v) for k, v in raw.items()}
+        recorded = {_text(k): _text(v) for k, v in raw.items()}
+        self._recorded = dict(recorded)
         for tid in sorted(set(recorded) | await self.mirrored_tables()):
             was, now = recorded.get(tid), self._tag(tid)
             if was == now:
@@ -334,6 +343,7 @@ class ClusterMirror(RedisMirror):
                 await self.redis.srem(self.layout.tables_key, tid)
                 await self.redis.hdel(self.heads_key, tid)
                 await self.redis.hdel(self.groups_key, tid)
+            self._recorded.pop(tid, None)
 
     async def table_shapes(self) -> dict[str, str]:
         """Each group's `__shapes` (a group records its own table's shape, in its slot)."""
@@ -498,15 +508,10 @@ class ClusterMirror(RedisMirror):
             for a in actions:
                 tid = self._tid(a.schema, a.table)
                 registered.discard(tid)
-                tag = self._tag_of(a.schema, a.table)
                 if a.kind is ActionKind.DROP:
                     ops.append(RemoveMember(tables, tid))
-                    if tag is not None:
-                        ops.append(DeleteFields(self.groups_key, (tid,)))
                 elif a.kind in (ActionKind.REGISTER, ActionKind.RESYNC):
                     ops.append(AddMember(tables, tid))
-                    if tag is not None:
-                        ops.append(SetFields(self.groups_key, ((tid, tag),)))
             for i, ch in enumerate(txn.changes):
                 self._global_ops(ops, ch, i in txn.partial, registered)
         if last is not None:
@@ -552,9 +557,6 @@ class ClusterMirror(RedisMirror):
         if tid not in registered:
             registered.add(tid)
             out.append(AddMember(self.layout.tables_key, tid))
-            tag = self._tag_of(ch.schema, ch.table)
-            if tag is not None:
-                out.append(SetFields(self.groups_key, ((tid, tag),)))
         if maxlen is not None:
             fields: tuple[tuple[str, Text], ...] = (
                 ("op", ch.op.value),

@@ -146,3 +146,60 @@ async def test_a_tagged_table_keeps_every_entry_in_its_slot(
     await _run(moved, stack, third_run)
     assert rc.hget(cluster_layout(prefix).prefix + ":__groups", f"{db}:users") == b"people"
     rc.close()
+
+
+async def test_sections_without_templates_and_two_tables_sharing_a_tag(
+    stack: LocalStack, redis_cluster: LocalStack
+) -> None:
+    """A section without templates keeps the table's `{schema:table}` group (only its fields
+    change); given templates with a tag at the next start, the table leaves that group (no row
+    left) for the tag's slot, which another table's group shares, each with its own keys."""
+    cinfo = redis_cluster.load()
+    assert cinfo is not None
+    db, prefix = new_database(stack, USERS, "CREATE TABLE admins LIKE users")
+    app = f"app_{db}"
+    write(stack, db, [*INSERTS, "INSERT INTO admins SELECT * FROM users"])
+    rc = _client(redis_cluster)
+    plain = group_layout(prefix, db, "users")
+    first = mirror_settings(
+        stack, db, prefix, redis=cinfo.redis_url, table={f"{db}.users": {"exclude": ["password_hash"]}}
+    )
+
+    async def fields_only(rep: Replicator) -> None:
+        row = rc.hgetall(plain.row_key(db, "users", [1, 1]))
+        assert row[b"email"] == b"a@x" and b"password_hash" not in row
+        assert not list(rc.scan_iter(match=f"{app}:*", count=1000))
+
+    await _run(first, stack, fields_only)
+    tables = {
+        f"{db}.users": section(f"{app}:{{{{shared}}}}"),
+        f"{db}.admins": section(f"{app}:{{{{shared}}}}:adm"),
+    }
+    second = mirror_settings(stack, db, prefix, redis=cinfo.redis_url, table=tables)
+    users, admins = (group_layout(prefix, db, t, "shared") for t in ("users", "admins"))
+
+    async def tagged(rep: Replicator) -> None:
+        want = {
+            **expected(stack, db, f"{app}:{{shared}}"),
+            **expected(stack, db, f"{app}:{{shared}}:adm"),  # admins holds the same rows
+        }
+        await until("both tables in the shared slot", lambda: _actual(rc, app) == want)
+        await settle(rep, stack)
+        left = [k.decode() for k in rc.scan_iter(match=f"{plain.prefix}:*", count=1000)]
+        assert not [k for k in left if not k.rsplit(":", 1)[-1].startswith("__")], left  # no row
+        keys = [*want, users.derived_key(db, "users"), admins.derived_key(db, "admins")]
+        keys += [users.checkpoint_key, admins.checkpoint_key, users.row_key(db, "users", [1, 1])]
+        assert all(rc.exists(k) for k in keys[-5:])
+        assert {key_slot(k.encode()) for k in keys} == {key_slot(b"shared")}
+        assert users.checkpoint_key != admins.checkpoint_key
+        # a RENAME (on a cluster a DROP and a copy): to a name no section shapes, its own group
+        write(stack, db, ["RENAME TABLE admins TO staff"])
+        only_users = expected(stack, db, f"{app}:{{shared}}")
+        await until("the renamed table's entries gone", lambda: _actual(rc, app) == only_users)
+        await settle(rep, stack)
+        staff = group_layout(prefix, db, "staff")
+        assert rc.hgetall(staff.row_key(db, "staff", [1, 1]))[b"password_hash"] == b"h1"
+        assert not rc.exists(admins.derived_key(db, "admins"), admins.index_key(db, "admins"))
+
+    await _run(second, stack, tagged)
+    rc.close()
