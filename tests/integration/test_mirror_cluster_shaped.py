@@ -70,7 +70,12 @@ async def test_a_tagged_table_keeps_every_entry_in_its_slot(
     tagged = f"{app}:{{users}}"  # what the templates render before the first placeholder
     write(stack, db, INSERTS)  # copied by the bootstrap (a resync, in the group)
     settings = mirror_settings(
-        stack, db, prefix, redis=cinfo[1].redis_url, table={f"{db}.users": section(f"{app}:{{{{users}}}}")}
+        stack,
+        db,
+        prefix,
+        redis=cinfo[1].redis_url,
+        table={f"{db}.users": section(f"{app}:{{{{users}}}}")},
+        changelog_maxlen=1000,
     )
     rc = _client(redis_cluster)
     group = group_layout(prefix, db, "users", "users")
@@ -105,6 +110,10 @@ async def test_a_tagged_table_keeps_every_entry_in_its_slot(
         await settle(rep, stack)
         assert _actual(rc, app) == expected(stack, db, tagged)
         in_one_slot()
+        # the change log (global slot) holds the shaped images: no excluded column
+        logged = [e[1] for e in rc.xrange(cluster_layout(prefix).changes_key)]
+        assert logged and all(b"password_hash" not in e[b"before"] + e[b"after"] for e in logged)
+        assert any(b'"created"' in e[b"after"] for e in logged)
 
     await _run(settings, stack, first_run)
     assert rc.hget(cluster_layout(prefix).prefix + ":__groups", f"{db}:users") == b"users"
