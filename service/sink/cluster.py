@@ -4,7 +4,7 @@ A script call may only touch keys of one hash slot, so a transaction is split by
 
   * every mirrored table is a **slot group**: its rows, its `__keys` (and resync sets) and its own
     checkpoint, progress, table-work record and resync marks share the hash tag `{schema:table}`
-    (`keys.GroupLayout`). `_GroupMirror` is the single-node `RedisMirror` on those keys: the part of
+    (`keys.GroupLayout`). `GroupMirror` is the single-node `RedisMirror` on those keys: the part of
     each transaction that touches the table is one atomic script call on the node owning the slot,
     with the group's checkpoint chain, chunking and table work exactly as on one node;
   * a shaped table with key templates or indexes is in the slot of its templates' literal hash tag
@@ -33,21 +33,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, cast
 
-from redis import exceptions as rexc
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
 from service.binlog.rowchange import RowChange
 from service.checkpoint import BinlogPosition, Checkpoint
 from service.errors import ConfigError
-from service.sink.channel import ScriptChannel
 from service.sink.checkpoints import checkpoint_fields, decode_checkpoint
-from service.sink.codec import Arg, CallEncoder
+from service.sink.clustergroup import ClusterChannel, GroupMirror, as_text
 from service.sink.fks import ACTING, ForeignKeys
 from service.sink.ir import (
     AddMember,
@@ -58,9 +55,9 @@ from service.sink.ir import (
     SkipSequence,
     Text,
 )
-from service.sink.keys import GroupLayout, KeyLayout, group_layout, split_key
+from service.sink.keys import KeyLayout, group_layout, split_key
 from service.sink.mirror import MirrorOptions, RedisMirror
-from service.sink.plan import ActionKind, IrOp, KeyColumns, SkipCounter, TableAction, checkpoint_op
+from service.sink.plan import ActionKind, IrOp, KeyColumns, TableAction, checkpoint_op
 from service.sink.replies import SentBatch, map_redis_errors
 from service.sink.scripts import APPLY, FENCE
 from service.sink.server import check_info
@@ -77,87 +74,6 @@ Unit = tuple[Transaction, Sequence[TableAction]]
 def cluster_layout(prefix: str) -> KeyLayout:
     """The global group's keys: `{prefix}:__checkpoint`, `{prefix}:__changes`, ... (one slot)."""
     return KeyLayout(f"{{{prefix}}}")
-
-
-class ClusterChannel(ScriptChannel):
-    """The apply script's calls for one slot group, through redis-py's cluster client: routed by
-    `key` (a key of the group, passed as the call's only KEYS entry: the script reads ARGV only),
-    following MOVED/ASK redirects; a node without the script (a new master after a failover, or
-    one that joined) gets it loaded again (NOSCRIPT).
-
-    Each call is waited for as it is written (no pipelining across a cluster client); its reply,
-    or error reply, is kept for `reply` in order, as ScriptChannel does."""
-
-    def __init__(self, cluster: RedisCluster, script: str, key: str, encoder: CallEncoder) -> None:
-        super().__init__(cast(Redis, cluster), script, encoder=encoder)
-        self._cluster = cluster
-        self._key = key
-        self._replies: deque[Any] = deque()
-
-    async def _eval(self, args: Sequence[Arg]) -> Any:
-        if not self._sha:
-            self._sha = _text(await self._cluster.script_load(self._script))  # on every master
-        try:
-            return await self._cluster.evalsha(self._sha, 1, self._key, *args)
-        except rexc.NoScriptError:
-            self._sha = _text(await self._cluster.script_load(self._script))
-            return await self._cluster.evalsha(self._sha, 1, self._key, *args)
-
-    async def send(self, call: ApplyCall | Sequence[Arg]) -> None:
-        try:
-            value: Any = await self._eval(self._args(call))
-        except rexc.ResponseError as exc:  # an error reply: raised by `reply`, in order
-            value = exc
-        except BaseException:
-            await self.close()
-            raise
-        self._replies.append(value)
-
-    async def call(self, args: ApplyCall | Sequence[Arg]) -> Any:
-        return await self._eval(self._args(args))
-
-    async def reply(self) -> Any:
-        value = self._replies.popleft()
-        if isinstance(value, BaseException):
-            raise value
-        return value
-
-    async def close(self) -> None:
-        self.epoch += 1
-        self._replies.clear()
-
-
-class _GroupMirror(RedisMirror):
-    """One table's slot group: the single-node mirror on the table's `GroupLayout` keys."""
-
-    def __init__(
-        self,
-        cluster: RedisCluster,
-        layout: GroupLayout,
-        key_columns: KeyColumns,
-        options: MirrorOptions,
-        skipped: SkipCounter,
-        shape_of: Callable[[str, str], str] | None = None,
-        derive_of: Callable[[str, str], str] | None = None,
-    ) -> None:
-        # the change log and `__seq` are the global group's (a group's own `__seq` only counts)
-        opts = replace(options, changelog_maxlen=None, plain_inserts=False)  # one script per call
-        super().__init__(
-            cast(Redis, cluster),
-            layout,
-            key_columns,
-            opts,
-            token="#0",
-            skipped=skipped,
-            shape_of=shape_of,
-            derive_of=derive_of,
-        )
-        self.chain.channel = ClusterChannel(cluster, APPLY, layout.checkpoint_key, self.encoder)
-        self.resyncs.route = [layout.checkpoint_key]
-        self.at: Checkpoint | None = None  # the group's stored checkpoint: what it has applied
-
-    async def check_server(self) -> None:
-        """Done once for every master by ClusterMirror.check_server."""
 
 
 @dataclass(slots=True)
@@ -196,7 +112,7 @@ class ClusterMirror(RedisMirror):
         self.resyncs.route = [self.layout.checkpoint_key]
         self._fence_script = cluster.register_script(FENCE)
         self._fence: int | None = None  # this writer's fencing number, while it holds the lease
-        self._groups: dict[str, _GroupMirror] = {}  # by table id, loaded this session
+        self._groups: dict[str, GroupMirror] = {}  # by table id, loaded this session
         self._global: Checkpoint | None = None  # the global checkpoint as stored
         self._global_gtid = ""
         self._tids: dict[tuple[str, str], str] = {}
@@ -275,7 +191,7 @@ class ClusterMirror(RedisMirror):
             raise
 
     # -- checkpoint ------------------------------------------------------------------------------
-    async def _group(self, tid: str) -> _GroupMirror:
+    async def _group(self, tid: str) -> GroupMirror:
         g = self._groups.get(tid)
         if g is not None:
             return g
@@ -283,7 +199,7 @@ class ClusterMirror(RedisMirror):
         async with self._loading:
             return await self._load_group(tid)
 
-    async def _load_group(self, tid: str) -> _GroupMirror:
+    async def _load_group(self, tid: str) -> GroupMirror:
         g = self._groups.get(tid)
         if g is None:
             tag = self._tag(tid)
@@ -295,10 +211,10 @@ class ClusterMirror(RedisMirror):
             self._groups[tid] = g
         return g
 
-    async def _open_group(self, tid: str, tag: str | None) -> _GroupMirror:
+    async def _open_group(self, tid: str, tag: str | None) -> GroupMirror:
         parts = split_key(tid)
         layout = group_layout(self.prefix, parts[0], parts[1], tag)
-        g = _GroupMirror(
+        g = GroupMirror(
             self.cluster,
             layout,
             self.planner.key_columns,
@@ -320,7 +236,7 @@ class ClusterMirror(RedisMirror):
         longer mirrored (dropped) is dropped again in its old group: an empty drop."""
         with map_redis_errors("reading the tables' slot groups"):
             raw = await self.redis.hgetall(self.groups_key)
-        recorded = {_text(k): _text(v) for k, v in raw.items()}
+        recorded = {as_text(k): as_text(v) for k, v in raw.items()}
         self._recorded = dict(recorded)
         for tid in sorted(set(recorded) | await self.mirrored_tables()):
             was, now = recorded.get(tid), self._tag(tid)
@@ -373,7 +289,7 @@ class ClusterMirror(RedisMirror):
             raw_heads = await self.redis.hgetall(self.heads_key)
         self._global = checkpoint
         self._global_gtid = stored.gtid or "" if stored else ""
-        heads = {_text(k): BinlogPosition.parse(_text(v)) for k, v in raw_heads.items()}
+        heads = {as_text(k): BinlogPosition.parse(as_text(v)) for k, v in raw_heads.items()}
         resume = checkpoint
         for tid in sorted(set(heads) | await self.mirrored_tables()):
             g = await self._group(tid)
@@ -608,7 +524,3 @@ def _without_renames(actions: Sequence[TableAction]) -> list[TableAction]:
         else:
             out.append(a)
     return out
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
