@@ -26,7 +26,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from service.errors import ConfigError
-from service.shaping import IndexSettings, SectionSettings, TtlSettings, parse_template
+from service.shaping import IndexSettings, SectionSettings, TtlSettings, parse_template, section_tag
 
 __all__ = ["MySQLUrl", "RedisUrl", "Settings", "cluster_nodes", "load_settings", "sentinel_target"]
 
@@ -421,11 +421,18 @@ class Settings(BaseSettings):
                 "verify_rows_per_second: the background verifier reads the single-node key layout "
                 "and does not run against a Redis Cluster (redis+cluster://) yet; set it to 0"
             )
-        if self.redis is not None and self.redis.cluster and self.table:
-            raise ValueError(
-                'table: shaped tables ([table."..."] sections) are not supported on a Redis Cluster '
-                "(redis+cluster://) by this version yet; remove the sections or mirror into one Redis"
-            )
+        if self.redis is not None and self.redis.cluster:
+            for pattern, section in self.table_sections().items():
+                # a table's rows, entries and bookkeeping are written by one call: one slot
+                try:
+                    tag = section_tag(section)
+                except ValueError as exc:
+                    raise ValueError(f'table: [table."{pattern}"]: {exc}') from None
+                if tag == self.key_prefix:
+                    raise ValueError(
+                        f'table: [table."{pattern}"]: key/index: hash tag {{{tag}}} is the slot of the '
+                        f"mirror's global keys ({{{self.key_prefix}}}:...); give its templates another tag"
+                    )
         return self
 
     @field_validator("table", mode="before")

@@ -32,6 +32,8 @@ __all__ = [
     "TemplatePart",
     "TtlSettings",
     "parse_template",
+    "section_tag",
+    "template_tag",
     "section_fingerprint",
     "section_for",
 ]
@@ -118,6 +120,64 @@ class SectionSettings:
     rename: tuple[tuple[str, str], ...] = ()
     indexes: tuple[IndexSettings, ...] = ()
     ttl: TtlSettings | None = None
+
+
+def template_tag(template: str) -> str:
+    """The Redis Cluster hash tag of every key `template` renders: the text between its first `{`
+    and the next `}`, both literal and before any placeholder (Redis hashes only that pair, so no
+    value rendered after it can move a key to another slot; a value's `{` is not escaped).
+    ValueError (its text is the reason) for a template whose keys could land in several slots."""
+    parts = parse_template(template, placeholders=False)
+    lead = parts[0].text  # the literal text before the first placeholder (a template starts with one)
+    first = next((p.text for p in parts if p.column), None)
+    opening = lead.find("{")
+    if opening < 0:
+        if any("{" in p.text for p in parts[1:] if not p.column):
+            raise ValueError(
+                f"has its hash tag after placeholder {{{first}}} (a value holding '{{' would move it)"
+            )
+        raise ValueError("has no hash tag")
+    closing = lead.find("}", opening + 1)
+    if closing < 0:
+        if first is not None:
+            raise ValueError(
+                f"has placeholder {{{first}}} inside its hash tag (each value a slot of its own: one "
+                "transaction's rows could not be applied in one atomic call)"
+            )
+        raise ValueError("has no hash tag (its '{' is not closed)")
+    if closing == opening + 1:
+        raise ValueError("has an empty hash tag {} (Redis then hashes the whole key)")
+    return lead[opening + 1 : closing]
+
+
+def section_tag(section: SectionSettings) -> str | None:
+    """The one hash tag a section's `key` and index templates share (None: it has no template, its
+    keys stay in the table's own slot group). On a Redis Cluster a table's rows, entries and
+    bookkeeping are written by one script call, so they must be in one slot. ValueError naming
+    the setting and the way to arrange the tags."""
+    templates = [("key", section.key)] if section.key is not None else []
+    templates += [(f"index[{n}]", ix.key) for n, ix in enumerate(section.indexes)]
+    tag: str | None = None
+    first = ""
+    for setting, template in templates:
+        try:
+            mine = template_tag(template)
+        except ValueError as exc:
+            raise ValueError(f"{setting}: {template!r} {exc}; {TAG_WAY}") from None
+        if tag is not None and mine != tag:
+            raise ValueError(
+                f"{setting}: {template!r} has hash tag {{{mine}}}, {first} has {{{tag}}}: a table's "
+                f"keys must share one slot; {TAG_WAY}"
+            )
+        if tag is None:
+            tag, first = mine, setting
+    return tag
+
+
+TAG_WAY = (
+    "on a Redis Cluster give the row key and every index one literal hash tag before any "
+    "placeholder, e.g. key = 'app:{{users}}:user:{id}', index key = 'app:{{users}}:user-by-email:{email}'"
+)
 
 
 def _specificity(pattern: str) -> tuple[int, int]:
@@ -491,6 +551,12 @@ class Shapes:
 
     def matches(self, schema: str, table: str) -> bool:
         return section_for(self.sections, schema, table) is not None
+
+    def tag(self, schema: str, table: str) -> str | None:
+        """Redis Cluster: the hash tag the table's templates share (None: no template; its keys
+        are in its own slot group). Checked when the settings were read (section_tag)."""
+        pattern = section_for(self.sections, schema, table)
+        return None if pattern is None else section_tag(self.sections[pattern])
 
     def fingerprint(self, schema: str, table: str) -> str:
         """The identity of the section that applies to the table ("" for none), recorded with

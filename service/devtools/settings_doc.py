@@ -104,9 +104,9 @@ MEANINGS = {
     "allowed, the most specific match wins) with `columns` or `exclude` (the fields kept), `rename` "
     "(a field's name in Redis), `key` (the row's key template) and `[[…index]]` entries (unique, set "
     "and zset index keys) and `ttl` (`{ at = column }` or `{ seconds = N }`); `value` is refused by "
-    "this version. Not on a "
-    "Redis Cluster. In the environment: one JSON object of sections. "
-    'docs/mirror.md, "Shaping", "Key templates and index keys" and "Expiry".',
+    "this version. On a Redis Cluster a section's `key` and index templates share one literal hash tag "
+    "before any placeholder (`app:{{users}}:user:{id}`). In the environment: one JSON object of sections. "
+    'docs/mirror.md, "Shaping", "Key templates and index keys", "Expiry" and "Redis Cluster".',
 }
 
 HEAD = f"""# Configuration reference

@@ -113,9 +113,17 @@ class Replicator:
             plain_inserts=settings.plain_inserts,
         )
         key_columns, fks = self.catalog.key_columns, self.catalog.fk_graph  # cascades (fks.py)
+        shapes = self.catalog.shapes
         self.mirror = (
             ClusterMirror(
-                cast(RedisCluster, self.redis), settings.key_prefix, key_columns, options, foreign_keys=fks
+                cast(RedisCluster, self.redis),
+                settings.key_prefix,
+                key_columns,
+                options,
+                foreign_keys=fks,
+                shape_of=shapes.fingerprint,
+                derive_of=self.catalog.derive_spec,
+                tag_of=shapes.tag,  # a shaped table's group: in its templates' slot
             )
             if cluster
             else RedisMirror(
@@ -124,7 +132,7 @@ class Replicator:
                 key_columns,
                 options,
                 foreign_keys=fks,
-                shape_of=self.catalog.shapes.fingerprint,
+                shape_of=shapes.fingerprint,
                 derive_of=self.catalog.derive_spec,
             )  # fmt: skip
         )
@@ -378,7 +386,7 @@ class Replicator:
             TableAction(ActionKind.RESYNC, s, t, reason="recopy" if recopy else "newly selected")
             for s, t in sorted(wanted if recopy else wanted - mirrored)
         ]
-        if not recopy and isinstance(self.mirror, RedisMirror):  # a cluster refuses sections
+        if not recopy:  # (on a cluster each group records its table's shape)
             actions += await self._reshaped(wanted & mirrored)
         self._unmatched.check(wanted, "bootstrap")
         end = checkpoint or source.start_checkpoint

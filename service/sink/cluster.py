@@ -4,9 +4,14 @@ A script call may only touch keys of one hash slot, so a transaction is split by
 
   * every mirrored table is a **slot group**: its rows, its `__keys` (and resync sets) and its own
     checkpoint, progress, table-work record and resync marks share the hash tag `{schema:table}`
-    (`keys.GroupLayout`). `_GroupMirror` is the single-node `RedisMirror` on those keys: the part of
+    (`keys.GroupLayout`). `GroupMirror` is the single-node `RedisMirror` on those keys: the part of
     each transaction that touches the table is one atomic script call on the node owning the slot,
     with the group's checkpoint chain, chunking and table work exactly as on one node;
+  * a shaped table with key templates or indexes is in the slot of its templates' literal hash tag
+    instead (`{prefix}:{{tag}}:__table:{schema}:{table}`, shaping.section_tag): its rows, entries
+    and the application's keys it writes are one call. `{prefix}:__groups` records each such
+    table's tag: a start that finds the tag changed drops the table in its old group and copies
+    it into the new one (`_regroup`);
   * the **global group** (`KeyLayout("{prefix}")`, one slot) holds the writer lease, the fencing
     counter, the checkpoint a restart resumes from, `__seq`, the change log `__changes`, the
     mirrored `__tables` and `__heads` (each group's last applied transaction). Its call for a batch
@@ -28,26 +33,31 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, cast
 
-from redis import exceptions as rexc
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
 from service.binlog.rowchange import RowChange
 from service.checkpoint import BinlogPosition, Checkpoint
 from service.errors import ConfigError
-from service.sink.channel import ScriptChannel
 from service.sink.checkpoints import checkpoint_fields, decode_checkpoint
-from service.sink.codec import Arg, CallEncoder
+from service.sink.clustergroup import ClusterChannel, GroupMirror, as_text
 from service.sink.fks import ACTING, ForeignKeys
-from service.sink.ir import AddMember, AppendChange, ApplyCall, RemoveMember, SetFields, SkipSequence, Text
-from service.sink.keys import GroupLayout, KeyLayout, group_layout, split_key
+from service.sink.ir import (
+    AddMember,
+    AppendChange,
+    ApplyCall,
+    RemoveMember,
+    SetFields,
+    SkipSequence,
+    Text,
+)
+from service.sink.keys import KeyLayout, group_layout, split_key
 from service.sink.mirror import MirrorOptions, RedisMirror
-from service.sink.plan import ActionKind, IrOp, KeyColumns, SkipCounter, TableAction, checkpoint_op
+from service.sink.plan import ActionKind, IrOp, KeyColumns, TableAction, checkpoint_op
 from service.sink.replies import SentBatch, map_redis_errors
 from service.sink.scripts import APPLY, FENCE
 from service.sink.server import check_info
@@ -64,77 +74,6 @@ Unit = tuple[Transaction, Sequence[TableAction]]
 def cluster_layout(prefix: str) -> KeyLayout:
     """The global group's keys: `{prefix}:__checkpoint`, `{prefix}:__changes`, ... (one slot)."""
     return KeyLayout(f"{{{prefix}}}")
-
-
-class ClusterChannel(ScriptChannel):
-    """The apply script's calls for one slot group, through redis-py's cluster client: routed by
-    `key` (a key of the group, passed as the call's only KEYS entry: the script reads ARGV only),
-    following MOVED/ASK redirects; a node without the script (a new master after a failover, or
-    one that joined) gets it loaded again (NOSCRIPT).
-
-    Each call is waited for as it is written (no pipelining across a cluster client); its reply,
-    or error reply, is kept for `reply` in order, as ScriptChannel does."""
-
-    def __init__(self, cluster: RedisCluster, script: str, key: str, encoder: CallEncoder) -> None:
-        super().__init__(cast(Redis, cluster), script, encoder=encoder)
-        self._cluster = cluster
-        self._key = key
-        self._replies: deque[Any] = deque()
-
-    async def _eval(self, args: Sequence[Arg]) -> Any:
-        if not self._sha:
-            self._sha = _text(await self._cluster.script_load(self._script))  # on every master
-        try:
-            return await self._cluster.evalsha(self._sha, 1, self._key, *args)
-        except rexc.NoScriptError:
-            self._sha = _text(await self._cluster.script_load(self._script))
-            return await self._cluster.evalsha(self._sha, 1, self._key, *args)
-
-    async def send(self, call: ApplyCall | Sequence[Arg]) -> None:
-        try:
-            value: Any = await self._eval(self._args(call))
-        except rexc.ResponseError as exc:  # an error reply: raised by `reply`, in order
-            value = exc
-        except BaseException:
-            await self.close()
-            raise
-        self._replies.append(value)
-
-    async def call(self, args: ApplyCall | Sequence[Arg]) -> Any:
-        return await self._eval(self._args(args))
-
-    async def reply(self) -> Any:
-        value = self._replies.popleft()
-        if isinstance(value, BaseException):
-            raise value
-        return value
-
-    async def close(self) -> None:
-        self.epoch += 1
-        self._replies.clear()
-
-
-class _GroupMirror(RedisMirror):
-    """One table's slot group: the single-node mirror on the table's `GroupLayout` keys."""
-
-    def __init__(
-        self,
-        cluster: RedisCluster,
-        layout: GroupLayout,
-        key_columns: KeyColumns,
-        options: MirrorOptions,
-        skipped: SkipCounter,
-    ) -> None:
-        # the change log and `__seq` are the global group's (a group's own `__seq` only counts)
-        opts = replace(options, changelog_maxlen=None, plain_inserts=False)  # one script per call
-        super().__init__(cast(Redis, cluster), layout, key_columns, opts, token="#0", skipped=skipped)
-        self.chain.channel = ClusterChannel(cluster, APPLY, layout.checkpoint_key, self.encoder)
-        self.resyncs.route = [layout.checkpoint_key]
-        self.sweeper.route = [layout.checkpoint_key]
-        self.at: Checkpoint | None = None  # the group's stored checkpoint: what it has applied
-
-    async def check_server(self) -> None:
-        """Done once for every master by ClusterMirror.check_server."""
 
 
 @dataclass(slots=True)
@@ -158,7 +97,13 @@ class ClusterMirror(RedisMirror):
         options: MirrorOptions | None = None,
         token: str | None = None,
         foreign_keys: Callable[[], ForeignKeys] | None = None,
+        *,
+        shape_of: Callable[[str, str], str] | None = None,
+        derive_of: Callable[[str, str], str] | None = None,
+        tag_of: Callable[[str, str], str | None] | None = None,
     ) -> None:
+        """`shape_of`, `derive_of`: as RedisMirror's, for each group's table; `tag_of`: a shaped
+        table's hash tag (shaping.Shapes.tag): its group is in the slot of its templates' keys."""
         layout = cluster_layout(prefix)
         super().__init__(cast(Redis, cluster), layout, key_columns, options, token, foreign_keys=foreign_keys)
         self.cluster = cluster
@@ -168,11 +113,28 @@ class ClusterMirror(RedisMirror):
         self.sweeper.route = [self.layout.checkpoint_key]
         self._fence_script = cluster.register_script(FENCE)
         self._fence: int | None = None  # this writer's fencing number, while it holds the lease
-        self._groups: dict[str, _GroupMirror] = {}  # by table id, loaded this session
+        self._groups: dict[str, GroupMirror] = {}  # by table id, loaded this session
         self._global: Checkpoint | None = None  # the global checkpoint as stored
         self._global_gtid = ""
         self._tids: dict[tuple[str, str], str] = {}
         self._loading = asyncio.Lock()
+        self._shape_of, self._derive_of = shape_of, derive_of
+        self._tag_of = tag_of or (lambda schema, table: None)
+        self._recorded: dict[str, str] = {}  # `__groups` as this session wrote or found it
+
+    @property
+    def groups_key(self) -> str:
+        """Hash: table id -> the hash tag of its slot group, for the tables in a tagged group.
+        Written before the group's first call of a session, and kept after a DROP (a stale entry
+        costs one DROP of an empty group): a start that finds a table's tag changed knows where
+        its keys are, even after a crash before the global call."""
+        return f"{self.layout.prefix}:__groups"
+
+    def _tag(self, tid: str) -> str | None:
+        parts = split_key(tid)
+        if len(parts) != 2:
+            raise ValueError(f"not a table id: {tid!r}")
+        return self._tag_of(parts[0], parts[1])
 
     @property
     def heads_key(self) -> str:
@@ -230,7 +192,7 @@ class ClusterMirror(RedisMirror):
             raise
 
     # -- checkpoint ------------------------------------------------------------------------------
-    async def _group(self, tid: str) -> _GroupMirror:
+    async def _group(self, tid: str) -> GroupMirror:
         g = self._groups.get(tid)
         if g is not None:
             return g
@@ -238,20 +200,74 @@ class ClusterMirror(RedisMirror):
         async with self._loading:
             return await self._load_group(tid)
 
-    async def _load_group(self, tid: str) -> _GroupMirror:
+    async def _load_group(self, tid: str) -> GroupMirror:
         g = self._groups.get(tid)
         if g is None:
-            parts = split_key(tid)
-            if len(parts) != 2:
-                raise ValueError(f"not a table id: {tid!r}")
-            layout = group_layout(self.prefix, parts[0], parts[1])
-            g = _GroupMirror(
-                self.cluster, layout, self.planner.key_columns, self.options, self.planner.skipped
-            )
-            g.token = f"#{self._fence or 0}"
-            g.at = await g.load_checkpoint()
+            tag = self._tag(tid)
+            if tag is not None and self._recorded.get(tid) != tag:
+                with map_redis_errors(f"recording the slot group of {tid}"):
+                    await self.redis.hset(self.groups_key, tid, tag)
+                self._recorded[tid] = tag
+            g = await self._open_group(tid, tag)
             self._groups[tid] = g
         return g
+
+    async def _open_group(self, tid: str, tag: str | None) -> GroupMirror:
+        parts = split_key(tid)
+        layout = group_layout(self.prefix, parts[0], parts[1], tag)
+        g = GroupMirror(
+            self.cluster,
+            layout,
+            self.planner.key_columns,
+            self.options,
+            self.planner.skipped,
+            self._shape_of,
+            self._derive_of,
+        )
+        g.token = f"#{self._fence or 0}"
+        g.at = await g.load_checkpoint()
+        return g
+
+    async def _regroup(self) -> None:
+        """Tables whose section now places their keys in another slot group than the one they
+        are in (a hash tag added, changed or removed): no call can move keys between slots, so
+        the old group's keys (rows, entries, the application's keys) are dropped there, in its own
+        call, and the table leaves `__tables`: the session's bootstrap copies it into its new
+        group. A crash in between drops again (the record goes last). A table recorded but no
+        longer mirrored (dropped) is dropped again in its old group: an empty drop."""
+        with map_redis_errors("reading the tables' slot groups"):
+            raw = await self.redis.hgetall(self.groups_key)
+        recorded = {as_text(k): as_text(v) for k, v in raw.items()}
+        self._recorded = dict(recorded)
+        for tid in sorted(set(recorded) | await self.mirrored_tables()):
+            was, now = recorded.get(tid), self._tag(tid)
+            if was == now:
+                continue
+            old = await self._open_group(tid, was)
+            schema, table = split_key(tid)
+            log.warning(
+                "table %s: its [table] section moved its keys from slot group %s to %s: its keys "
+                "there are removed and it is copied again",
+                tid,
+                old.layout.prefix,
+                group_layout(self.prefix, schema, table, now).prefix,
+            )
+            if old.at is not None:
+                drop = TableAction(ActionKind.DROP, schema, table, reason="slot group changed")
+                await (await old.send([(Transaction((), (), None, old.at.ts, old.at), [drop])])).replies()
+            await old.close()
+            with map_redis_errors(f"forgetting the slot group of {tid}"):
+                await self.redis.srem(self.layout.tables_key, tid)
+                await self.redis.hdel(self.heads_key, tid)
+                await self.redis.hdel(self.groups_key, tid)
+            self._recorded.pop(tid, None)
+
+    async def table_shapes(self) -> dict[str, str]:
+        """Each group's `__shapes` (a group records its own table's shape, in its slot)."""
+        out: dict[str, str] = {}
+        for tid in sorted(await self.mirrored_tables()):
+            out.update(await (await self._group(tid)).table_shapes())
+        return out
 
     def _tid(self, schema: str, table: str) -> str:
         tid = self._tids.get((schema, table))
@@ -268,12 +284,13 @@ class ClusterMirror(RedisMirror):
             await g.close()
         self._groups.clear()
         checkpoint = await super().load_checkpoint()
+        await self._regroup()
         with map_redis_errors("loading the slot groups' checkpoints"):
             stored = decode_checkpoint(await self.redis.hgetall(self.layout.checkpoint_key))
             raw_heads = await self.redis.hgetall(self.heads_key)
         self._global = checkpoint
         self._global_gtid = stored.gtid or "" if stored else ""
-        heads = {_text(k): BinlogPosition.parse(_text(v)) for k, v in raw_heads.items()}
+        heads = {as_text(k): BinlogPosition.parse(as_text(v)) for k, v in raw_heads.items()}
         resume = checkpoint
         for tid in sorted(set(heads) | await self.mirrored_tables()):
             g = await self._group(tid)
@@ -511,7 +528,3 @@ def _without_renames(actions: Sequence[TableAction]) -> list[TableAction]:
         else:
             out.append(a)
     return out
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value

@@ -50,6 +50,7 @@ __all__ = [
     "MARK_FENCED",
     "PARTIAL_SUFFIX",
     "STALE_SUFFIX",
+    "TAGGED_MARK",
     "TOUCHED_SUFFIX",
     "GroupLayout",
     "KeyLayout",
@@ -274,6 +275,9 @@ class GroupLayout(KeyLayout):
                                                        __tableops, __resync, __settle, __tables)
         {prefix}:{{{schema}:{table}}}:__lease          the fencing number of the last writer
 
+    A shaped table whose templates carry a hash tag has `{prefix}:{{tag}}:__table:{schema}:{table}`
+    instead (`group_layout`): its keys share the slot of the application's keys it writes.
+
     The global keys (lease, checkpoint to resume from, `__seq`, `__changes`, `__tables`) are those
     of `KeyLayout("{prefix}")`: one slot of their own."""
 
@@ -281,8 +285,18 @@ class GroupLayout(KeyLayout):
         return self.prefix
 
 
-def group_layout(prefix: str, schema: str, table: str) -> GroupLayout:
+TAGGED_MARK = "__table"  # a tagged slot group's keys: {prefix}:{{tag}}:__table:{schema}:{table}:...
+
+
+def group_layout(prefix: str, schema: str, table: str, tag: str | None = None) -> GroupLayout:
+    """The slot group of a table: tagged `{schema:table}`, or with `tag` (the literal hash tag of
+    a shaped table's key templates, shaping.section_tag) `{prefix}:{{tag}}:__table:{schema}:{table}`:
+    in the slot of the application's keys it writes in the same call. `__table` keeps two tables
+    of one tag apart, and apart from an untagged table whose id is the tag text (a row suffix
+    never starts with an unescaped `__`, and no meta key has parts after its `__` name)."""
     tid = KeyLayout(prefix).table_id(schema, table)
+    if tag is not None:
+        return GroupLayout(f"{prefix}:{{{tag}}}:{TAGGED_MARK}:{tid}")
     # the hash tag ends at the first "}": one at the start would leave it empty (no tag at all)
     tag = "\\" + tid if tid.startswith("}") else tid
     return GroupLayout(f"{prefix}:{{{tag}}}")

@@ -94,7 +94,7 @@ class Planner:
     # The foreign keys between mirrored tables, as the catalog last read them (cascades.py)
     foreign_keys: Callable[[], ForeignKeys] | None = None
     # (schema, table) -> the fingerprint of its shape ("" unshaped, service/shaping.py), recorded
-    # in `__shapes` by the action that (re)starts its rows; None: not recorded (a cluster group)
+    # in `__shapes` by the action that (re)starts its rows (a cluster group: its own); None: not recorded
     shape_of: Callable[[str, str], str] | None = None
     # (schema, table) -> its derived entries' spec ("": none; service/sink/derive.py)
     derive_of: Callable[[str, str], str] | None = None

@@ -144,15 +144,6 @@ def test_settings_refused_with_one_line(tmp_path: Path, toml: str, message: str)
     assert "\n" not in str(caught.value)
 
 
-def test_shaped_tables_on_a_redis_cluster_are_refused(tmp_path: Path) -> None:
-    path = tmp_path / "c.toml"
-    path.write_text('redis = "redis+cluster://127.0.0.1:7000"\n[table."shop.users"]\nexclude = ["x"]\n')
-    with pytest.raises(
-        ConfigError, match=r"not supported on a Redis Cluster \(redis\+cluster://\) by this version"
-    ):
-        load_settings(path)
-
-
 def test_sections_read_from_the_config_file(tmp_path: Path) -> None:
     path = tmp_path / "c.toml"
     path.write_text('[table."shop.*"]\nexclude = ["password_hash"]\nrename = { created_at = "created" }\n')
