@@ -41,7 +41,7 @@ async def clear_prefix(redis_url: str, prefix: str, lease_ttl: float = 10.0) -> 
             derived = [k async for k in redis.scan_iter(match=f"{glob_literal(prefix)}:*:{DERIVED_SUFFIX}")]
             for dkey in derived:
                 async for _, raw in redis.hscan_iter(dkey, count=BATCH):
-                    member, entries = decode_entries(raw)
+                    _, member, entries = decode_entries(raw)
                     deleted += await _drop(redis, member, entries)
                 await mirror.renew_lease()
         with map_redis_errors(f"deleting {prefix}:*"):

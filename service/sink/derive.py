@@ -9,6 +9,12 @@ copy and removal): the row's copy at its template key, `unique` keys (a string: 
 in `{table}:__derived` (suffix -> `encode_entries`), so an entry is moved or removed from what
 the mirror stored: MINIMAL images, replays and resyncs are safe.
 
+How many entries each index holds is counted in the same calls, in `{table}:__derivedcounts`
+(`counts_field(tag, index)` -> count; index 0: the row copies at the key template; a field at 0
+is removed). Each record names the spec `tag` its index numbers are of, so a record written in a
+former shape (a changed section: the table is copied again) takes its entries off that shape's
+counts, which are gone once every row is in the new shape.
+
 `Derivation.entries` is the Python twin of lua/derive.lua (the reference executor and verify use
 it): the same entries and the same bytes for the same stored row.
 """
@@ -16,6 +22,7 @@ it): the same entries and the same bytes for the same stored row.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import math
 import re
@@ -29,11 +36,13 @@ __all__ = [
     "IndexSpec",
     "Part",
     "Ttl",
+    "counts_field",
     "decode_entries",
     "encode_entries",
     "json_fields",
     "key_part",
     "score_of",
+    "spec_tag",
 ]
 
 Stored = str | bytes  # a stored hash value
@@ -84,6 +93,18 @@ class Entry:
     kind: str  # "k" the row's copy at its template key, "u", "s", "z"
     key: str
     score: str = ""  # zset: '%.17g' of the score
+    index: int = 0  # its index's number in the spec (1, 2, ...); 0: the row's copy
+
+
+def spec_tag(spec_text: str) -> str:
+    """The tag of a derivation's spec text (lua/derive.lua's `derive_spec`): what the index
+    numbers of a `__derived` record and of its counts' fields are numbers of."""
+    return hashlib.sha1(spec_text.encode()).hexdigest()[:12]
+
+
+def counts_field(tag: str, index: int) -> str:
+    """The `__derivedcounts` field counting the entries of index `index` (0: the row copies)."""
+    return f"{tag}:{index}"
 
 
 def key_part(value: Stored, binary: bool) -> str:
@@ -158,16 +179,19 @@ def _lv(text: str) -> str:
     return f"{len(text.encode())}:{text}"
 
 
-def encode_entries(member: str, entries: Sequence[Entry]) -> str:
-    """A `__derived` value: the member the entries hold (the row's key), then each entry: its kind,
-    its key and (zset) its score, `len:text` each (len in bytes)."""
-    out = [_lv(member)]
+def encode_entries(tag: str, member: str, entries: Sequence[Entry]) -> str:
+    """A `__derived` value: the spec's tag, the member the entries hold (the row's key), then each
+    entry: its kind, its index's number (not for the copy, "k"), its key and (zset) its score,
+    `len:text` each (len in bytes)."""
+    out = [_lv(tag), _lv(member)]
     for e in entries:
-        out.append(e.kind + _lv(e.key) + (_lv(e.score) if e.kind == "z" else ""))
+        number = _lv(str(e.index)) if e.kind != "k" else ""
+        out.append(e.kind + number + _lv(e.key) + (_lv(e.score) if e.kind == "z" else ""))
     return "".join(out)
 
 
-def decode_entries(raw: str | bytes) -> tuple[str, list[Entry]]:
+def decode_entries(raw: str | bytes) -> tuple[str, str, list[Entry]]:
+    """(tag, member, entries) of a `__derived` value."""
     data = raw if isinstance(raw, bytes) else raw.encode()
     at = 0
 
@@ -179,14 +203,16 @@ def decode_entries(raw: str | bytes) -> tuple[str, list[Entry]]:
         at = end
         return text
 
+    tag = lv()
     member = lv()
     entries: list[Entry] = []
     while at < len(data):
         kind = chr(data[at])
         at += 1
+        index = int(lv()) if kind != "k" else 0
         key = lv()
-        entries.append(Entry(kind, key, lv() if kind == "z" else ""))
-    return member, entries
+        entries.append(Entry(kind, key, lv() if kind == "z" else "", index))
+    return tag, member, entries
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,6 +226,19 @@ class Derivation:
     # json rows (value_mode json): the fields derive reads whose document text is converted to
     # the hash text ("b": base64 -> bytes, "t": a TIMESTAMP's "…T…Z" -> "… …"); None: hash rows
     json: tuple[tuple[str, str], ...] | None = None
+
+    @property
+    def tag(self) -> str:
+        return _tag_of(self)
+
+    def counts(self, raw: Mapping[bytes, bytes]) -> tuple[int, tuple[int, ...]]:
+        """From a `__derivedcounts` hash: the row copies at the key template and each index's
+        entries, in this spec (another shape's fields, left while a resync moves the rows into
+        this one, are not counted)."""
+        got = {k.decode(): int(v) for k, v in raw.items()}
+        tag = self.tag
+        n = [got.get(counts_field(tag, i), 0) for i in range(len(self.indexes) + 1)]
+        return n[0], tuple(n[1:])
 
     def spec_text(self) -> str:
         """The form lua/derive.lua reads (cjson): parts as "=literal", "@field" or "#field" (binary)."""
@@ -269,7 +308,7 @@ class Derivation:
                 return None, []
             member = rendered
             out.append(Entry("k", member))
-        for ix in self.indexes:
+        for number, ix in enumerate(self.indexes, 1):
             key = self.render(ix.parts, row)
             if key is None:
                 continue
@@ -279,7 +318,17 @@ class Derivation:
                 score = score_of(value, ix.temporal) if value is not None else None
                 if score is None:
                     continue
-                out.append(Entry("z", key, score))
+                out.append(Entry("z", key, score, number))
             else:
-                out.append(Entry(ix.kind, key))
+                out.append(Entry(ix.kind, key, "", number))
         return member, out
+
+
+_tags: dict[Derivation, str] = {}
+
+
+def _tag_of(d: Derivation) -> str:
+    tag = _tags.get(d)
+    if tag is None:
+        tag = _tags[d] = spec_tag(d.spec_text())
+    return tag

@@ -5,6 +5,8 @@
     {prefix}:{schema}:{table}:__touched        row suffixes written by the stream during a resync
     {prefix}:{schema}:{table}:__stale          suffixes not yet confirmed by a running resync
     {prefix}:{schema}:{table}:__derived        a shaped table's derived entries per row suffix (derive.py)
+    {prefix}:{schema}:{table}:__derivedcounts  hash: its entries per index ("{tag}:{index}" -> count;
+                                               index 0: the copies at the key template; derive.py)
     {prefix}:__checkpoint                      hash: id, file, pos, gtid_set, ts, gtid, values (mirror.py)
     {prefix}:__progress                        hash: the chunked transaction in flight, if any (changes
                                                done in all and per table: see mirror.py)
@@ -41,6 +43,7 @@ from typing import Any
 from service.sink.values import key_text
 
 __all__ = [
+    "DERIVED_COUNTS_SUFFIX",
     "DERIVED_SUFFIX",
     "EXPIRY_SUFFIX",
     "FKDEFS_SUFFIX",
@@ -76,6 +79,7 @@ PARTIAL_SUFFIX = "__partial"  # rows a partial image merged during a resync (rea
 FKDEFS_SUFFIX = "__fkdefs"  # a child table's foreign-key sets (fks.py)
 DERIVED_SUFFIX = "__derived"  # a shaped table's derived entries per row (derive.py)
 EXPIRY_SUFFIX = "__expiry"  # a ttl table's rows by expiry (ms), for the sweep (ttlsweep.py)
+DERIVED_COUNTS_SUFFIX = "__derivedcounts"  # and how many of them each index holds (derive.py)
 GENERATION_FIELD = "__gen"  # the `__resync` field counting generations
 MARK_FENCED = "-"  # a fenced resync mark's generation: "- {reason}"
 
@@ -88,6 +92,7 @@ LUA_CONSTANTS = {
     "FKDEFS_SUFFIX": FKDEFS_SUFFIX,
     "DERIVED_SUFFIX": DERIVED_SUFFIX,
     "EXPIRY_SUFFIX": EXPIRY_SUFFIX,
+    "DERIVED_COUNTS_SUFFIX": DERIVED_COUNTS_SUFFIX,
     "GENERATION_FIELD": GENERATION_FIELD,
     "MARK_FENCED": MARK_FENCED,
 }
@@ -205,6 +210,9 @@ class KeyLayout:
 
     def derived_key(self, schema: str, table: str) -> str:
         return f"{self.table_base(schema, table)}:{DERIVED_SUFFIX}"
+
+    def derived_counts_key(self, schema: str, table: str) -> str:
+        return f"{self.table_base(schema, table)}:{DERIVED_COUNTS_SUFFIX}"
 
     def partial_key(self, schema: str, table: str) -> str:
         return f"{self.table_base(schema, table)}:{PARTIAL_SUFFIX}"

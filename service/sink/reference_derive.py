@@ -3,9 +3,12 @@ in-memory keyspace): the twin the differential tests compare with the real scrip
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Sequence
 from functools import cache
 
-from service.sink.derive import Derivation, Entry, decode_entries, encode_entries
+from service.sink.derive import Derivation, Entry, counts_field, decode_entries, encode_entries, spec_tag
+from service.sink.keys import DERIVED_COUNTS_SUFFIX, DERIVED_SUFFIX
 from service.sink.reference_keyspace import Keyspace
 
 __all__ = ["derive", "underive"]
@@ -14,6 +17,19 @@ __all__ = ["derive", "underive"]
 @cache
 def _spec(text: str) -> Derivation:
     return Derivation.from_spec(text)
+
+
+def _count(deltas: Counter[bytes], tag: str, entries: Sequence[Entry], by: int) -> None:
+    for e in entries:
+        deltas[counts_field(tag, e.index).encode()] += by
+
+
+def _recount(ks: Keyspace, derived: bytes, deltas: Counter[bytes]) -> None:
+    """`__derivedcounts` follows the entries (a count at 0 goes)."""
+    counts = derived[: -len(DERIVED_SUFFIX)] + DERIVED_COUNTS_SUFFIX.encode()
+    for f, d in deltas.items():
+        if d and ks.hincrby(counts, f, d) == 0:
+            ks.hdel(counts, [f])
 
 
 def _drop(ks: Keyspace, e: Entry, member: bytes) -> None:
@@ -33,10 +49,13 @@ def underive(ks: Keyspace, derived: bytes, suffix: bytes) -> None:
     raw = ks.hget(derived, suffix)
     if raw is None:
         return
-    member, entries = decode_entries(raw)
+    tag, member, entries = decode_entries(raw)
     for e in entries:
         _drop(ks, e, member.encode())
     ks.hdel(derived, [suffix])
+    deltas: Counter[bytes] = Counter()
+    _count(deltas, tag, entries, -1)
+    _recount(ks, derived, deltas)
 
 
 def _copy(ks: Keyspace, key: bytes, row: dict[bytes, bytes] | bytes) -> None:
@@ -57,15 +76,18 @@ def derive(ks: Keyspace, spec_text: str, key: bytes, derived: bytes, suffix: byt
     member, new = spec.entries(text_row, key.decode())
     if member is None:
         return underive(ks, derived, suffix)
-    text = encode_entries(member, new).encode()
+    tag = spec_tag(spec_text)
+    text = encode_entries(tag, member, new).encode()
     raw = ks.hget(derived, suffix)
     keep: set[tuple[str, str, str]] = set()
+    deltas: Counter[bytes] = Counter()
     if raw == text:
         if spec.key is not None:
             _copy(ks, member.encode(), row)
         return
     if raw is not None:
-        old_member, old = decode_entries(raw)
+        old_tag, old_member, old = decode_entries(raw)
+        _count(deltas, old_tag, old, -1)
         held = {(e.kind, e.key, e.score) for e in old} if old_member == member else set()
         keep = {(e.kind, e.key, e.score) for e in new} & held
         for e in old:
@@ -85,3 +107,5 @@ def derive(ks: Keyspace, spec_text: str, key: bytes, derived: bytes, suffix: byt
         else:
             ks.zadd(k, float(e.score), m)
     ks.hset(derived, [(suffix, text)])
+    _count(deltas, tag, new, 1)
+    _recount(ks, derived, deltas)

@@ -41,7 +41,7 @@ async def entries_wrong(
             found, entries = d.entries(text, f"{base}:{suffix}")
             member = found or ""  # (a source row has every key column: never None here)
             pipe.hget(derived, suffix)
-            checks.append((suffix, None, encode_entries(member, entries).encode()))
+            checks.append((suffix, None, encode_entries(d.tag, member, entries).encode()))
             for e in entries:
                 if e.kind == "k" and d.json is not None:  # a json row: its document
                     pipe.get(e.key)

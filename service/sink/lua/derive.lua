@@ -2,12 +2,16 @@
 -- a row's copy at its key template, and its unique, set and zset index entries, kept from the
 -- row stored at its own key. `{table}:__derived` holds, per row suffix, the member its entries
 -- hold (the row's key) and the entries (`len:text` runs: derive.encode_entries), so an entry is
--- moved or removed from what the mirror stored, never from the image alone.
+-- moved or removed from what the mirror stored, never from the image alone. `{table}:__derivedcounts`
+-- counts each index's entries ("{tag}:{index}": derive.counts_field), changed with them.
 local derive_specs = {}                  -- spec text -> decoded spec (once per call)
 local function derive_spec(text)
   if text == nil or text == '' then return nil end
   local s = derive_specs[text]
-  if not s then s = cjson.decode(text); derive_specs[text] = s end
+  if not s then
+    s = cjson.decode(text); s.tag = string.sub(redis.sha1hex(text), 1, 12)  -- derive.spec_tag
+    derive_specs[text] = s
+  end
   return s
 end
 local B64 = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/'
@@ -132,7 +136,7 @@ local function score_of(v, temporal)     -- '%.17g' text, or nil: no entry
   return string.format('%.17g', days_from_civil(y, m, d) * 86400 + secs + frac)
 end
 local function lv(text) return #text .. ':' .. text end
-local function decode_entries(raw)       -- member, {{kind, key, score}, ...}
+local function decode_entries(raw)       -- tag, member, {{kind, key, score, index}, ...}
   local at, out = 1, {}
   local function take()
     local colon = string.find(raw, ':', at, true)
@@ -141,14 +145,31 @@ local function decode_entries(raw)       -- member, {{kind, key, score}, ...}
     at = last + 1
     return text
   end
+  local tag = take()
   local member = take()
   while at <= #raw do
     local kind = string.sub(raw, at, at)
     at = at + 1
+    local index = kind == 'k' and '0' or take()
     local key = take()
-    out[#out + 1] = {kind, key, kind == 'z' and take() or ''}
+    out[#out + 1] = {kind, key, kind == 'z' and take() or '', index}
   end
-  return member, out
+  return tag, member, out
+end
+local function recount(derived, deltas)  -- field -> change of its count; a count at 0 goes
+  local counts = nil
+  for f, d in pairs(deltas) do
+    if d ~= 0 then
+      counts = counts or string.sub(derived, 1, #derived - #DERIVED_SUFFIX) .. DERIVED_COUNTS_SUFFIX
+      if redis.call('HINCRBY', counts, f, d) == 0 then redis.call('HDEL', counts, f) end
+    end
+  end
+end
+local function count_entries(deltas, tag, entries, by)
+  for _, e in ipairs(entries) do
+    local f = tag .. ':' .. e[4]
+    deltas[f] = (deltas[f] or 0) + by
+  end
 end
 local function drop_entry(e, member)
   local kind, key = e[1], e[2]
@@ -184,9 +205,12 @@ local function underive(derived, suffix)
   redis.call('ZREM', expiry_of(derived), suffix)
   local raw = redis.call('HGET', derived, suffix)
   if not raw then return end
-  local member, entries = decode_entries(raw)
+  local tag, member, entries = decode_entries(raw)
   for _, e in ipairs(entries) do drop_entry(e, member) end
   redis.call('HDEL', derived, suffix)
+  local deltas = {}
+  count_entries(deltas, tag, entries, -1)
+  recount(derived, deltas)
 end
 local function copy_row(ikey, flat, n)  -- the copy at the template key becomes flat[1 .. n]
   if n <= 1000 then                      -- as apply.lua's write_row: one HSET when it holds these
@@ -233,27 +257,27 @@ local function derive(spec, key, derived, suffix, flat, n)
     -- a row without a template's column (a partial image merged into a row the mirror did not
     -- have: a resync reads it again) has no entries yet
     if not member then return underive(derived, suffix) end
-    new[1] = {'k', member, ''}
+    new[1] = {'k', member, '', '0'}
   end
-  for _, ix in ipairs(spec.i) do
+  for number, ix in ipairs(spec.i) do
     local ikey = render(ix[2], row)
     if ikey then
       if ix[1] == 'z' then
         local v = row[ix[3]]
         local score = v and score_of(v, ix[4] == 't')
-        if score then new[#new + 1] = {'z', ikey, score} end
+        if score then new[#new + 1] = {'z', ikey, score, tostring(number)} end
       else
-        new[#new + 1] = {ix[1], ikey, ''}
+        new[#new + 1] = {ix[1], ikey, '', tostring(number)}
       end
     end
   end
-  local text = {lv(member)}
+  local text = {lv(spec.tag), lv(member)}
   for _, e in ipairs(new) do
-    text[#text + 1] = e[1] .. lv(e[2]) .. (e[1] == 'z' and lv(e[3]) or '')
+    text[#text + 1] = e[1] .. (e[1] ~= 'k' and lv(e[4]) or '') .. lv(e[2]) .. (e[1] == 'z' and lv(e[3]) or '')
   end
   text = table.concat(text)
   local raw = redis.call('HGET', derived, suffix)
-  local held = {}                        -- entries recorded for this member, which stay
+  local held, deltas = {}, {}            -- entries recorded for this member, which stay; counts
   if raw == text then                    -- the same entries: only the copy follows the row
     if #spec.k > 0 then
       copy(member)
@@ -261,7 +285,8 @@ local function derive(spec, key, derived, suffix, flat, n)
     end
     return
   elseif raw then                        -- entries no longer there (or held by another member) go
-    local old_member, old = decode_entries(raw)
+    local old_tag, old_member, old = decode_entries(raw)
+    count_entries(deltas, old_tag, old, -1)
     for _, e in ipairs(old) do
       local id = e[1] .. e[2] .. ' ' .. e[3]
       held[id] = old_member == member
@@ -283,4 +308,6 @@ local function derive(spec, key, derived, suffix, flat, n)
     end
   end
   redis.call('HSET', derived, suffix, text)
+  count_entries(deltas, spec.tag, new, 1)
+  recount(derived, deltas)
 end
