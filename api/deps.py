@@ -2,7 +2,9 @@
 
 `app.state` holds, set once by `create_app`:
     settings        Settings
-    status_source   StatusSource | None   (the Replicator, or anything with `status()`)
+    status_source   StatusSource | None   (the Replicator, or anything with `status()`; with an
+                                          async `counted_status()` too, /tables shows the shaped
+                                          tables' index entry counts)
     hub             Broadcaster
     registry        prometheus CollectorRegistry
 """
@@ -28,6 +30,7 @@ __all__ = [
     "STANDBY_REFUSAL",
     "STATUS_RESPONSES",
     "AuthDep",
+    "CountedStatusDep",
     "ControlAuthDep",
     "HubDep",
     "MetricsAuthDep",
@@ -67,6 +70,17 @@ def get_status(conn: HTTPConnection) -> ReplicatorStatus:
     return source.status()
 
 
+async def get_counted_status(conn: HTTPConnection) -> ReplicatorStatus:
+    """The status with the shaped tables' row copies and index entries counted (read from Redis),
+    when the source can count them (the Replicator); else as `get_status`."""
+    source = conn.app.state.status_source
+    counted = getattr(source, "counted_status", None)
+    if counted is None:
+        return get_status(conn)
+    s: ReplicatorStatus = await counted()
+    return s
+
+
 # Why a standby refuses what only the writer can do (control) or see (the applied changes).
 STANDBY_REFUSAL = (
     "this instance is a standby: another instance holds the writer lease; "
@@ -77,6 +91,7 @@ SettingsDep = Annotated[Settings, Depends(get_settings)]
 HubDep = Annotated[Broadcaster, Depends(get_hub)]
 RegistryDep = Annotated[CollectorRegistry, Depends(get_registry)]
 StatusDep = Annotated[ReplicatorStatus, Depends(get_status)]
+CountedStatusDep = Annotated[ReplicatorStatus, Depends(get_counted_status)]
 
 _bearer = HTTPBearer(auto_error=False, description="settings.api_token or api_read_token, when set")
 BearerDep = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]

@@ -314,6 +314,11 @@ class IndexOut(BaseModel):
     kind: str = Field(description="unique | set | zset")
     key: str = Field(description="Its key template.")
     score: str | None = Field(default=None, description="zset: the column of the score.")
+    entries: int | None = Field(
+        default=None,
+        description="The entries it holds (unique keys; set or zset members), counted in the same "
+        "atomic apply as the rows; null when not read.",
+    )
 
 
 class ShapeOut(BaseModel):
@@ -327,6 +332,9 @@ class ShapeOut(BaseModel):
         "copies the table again into the new shape."
     )
     key: str | None = Field(default=None, description="The row key template; null: the mirror's own key.")
+    copies: int | None = Field(
+        default=None, description="The rows at the key template; null without one, or when not read."
+    )
     indexes: list[IndexOut] = Field(default_factory=list, description="Its lookup and index keys.")
     ttl: str | None = Field(
         default=None,
@@ -336,13 +344,18 @@ class ShapeOut(BaseModel):
 
     @classmethod
     def from_domain(cls, s: ShapeStatus) -> ShapeOut:
+        counts = s.entries if s.entries is not None else (None,) * len(s.indexes)
         return cls(
             section=s.section,
             fields=dict(s.fields),
             excluded=list(s.excluded),
             fingerprint=s.fingerprint,
             key=s.key,
-            indexes=[IndexOut(kind=k, key=t, score=sc) for k, t, sc in s.indexes],
+            copies=s.copies,
+            indexes=[
+                IndexOut(kind=k, key=t, score=sc, entries=n)
+                for (k, t, sc), n in zip(s.indexes, counts, strict=True)
+            ],
             ttl=s.ttl,
         )
 

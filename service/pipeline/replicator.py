@@ -41,6 +41,7 @@ from service.errors import (
 )
 from service.pipeline.applier import BATCH_MAX, BATCH_ROWS, AppliedHook, Applier
 from service.pipeline.control import Control
+from service.pipeline.entrycounts import with_entry_counts
 from service.pipeline.failures import FailureLog
 from service.pipeline.lease import LeaseKeeper, sleep_unless, watch
 from service.pipeline.progress import Progress
@@ -193,6 +194,10 @@ class Replicator:
             self.settings, self.progress, self.mirror, self.catalog, self._source, self._past,
             self._unmatched.current, self.control.paused,
         )  # fmt: skip
+
+    async def counted_status(self) -> ReplicatorStatus:
+        """`status()` with each shaped table's row copies and index entries, read from Redis."""
+        return await with_entry_counts(self.redis, self.layout, self.catalog, self.status())
 
     async def run(self) -> None:
         """Replicate until stop(); raises on a non-retriable error (state FAILED)."""

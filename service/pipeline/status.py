@@ -61,6 +61,9 @@ class ShapeStatus:
     key: str | None = None  # its row key template (None: the mirror's own key)
     indexes: tuple[tuple[str, str, str | None], ...] = ()  # (kind, key template, score column)
     ttl: str | None = None  # its expiry: "at {column}" (", timezone {tz}") or "{n} s"
+    # read from Redis on request (service/pipeline/entrycounts.py); None: not read
+    copies: int | None = None  # rows at the key template
+    entries: tuple[int, ...] | None = None  # entries of each index, in `indexes` order
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,15 @@ from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from service.checkpoint import BinlogPosition
-from service.pipeline.status import ColumnStatus, ErrorStatus, ResyncStatus, State, TableStatus
+from service.pipeline.status import (
+    ColumnStatus,
+    ErrorStatus,
+    ReplicatorStatus,
+    ResyncStatus,
+    ShapeStatus,
+    State,
+    TableStatus,
+)
 
 ORDERS = TableStatus(
     schema="shop",
@@ -154,6 +162,32 @@ def test_tables_list_and_detail(client: TestClient, double: StatusDouble) -> Non
     }
     assert detail["last_change_time"] == "2023-11-14T22:13:20Z"
     assert detail["resync"] is None
+
+
+def test_tables_show_a_shaped_tables_index_entry_counts(
+    client: TestClient, double: StatusDouble, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The counts come from the source's `counted_status()` (the Replicator reads them from Redis);
+    a source without one shows them as null."""
+    shape = ShapeStatus(
+        "shop.orders", (("id", "id"), ("state", "state")), (), "1:00ff", "app:order:{id}",
+        (("set", "app:orders-by-state:{state}", None), ("zset", "app:orders-by-id", "id")),
+    )  # fmt: skip
+    double.snapshot = streaming_status(tables=(replace(ORDERS, shape=shape),))
+    shown = client.get("/tables").json()["tables"][0]["shape"]
+    assert shown["copies"] is None and [i["entries"] for i in shown["indexes"]] == [None, None]
+
+    async def counted() -> ReplicatorStatus:
+        return streaming_status(tables=(replace(ORDERS, shape=replace(shape, copies=7, entries=(5, 7))),))
+
+    monkeypatch.setattr(double, "counted_status", counted, raising=False)
+    for path in ("/tables", "/tables/shop/orders"):
+        body = client.get(path).json()
+        shown = (body["tables"][0] if path == "/tables" else body)["shape"]
+        assert shown["copies"] == 7 and shown["indexes"] == [
+            {"kind": "set", "key": "app:orders-by-state:{state}", "score": None, "entries": 5},
+            {"kind": "zset", "key": "app:orders-by-id", "score": "id", "entries": 7},
+        ]
 
 
 def test_table_under_resync(client: TestClient, double: StatusDouble) -> None:

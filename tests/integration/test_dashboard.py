@@ -243,7 +243,10 @@ async def test_standby_resync_and_error_panels(browser: Browser) -> None:
     A real uvicorn serves the app over a status double; no token is set, so none is asked.
     """
     resync = ResyncStatus(started_ts=time.time(), rows_done=40, rows_total=100, reason="ALTER TABLE orders")
-    shape = ShapeStatus("shop.orders", (("id", "id"), ("placed_at", "placed")), ("secret",), "1:00ff")
+    shape = ShapeStatus(
+        "shop.orders", (("id", "id"), ("placed_at", "placed")), ("secret",), "1:00ff", "app:order:{id}",
+        (("zset", "app:orders-by-placed", "placed_at"),), copies=1234, entries=(1200,),
+    )  # fmt: skip
     orders = TableStatus(schema="shop", table="orders", primary_key=("id",), resync=resync, shape=shape)
     nokey = TableStatus(schema="shop", table="log", key_source="none", mirrored=False, skipped_rows=3)
     snapshot = streaming_status(
@@ -269,7 +272,10 @@ async def test_standby_resync_and_error_panels(browser: Browser) -> None:
         bar = row.get_by_role("progressbar", name="resync of shop.orders")
         assert (await bar.get_attribute("max"), await bar.evaluate("b => b.value")) == ("100", 40)
         await expect(row.locator("td").nth(7)).to_have_text(" 40 / 100")
-        await expect(row.locator("td").nth(8)).to_have_text("2 fields; without secret; placed_at→placed")
+        await expect(row.locator("td").nth(8)).to_have_text(
+            "app:order:{id} (1,234 rows): 2 fields; without secret; placed_at→placed; "
+            "zset app:orders-by-placed (1,200 entries)"
+        )
         skipped = page.locator('#tables tbody tr[data-table="shop.log"]')
         await expect(skipped.locator("td").nth(0)).to_have_text("skipped: no usable key")
         await expect(skipped.locator("td").nth(5)).to_have_text("3")

@@ -159,6 +159,7 @@ async def test_shaped_tables_keep_only_their_fields_everywhere(stack: LocalStack
             "excluded": ["password_hash"],
             "fingerprint": rep.catalog.shapes.fingerprint(db, "users"),
             "key": None,
+            "copies": None,
             "indexes": [],
             "ttl": None,
         }

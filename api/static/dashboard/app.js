@@ -256,13 +256,14 @@
   window.addEventListener("resize", drawCharts);
 
   // ---------- tables ----------
-  function shapeText(s) { // a [table] section: its fields' count, what it leaves out, its renames
-    if (!s) return "-";
+  function shapeText(s) { // a [table] section: its fields' count, what it leaves out, its renames,
+    if (!s) return "-";     // its key template and indexes with how many rows/entries they hold
+    const counted = (n, what) => (n === null || n === undefined ? "" : " (" + num(n) + " " + what + ")");
     const renames = Object.entries(s.fields).filter(([c, f]) => c !== f).map(([c, f]) => c + "→" + f);
-    const parts = [(s.key ? s.key + ": " : "") + Object.keys(s.fields).length + " fields"];
+    const parts = [(s.key ? s.key + counted(s.copies, "rows") + ": " : "") + Object.keys(s.fields).length + " fields"];
     if (s.excluded.length) parts.push("without " + s.excluded.join(", "));
     if (renames.length) parts.push(renames.join(", "));
-    if (s.indexes && s.indexes.length) parts.push(s.indexes.map((i) => i.kind + " " + i.key).join(", "));
+    if (s.indexes && s.indexes.length) parts.push(s.indexes.map((i) => i.kind + " " + i.key + counted(i.entries, "entries")).join(", "));
     if (s.ttl) parts.push("ttl " + s.ttl);
     return parts.join("; ");
   }

@@ -1,0 +1,52 @@
+"""The per-index entry counts `/tables` and the dashboard show: read from each shaped table's
+`{table}:__derivedcounts` (kept by lua/derive.lua in the same script call as the entries, so
+exact at every applied transaction) into its `ShapeStatus`."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from service.catalog import Catalog
+from service.pipeline.status import ReplicatorStatus, TableStatus
+from service.sink.derive import Derivation
+from service.sink.keys import KeyLayout
+
+__all__ = ["with_entry_counts"]
+
+READ_TIMEOUT = 2.0  # seconds: a slow Redis leaves the counts out (null), never /tables waiting
+
+log = logging.getLogger(__name__)
+
+
+async def with_entry_counts(
+    redis: Redis, layout: KeyLayout, catalog: Catalog, status: ReplicatorStatus
+) -> ReplicatorStatus:
+    """`status` with each shaped table's counts of row copies and index entries (left null when
+    Redis does not answer)."""
+    wanted: list[tuple[int, TableStatus, Derivation]] = []
+    for n, t in enumerate(status.tables):
+        shape = catalog.shape(t.schema, t.table) if t.shape is not None else None
+        if shape is not None and shape.derivation is not None:
+            wanted.append((n, t, shape.derivation))
+    if not wanted:
+        return status
+    try:
+        async with asyncio.timeout(READ_TIMEOUT), redis.pipeline(transaction=False) as pipe:
+            for _, t, _ in wanted:
+                pipe.hgetall(layout.derived_counts_key(t.schema, t.table))
+            replies = await pipe.execute()
+    except (RedisError, OSError, TimeoutError) as exc:
+        log.debug("index entry counts not read: %s", exc)
+        return status
+    tables = list(status.tables)
+    for (n, t, d), raw in zip(wanted, replies, strict=True):
+        copies, entries = d.counts(raw)
+        assert t.shape is not None
+        counted = dataclasses.replace(t.shape, copies=copies if d.key is not None else None, entries=entries)
+        tables[n] = dataclasses.replace(t, shape=counted)
+    return dataclasses.replace(status, tables=tuple(tables))
