@@ -219,14 +219,8 @@ class Shape:
 
     def refuse_foreign_key(self, constraint: str, columns: Sequence[str]) -> None:
         """A foreign key between mirrored tables: the mirror applies its cascades by the stored
-        columns, so they must be stored under their own names; and not (yet) to a table with
-        derived entries (cascade.lua does not keep them)."""
-        if self.derivation is not None:
-            raise ShapeError(
-                f'table {self.schema}.{self.table} [table."{self.section}"]: key/index: the table has '
-                f"foreign key {constraint} with another mirrored table; cascades do not keep key "
-                "templates and index keys in this version: remove key/index, or leave one table unmirrored"
-            )
+        columns, so they must be stored under their own names. (A table with derived entries
+        may have one: cascade.lua keeps its entries with the rows it changes.)"""
         for col in columns:
             if col in self.dropped or self.fields.get(col, col) != col:
                 what = "leaves out" if col in self.dropped else "renames"

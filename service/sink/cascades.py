@@ -55,6 +55,9 @@ class CascadePlan:
     suffix: Callable[[tuple[str, ...], Row | None], str | None]  # the planner's row-key suffix
     # The foreign keys between mirrored tables, as the catalog last read them
     foreign_keys: Callable[[], ForeignKeys] = _no_fks
+    # (schema, table) -> its derived entries' spec ("": none): a child row a cascade deletes or
+    # changes has its entries follow (lua/derive.lua, called by cascade.lua)
+    derive_of: Callable[[str, str], str] | None = None
     # the FkGraph op of a graph (built once per graph) and its constraint ids; whether the call has it
     _graph: tuple[ForeignKeys | None, FkGraph | None, dict[ForeignKey, str]] = field(
         default=(None, None, {}), repr=False
@@ -121,9 +124,9 @@ class CascadePlan:
                     continue
                 ids[fk] = cid = str(len(ids) + 1)
                 s, t = fk.child
-                child = TableKeys(
-                    s, t, lay.table_base(s, t), lay.index_key(s, t), lay.table_id(s, t), lay.touched_key(s, t)
-                )
+                derive = self.derive_of(s, t) if self.derive_of is not None else ""
+                base, index, tid = lay.table_base(s, t), lay.index_key(s, t), lay.table_id(s, t)
+                child = TableKeys(s, t, base, index, tid, lay.touched_key(s, t), derive)
                 constraints.append(
                     FkConstraint(
                         cid,

@@ -366,7 +366,7 @@ def fk_graph_args(g: FkGraph) -> list[Arg]:
     out: list[Arg] = ["F", g.resync_key, int(g.json), len(g.constraints)]
     for c in g.constraints:
         t = c.child
-        out += (c.cid, c.parent_tid, t.tid, t.base, t.index, t.touched)
+        out += (c.cid, c.parent_tid, t.tid, t.base, t.index, t.touched, t.derive)
         out += (c.set_prefix, c.on_delete, c.on_update, len(c.child_fields))
         out += c.child_fields
         out += c.parent_fields

@@ -113,6 +113,7 @@ class Planner:
 
     def __post_init__(self) -> None:
         self.cascades = CascadePlan(self.layout, self.key_columns, self.json_mode, self._suffix)
+        self.cascades.derive_of = self.derive_of
         if self.foreign_keys is not None:
             self.cascades.foreign_keys = self.foreign_keys
 

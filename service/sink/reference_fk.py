@@ -3,7 +3,8 @@
 A child row is found in the set of its referencing value (`set_prefix` + hex of `len:text` per
 column, service/sink/fks.py), checked against its stored columns, then deleted or has its foreign
 key set (CASCADE / SET NULL), and the cascade goes on through its own children up to depth 15;
-each row is changed at most once per cascade op. Pure: no I/O.
+each row is changed at most once per cascade op; a shaped child's derived entries follow each row
+it deletes or changes (reference_derive). Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from service.sink.ir import CascadeDelete, CascadeUpdate, FkConstraint, FkGraph
-from service.sink.keys import FKDEFS_SUFFIX
+from service.sink.keys import DERIVED_SUFFIX, FKDEFS_SUFFIX
+from service.sink.reference_derive import derive, underive
 from service.sink.reference_keyspace import Keyspace, ScriptError, as_bytes, members, merge_json
 
 __all__ = ["Cascades", "MAX_DEPTH"]
@@ -42,6 +44,10 @@ class _Constraint:
     @property
     def prefix(self) -> bytes:
         return as_bytes(self.c.set_prefix)
+
+    @property
+    def derived(self) -> bytes:
+        return self.base + DERIVED_SUFFIX.encode()
 
 
 @dataclass(slots=True)
@@ -134,6 +140,8 @@ class Cascades:
         for s in self._sets(tid, key).values():
             self.ks.srem(s, [m])
         self.ks.delete(key)
+        if k.c.child.derive:
+            underive(self.ks, k.derived, m)
         self.ks.srem(as_bytes(k.c.child.index), [m])
         self._touch(k, m)
         for k2 in self.by_parent.get(tid, ()):
@@ -156,6 +164,8 @@ class Cascades:
                     self.ks.hdel(key, [f])
                 else:
                     self.ks.hset(key, [(f, v)])
+        if k.c.child.derive:
+            derive(self.ks, k.c.child.derive, key, k.derived, m)
         after = self._sets(tid, key)
         for cid, s in before.items():
             if after.get(cid) != s:

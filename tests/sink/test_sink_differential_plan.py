@@ -195,7 +195,12 @@ def send(twin: Twin, planner: Planner, txn: Transaction, acts: list[TableAction]
 
 
 # table "u" shaped with a key template and indexes (service/sink/derive.py): its entries follow
-# every op, unit and resync write, in both executors
+# every op, unit and resync write, in both executors; so do those of the child "c", whose rows
+# the cascades delete and change too (cascade.lua calls derive.lua)
+DERIVED_CHILD = Derivation(
+    key=(Part("app:c:"), Part("id", field=True, integer=True)),
+    indexes=(IndexSpec("s", (Part("app:c-by-pid:"), Part("pid", field=True))),),
+).spec_text()
 DERIVED = Derivation(
     key=(Part("app:u:"), Part("id", field=True, integer=True)),
     indexes=(
@@ -203,6 +208,11 @@ DERIVED = Derivation(
         IndexSpec("s", (Part("app:u-by-a:"), Part("a", field=True, binary=True))),
         IndexSpec("z", (Part("app:u-by-b"),), score="b"),
     ),
+).spec_text()
+JSON_DERIVED_CHILD = Derivation(
+    key=(Part("app:c:"), Part("id", field=True, integer=True)),
+    indexes=(IndexSpec("s", (Part("app:c-by-pid:"), Part("pid", field=True))),),
+    json=(),
 ).spec_text()
 # the same over json rows: derive reads the document's fields (numbers as their literal text)
 JSON_DERIVED = Derivation(
@@ -214,6 +224,7 @@ JSON_DERIVED = Derivation(
     ),
     json=(),
 ).spec_text()
+SHAPES, JSON_SHAPES = {"u": DERIVED, "c": DERIVED_CHILD}, {"u": JSON_DERIVED, "c": JSON_DERIVED_CHILD}
 
 
 @pytest.mark.parametrize(
@@ -241,9 +252,7 @@ def test_planned_transactions_leave_the_same_keyspace(
             lambda s, t: ("id",) if t in KEYED else None,
             json_mode,
             changelog_maxlen=changelog,
-            derive_of=(lambda s, t: (JSON_DERIVED if json_mode else DERIVED) if t == "u" else "")
-            if derived
-            else None,
+            derive_of=(lambda s, t: (JSON_SHAPES if json_mode else SHAPES).get(t, "")) if derived else None,
         )
         planner.cascades.foreign_keys = lambda: fks
         twin = Twin(sink_redis, LAY, json_mode, CallEncoder(LAY, json_mode).encode, Keyspace())

@@ -105,7 +105,7 @@ def test_cascades() -> None:
         ir.CascadeUpdate("1", b"1:1", ("2", None)),
     ]
     assert CallEncoder(LAYOUT).body(ops) == [
-        "F", "m:__resync", 0, 1, "1", "db:t", "db:c", "m:db:c", "m:db:c:__keys", "m:db:c:__touched",
+        "F", "m:__resync", 0, 1, "1", "db:t", "db:c", "m:db:c", "m:db:c:__keys", "m:db:c:__touched", "",
         "m:db:c:__fk:p", "CASCADE", "SET NULL", 1, "pid", "id",
         "FA", "m:db:c:__fk:p:1:1", "5", "FR", "m:db:c:__fk:p:1:1", "5",
         "FD", "1", b"1:1", "FU", "1", b"1:1", "10", "2", b"",

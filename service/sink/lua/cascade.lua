@@ -3,14 +3,17 @@
 -- FA/FR, never apply's locals. MariaDB and MySQL < 9.6 do not log the child rows that
 -- ON DELETE/UPDATE CASCADE and SET NULL change; the planner sends, after a parent row's ops:
 --   F resync json n, per constraint: id parent_tid child_tid child_base child_index child_touched
---     set_prefix on_delete on_update k child_field x k, parent_field x k  (once per call)
+--     child_derive set_prefix on_delete on_update k child_field x k, parent_field x k  (once per
+--     call; child_derive: the child's derived entries' spec, '' for none: derive.lua)
 --   FD id old             the parent row that held referenced value `old` was deleted
 --   FU id old mask v x k  its referenced columns became v ... (mask: '0' for a NULL)
 -- A child row is found in the set `set_prefix .. hex(value)` (service/sink/fks.py) and checked against
 -- its stored columns first (a stale member is dropped). Values are the layout's own text (hash
 -- field, or raw JSON), `len:text` per column, so a stored row's columns compare as they are.
 -- Cascades go on through the child rows they change (grandchildren...), up to InnoDB's depth of
--- 15; each row is changed at most once per cascade (a cycle of ON UPDATE CASCADE ends).
+-- 15; each row is changed at most once per cascade (a cycle of ON UPDATE CASCADE ends). A shaped
+-- child's derived entries (its copy at the key template, its index entries) follow each row it
+-- deletes or changes, in the same call (derive.lua).
 local fk = {by_parent = {}, by_child = {}, list = {}, json = false, resync = '', seen = {}}
 
 local function fk_graph(i)               -- op F at ARGV[i]; returns the index after it
@@ -19,17 +22,18 @@ local function fk_graph(i)               -- op F at ARGV[i]; returns the index a
   local n = tonumber(ARGV[i + 3])
   i = i + 4
   for _ = 1, n do
-    local k = tonumber(ARGV[i + 9])
+    local k = tonumber(ARGV[i + 10])
     local c = {id = ARGV[i], ptid = ARGV[i + 1], ctid = ARGV[i + 2], base = ARGV[i + 3] .. ':',
-               index = ARGV[i + 4], touched = ARGV[i + 5], setp = ARGV[i + 6],
-               on_delete = ARGV[i + 7], on_update = ARGV[i + 8], cf = {}, pf = {}}
-    for j = 1, k do c.cf[j] = ARGV[i + 9 + j]; c.pf[j] = ARGV[i + 9 + k + j] end
+               index = ARGV[i + 4], touched = ARGV[i + 5], dspec = derive_spec(ARGV[i + 6]),
+               setp = ARGV[i + 7], on_delete = ARGV[i + 8], on_update = ARGV[i + 9], cf = {}, pf = {}}
+    c.derived = c.base .. DERIVED_SUFFIX
+    for j = 1, k do c.cf[j] = ARGV[i + 10 + j]; c.pf[j] = ARGV[i + 10 + k + j] end
     fk.list[c.id] = c
     fk.by_parent[c.ptid] = fk.by_parent[c.ptid] or {}
     table.insert(fk.by_parent[c.ptid], c)
     fk.by_child[c.ctid] = fk.by_child[c.ctid] or {}
     table.insert(fk.by_child[c.ctid], c)
-    i = i + 10 + 2 * k
+    i = i + 11 + 2 * k
   end
   return i
 end
@@ -89,6 +93,7 @@ local function fk_delete_row(c, m, key, depth)
   local refs = fk_refs(c.ctid, key)
   for _, set in pairs(fk_sets(c.ctid, key)) do redis.call('SREM', set, m) end
   redis.call('DEL', key)
+  if c.dspec then underive(c.derived, m) end
   redis.call('SREM', c.index, m)
   fk_touch(c, m)
   for _, c2 in ipairs(fk.by_parent[c.ctid] or {}) do fk_cascade(c2, refs[c2.id], nil, depth + 1) end
@@ -106,10 +111,15 @@ local function fk_set_row(c, m, key, new, depth)  -- the row's foreign key becom
       if v then redis.call('HSET', key, f, v) else redis.call('HDEL', key, f) end
     end
   end
+  -- a shaped child's entries follow; a ttl whose instant is past removed the row (derive.lua):
+  -- it leaves `__keys` and its sets, as in apply.lua, and its own children are left as they are
+  local gone = c.dspec and derive(c.dspec, key, c.derived, m)
+  if gone then redis.call('SREM', c.index, m) end
   local after = fk_sets(c.ctid, key)
   for id, set in pairs(before) do if after[id] ~= set then redis.call('SREM', set, m) end end
   for id, set in pairs(after) do if before[id] ~= set then redis.call('SADD', set, m) end end
   fk_touch(c, m)
+  if gone then return end
   for _, c2 in ipairs(fk.by_parent[c.ctid] or {}) do
     fk_cascade(c2, refs[c2.id], fk_read(key, c2.pf), depth + 1)
   end
