@@ -231,11 +231,11 @@ class Derivation:
     def tag(self) -> str:
         return _tag_of(self)
 
-    def counts(self, raw: Mapping[bytes, bytes]) -> tuple[int, tuple[int, ...]]:
+    def counts(self, raw: Mapping[bytes, bytes] | Mapping[str, str]) -> tuple[int, tuple[int, ...]]:
         """From a `__derivedcounts` hash: the row copies at the key template and each index's
         entries, in this spec (another shape's fields, left while a resync moves the rows into
         this one, are not counted)."""
-        got = {k.decode(): int(v) for k, v in raw.items()}
+        got = {_text(k): int(v) for k, v in raw.items()}
         tag = self.tag
         n = [got.get(counts_field(tag, i), 0) for i in range(len(self.indexes) + 1)]
         return n[0], tuple(n[1:])

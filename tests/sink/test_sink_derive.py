@@ -25,6 +25,7 @@ from service.sink.derive import (
     Part,
     Ttl,
     counts_field,
+    decode_entries,
     encode_entries,
     key_part,
     score_of,
@@ -156,6 +157,16 @@ def test_derive_lua_keeps_what_its_twin_computes(
         assert keyspace(r) == expected(alive, RESHAPED)
         n_copies, per_index = RESHAPED.counts(r.hgetall(COUNTS))
         assert n_copies == 0 and per_index[0] == len(alive)  # (the unique column: every row has one)
+
+
+def test_records_carry_the_spec_tag_and_index_numbers_the_counts_are_of() -> None:
+    member, entries = SPEC.entries({"tenant": "1", "id": "7", "email": "e", "amount": "2"}, BASE + "r")
+    assert member == "app:1:u:7" and [(e.kind, e.index) for e in entries] == [("k", 0), ("u", 1), ("z", 5)]
+    raw = encode_entries(SPEC.tag, member, entries)
+    assert raw.startswith(f"12:{SPEC.tag}9:{member}k") and decode_entries(raw) == (SPEC.tag, member, entries)
+    fields = {counts_field(SPEC.tag, 0): "3", counts_field(SPEC.tag, 5): "2", counts_field("other", 1): "9"}
+    assert SPEC.counts(fields) == (3, (0, 0, 0, 0, 2))  # another shape's fields are not counted
+    assert SPEC.counts({k.encode(): v.encode() for k, v in fields.items()}) == (3, (0, 0, 0, 0, 2))
 
 
 def test_key_parts_and_scores_as_documented() -> None:
