@@ -288,6 +288,47 @@ async def test_rows_and_index_entries_follow_every_change(stack: LocalStack) -> 
     r.close()
 
 
+async def test_a_changed_section_counts_the_entries_of_its_new_indexes(stack: LocalStack) -> None:
+    """A restart with an index removed and the others reordered: the table is copied again into
+    the new shape; its counts are then those of the new indexes, from the source's rows, and no
+    count of the former shape is left (`__derivedcounts` holds only the new spec's fields)."""
+    info = stack.load()
+    assert info is not None
+    db, prefix = new_database(stack, USERS)
+    app = f"app_{db}"
+    write(stack, db, INSERTS)
+    old = section(app)
+    settings = mirror_settings(stack, db, prefix, table={f"{db}.users": old})
+    rep = Replicator(settings)
+    task = asyncio.create_task(rep.run())
+    try:
+        await settle(rep, stack)
+        assert await counts_shown(rep) == expected_counts(stack, db) == (4, [4, 3, 3, 3])
+    finally:
+        await stop_replicator(rep, task)
+    write(stack, db, ["UPDATE users SET status = NULL, token = NULL WHERE tenant_id = 1 AND id = 3"])
+    new = {**old, "index": [old["index"][2], old["index"][0], old["index"][3]]}  # no status set
+    settings = mirror_settings(stack, db, prefix, table={f"{db}.users": new})
+    rep = Replicator(settings)
+    task = asyncio.create_task(rep.run())
+    try:
+        await settle(rep, stack)
+        write(stack, db, ["DELETE FROM users WHERE tenant_id = 1 AND id = 2"])
+        await asyncio.to_thread(wait_applied, info.redis_url, prefix, master_position(stack))
+        await settle(rep, stack)
+        n, (emails, _statuses, created, tokens) = expected_counts(stack, db)
+        assert await counts_shown(rep) == (n, [created, emails, tokens]) == (3, [3, 3, 2])
+        shape = rep.catalog.shape(db, "users")
+        assert shape is not None and shape.derivation is not None
+        r = redis_sync.Redis.from_url(info.redis_url)
+        fields = r.hgetall(KeyLayout(prefix).derived_counts_key(db, "users"))
+        assert fields and all(f.startswith(shape.derivation.tag.encode() + b":") for f in fields)
+        assert not list(r.scan_iter(f"{app}:*:users-by-status:*"))  # the removed index's keys went
+        r.close()
+    finally:
+        await stop_replicator(rep, task)
+
+
 @pytest.mark.parametrize(
     ("index", "message"),
     [
