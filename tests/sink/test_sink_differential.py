@@ -11,7 +11,7 @@ irrelevant, as Redis's set order cannot be reproduced. SINK_DIFF_EXAMPLES=n runs
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pytest
@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from service.sink import ir
 from service.sink.codec import CallEncoder
+from service.sink.derive import Derivation, IndexSpec, Part
 from service.sink.fks import defs_key, fk_field
 from service.sink.keys import KeyLayout
 from service.sink.reference import execute
@@ -308,8 +309,29 @@ def drive(twin: Twin, plan: list[Txn | Unit], json_mode: bool, rules: Rules) -> 
     return prev
 
 
-@pytest.mark.parametrize("json_mode", [False, True], ids=["hash", "json"])
-def test_random_calls_leave_the_same_keyspace(sink_redis: redis_sync.Redis, json_mode: bool) -> None:
+# the child and grandchild shaped (hash rows): the rows their cascades delete or change keep their
+# copies at the key template and their set entries (cascade.lua calls derive.lua)
+DERIVED_CHILDREN = {
+    n: Derivation(
+        key=(Part(f"app:{n}:"), Part("id", field=True, integer=True)),
+        indexes=(IndexSpec("s", (Part(f"app:{n}-by-{col}:"), Part(col, field=True))),),
+    ).spec_text()
+    for n, col in FK_COLUMN.items()
+}
+
+
+@pytest.mark.parametrize(
+    ("json_mode", "derived"),
+    [(False, False), (True, False), (False, True)],
+    ids=["hash", "json", "hash-derived"],
+)
+def test_random_calls_leave_the_same_keyspace(
+    sink_redis: redis_sync.Redis, json_mode: bool, derived: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if derived:
+        for n, spec in DERIVED_CHILDREN.items():
+            monkeypatch.setitem(TABLES, n, replace(TABLES[n], derive=spec))
+
     @settings(settings.get_profile("sink-differential"))
     @given(plan=steps(json_mode), on=st.tuples(rule, rule, rule, rule))
     def check(plan: list[Txn | Unit], on: tuple[str, str, str, str]) -> None:
@@ -414,6 +436,49 @@ def test_cluster_groups_keep_the_newest_fencing_number(sink_redis: redis_sync.Re
     twin.ks.delete(LAY.lease_key.encode())
     for token in ("#3", "#2", "#3", "#5", "tok"):
         twin.call(ir.ApplyCall(header("f.1:1", "", 0, True, 0, 0, token), []))
+
+
+@pytest.mark.parametrize(
+    "on", [("CASCADE", "CASCADE"), ("SET NULL", "SET NULL")], ids=["cascade", "set-null"]
+)
+def test_cascades_into_shaped_children_keep_their_entries(
+    sink_redis: redis_sync.Redis, monkeypatch: pytest.MonkeyPatch, on: tuple[str, str]
+) -> None:
+    """A parent's key update and delete cascading into shaped children (and, on delete, their
+    children): the copies at the key templates, set entries and counts follow in both executors."""
+    for n, spec in DERIVED_CHILDREN.items():
+        monkeypatch.setitem(TABLES, n, replace(TABLES[n], derive=spec))
+    c, g = TABLES["c"], TABLES["g"]
+    twin = start(sink_redis, False)
+    rules = {"c": on, "g": on}
+    calls: list[list[ir.Op]] = [
+        [
+            ir.WriteRow(c, "1", {"id": 1, "pid": 1, "a": "x"}),
+            ir.JoinFkSet(fk_set("c", 1), "1"),
+            ir.WriteRow(c, "2", {"id": 2, "pid": 1}),
+            ir.JoinFkSet(fk_set("c", 1), "2"),
+            ir.WriteRow(c, "3", {"id": 3, "pid": 2}),
+            ir.JoinFkSet(fk_set("c", 2), "3"),
+            ir.WriteRow(g, "1", {"id": 1, "cid": 1}),
+            ir.JoinFkSet(fk_set("g", 1), "1"),
+        ],
+        [ir.CascadeUpdate(CID["c"], enc(1), ("4",))],  # t.id 1 -> 4
+        [ir.CascadeDelete(CID["c"], enc(4 if on[1] == "CASCADE" else 2))],
+    ]
+    prev = ""
+    for n, ops in enumerate(calls, 1):
+        tail = [ir.SetFields(LAY.checkpoint_key, (("id", f"f.1:{n}"),))]
+        h = header(f"f.1:{n}", prev, 0, True, len(ops), 0)
+        kind, _ = twin.call(ir.ApplyCall(h, with_graph(ops, False, rules), tail))
+        assert kind == "reply"
+        prev = f"f.1:{n}"
+        if n == 1:
+            assert sink_redis.smembers("app:c-by-pid:1") == {b"app:c:1", b"app:c:2"}
+    by_pid = {k: sink_redis.smembers(k) for k in sink_redis.scan_iter("app:c-by-pid:*")}
+    if on[0] == "CASCADE":  # c 1, 2 moved to pid 4, then deleted with g 1
+        assert by_pid == {b"app:c-by-pid:2": {b"app:c:3"}} and not sink_redis.exists("app:g:1", "app:c:1")
+    else:  # c 1, 2 lost their pid on the update; c 3 on the delete of t.id 2
+        assert by_pid == {} and sink_redis.exists("app:c:1", "app:c:2", "app:c:3", "app:g:1") == 4
 
 
 # -- the plain MULTI/EXEC form of insert-only calls (service/sink/plain.py) -----------------------
