@@ -8,13 +8,13 @@ import asyncio
 import dataclasses
 import logging
 
-from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from service.catalog import Catalog
+from service.errors import ReplicatorError
 from service.pipeline.status import ReplicatorStatus, TableStatus
 from service.sink.derive import Derivation
-from service.sink.keys import KeyLayout
+from service.sink.mirror import RedisMirror
 
 __all__ = ["with_entry_counts"]
 
@@ -24,10 +24,10 @@ log = logging.getLogger(__name__)
 
 
 async def with_entry_counts(
-    redis: Redis, layout: KeyLayout, catalog: Catalog, status: ReplicatorStatus
+    mirror: RedisMirror, catalog: Catalog, status: ReplicatorStatus
 ) -> ReplicatorStatus:
     """`status` with each shaped table's counts of row copies and index entries (left null when
-    Redis does not answer)."""
+    Redis does not answer). Through the mirror: on a Redis Cluster each table's own slot group."""
     wanted: list[tuple[int, TableStatus, Derivation]] = []
     for n, t in enumerate(status.tables):
         shape = catalog.shape(t.schema, t.table) if t.shape is not None else None
@@ -36,11 +36,9 @@ async def with_entry_counts(
     if not wanted:
         return status
     try:
-        async with asyncio.timeout(READ_TIMEOUT), redis.pipeline(transaction=False) as pipe:
-            for _, t, _ in wanted:
-                pipe.hgetall(layout.derived_counts_key(t.schema, t.table))
-            replies = await pipe.execute()
-    except (RedisError, OSError, TimeoutError) as exc:
+        async with asyncio.timeout(READ_TIMEOUT):
+            replies = await asyncio.gather(*(mirror.derived_counts(t.schema, t.table) for _, t, _ in wanted))
+    except (RedisError, ReplicatorError, OSError, TimeoutError) as exc:
         log.debug("index entry counts not read: %s", exc)
         return status
     tables = list(status.tables)

@@ -197,7 +197,7 @@ class Replicator:
 
     async def counted_status(self) -> ReplicatorStatus:
         """`status()` with each shaped table's row copies and index entries, read from Redis."""
-        return await with_entry_counts(self.redis, self.layout, self.catalog, self.status())
+        return await with_entry_counts(self.mirror, self.catalog, self.status())
 
     async def run(self) -> None:
         """Replicate until stop(); raises on a non-retriable error (state FAILED)."""

@@ -516,6 +516,9 @@ class ClusterMirror(RedisMirror):
     async def sweep_expired(self, schema: str, table: str) -> int:
         return await (await self._group(self._tid(schema, table))).sweep_expired(schema, table)
 
+    async def derived_counts(self, schema: str, table: str) -> dict[bytes, bytes]:
+        return await (await self._group(self._tid(schema, table))).derived_counts(schema, table)
+
 
 def _without_renames(actions: Sequence[TableAction]) -> list[TableAction]:
     """A RENAME becomes a DROP of the old name and a resync of the new one: its rows would move

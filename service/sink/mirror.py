@@ -24,7 +24,7 @@ import contextlib
 import secrets
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from redis.asyncio import Redis
 
@@ -250,6 +250,12 @@ class RedisMirror:
     async def sweep_expired(self, schema: str, table: str) -> int:
         """Remove what points at the ttl table's expired rows (service/sink/ttlsweep.py)."""
         return await self.sweeper.sweep(schema, table)
+
+    async def derived_counts(self, schema: str, table: str) -> dict[bytes, bytes]:
+        """A shaped table's `__derivedcounts` (derive.counts_field -> count, derive.lua keeps it)."""
+        with map_redis_errors("reading the index entry counts"):
+            raw = await self.redis.hgetall(self.layout.derived_counts_key(schema, table))
+        return cast("dict[bytes, bytes]", raw)
 
     async def pending_resyncs(self) -> dict[str, str]:
         """table_id -> reason for every resync in flight (survives restarts)."""

@@ -20,7 +20,14 @@ from service.shaping import Shapes
 from service.sink.cluster import cluster_layout
 from service.sink.keys import group_layout
 from tests.integration.mirror_helpers import mirror_settings, new_database, settle, stop_replicator, until
-from tests.integration.test_mirror_derived import INSERTS, USERS, expected, section
+from tests.integration.test_mirror_derived import (
+    INSERTS,
+    USERS,
+    counts_shown,
+    expected,
+    expected_counts,
+    section,
+)
 from tests.integration.test_mirror_shaping import write
 
 pytestmark = pytest.mark.integration
@@ -110,6 +117,8 @@ async def test_a_tagged_table_keeps_every_entry_in_its_slot(
         await settle(rep, stack)
         assert _actual(rc, app) == expected(stack, db, tagged)
         in_one_slot()
+        # /tables' entry counts, read in the table's slot group
+        assert await counts_shown(rep) == expected_counts(stack, db)
         # the change log (global slot) holds the shaped images: no excluded column
         logged = [e[1] for e in rc.xrange(cluster_layout(prefix).changes_key)]
         assert logged and all(b"password_hash" not in e[b"before"] + e[b"after"] for e in logged)
@@ -129,6 +138,7 @@ async def test_a_tagged_table_keeps_every_entry_in_its_slot(
         write(stack, db, ["TRUNCATE TABLE users"])
         await settle(rep, stack)
         assert _actual(rc, app) == {} and not rc.exists(group.derived_key(db, "users"))
+        assert not rc.exists(group.derived_counts_key(db, "users"))
         write(stack, db, INSERTS)
         await settle(rep, stack)
         assert _actual(rc, app) == expected(stack, db, tagged)
@@ -153,8 +163,9 @@ async def test_a_tagged_table_keeps_every_entry_in_its_slot(
         await settle(rep, stack)
         left = [k.decode() for k in rc.scan_iter(match=f"{group.prefix}:*", count=1000)]
         assert not [k for k in left if not k.rsplit(":", 1)[-1].startswith("__")], left  # no row
-        assert not [k for k in left if k.endswith(("__keys", "__derived"))], left
+        assert not [k for k in left if k.endswith(("__keys", "__derived", "__derivedcounts"))], left
         assert rc.exists(retagged.derived_key(db, "users"))
+        assert await counts_shown(rep) == expected_counts(stack, db)
 
     await _run(moved, stack, third_run)
     assert rc.hget(cluster_layout(prefix).prefix + ":__groups", f"{db}:users") == b"people"

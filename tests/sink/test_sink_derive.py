@@ -296,7 +296,9 @@ def test_derive_lua_reads_json_rows_as_their_hash_text(sink_redis: redis_sync.Re
     for suffix, doc in docs.items():
         member, entries = JSON_SPEC.entries(JSON_SPEC.stored_fields(doc), BASE + suffix)
         assert member is not None
-        want.setdefault(DERIVED.encode(), {})[suffix.encode()] = encode_entries(member, entries).encode()
+        want.setdefault(DERIVED.encode(), {})[suffix.encode()] = encode_entries(
+            JSON_SPEC.tag, member, entries
+        ).encode()
         for e in entries:
             key_b = e.key.encode()
             if e.kind == "k":
