@@ -311,25 +311,27 @@ def drive(twin: Twin, plan: list[Txn | Unit], json_mode: bool, rules: Rules) -> 
 
 # the child and grandchild shaped (hash rows): the rows their cascades delete or change keep their
 # copies at the key template and their set entries (cascade.lua calls derive.lua)
-DERIVED_CHILDREN = {
-    n: Derivation(
-        key=(Part(f"app:{n}:"), Part("id", field=True, integer=True)),
-        indexes=(IndexSpec("s", (Part(f"app:{n}-by-{col}:"), Part(col, field=True))),),
-    ).spec_text()
-    for n, col in FK_COLUMN.items()
-}
+def derived_children(json_mode: bool) -> dict[str, str]:
+    return {
+        n: Derivation(
+            key=(Part(f"app:{n}:"), Part("id", field=True, integer=True)),
+            indexes=(IndexSpec("s", (Part(f"app:{n}-by-{col}:"), Part(col, field=True))),),
+            json=() if json_mode else None,
+        ).spec_text()
+        for n, col in FK_COLUMN.items()
+    }
 
 
 @pytest.mark.parametrize(
     ("json_mode", "derived"),
-    [(False, False), (True, False), (False, True)],
-    ids=["hash", "json", "hash-derived"],
+    [(False, False), (True, False), (False, True), (True, True)],
+    ids=["hash", "json", "hash-derived", "json-derived"],
 )
 def test_random_calls_leave_the_same_keyspace(
     sink_redis: redis_sync.Redis, json_mode: bool, derived: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     if derived:
-        for n, spec in DERIVED_CHILDREN.items():
+        for n, spec in derived_children(json_mode).items():
             monkeypatch.setitem(TABLES, n, replace(TABLES[n], derive=spec))
 
     @settings(settings.get_profile("sink-differential"))
@@ -438,18 +440,19 @@ def test_cluster_groups_keep_the_newest_fencing_number(sink_redis: redis_sync.Re
         twin.call(ir.ApplyCall(header("f.1:1", "", 0, True, 0, 0, token), []))
 
 
+@pytest.mark.parametrize("json_mode", [False, True], ids=["hash", "json"])
 @pytest.mark.parametrize(
     "on", [("CASCADE", "CASCADE"), ("SET NULL", "SET NULL")], ids=["cascade", "set-null"]
 )
 def test_cascades_into_shaped_children_keep_their_entries(
-    sink_redis: redis_sync.Redis, monkeypatch: pytest.MonkeyPatch, on: tuple[str, str]
+    sink_redis: redis_sync.Redis, monkeypatch: pytest.MonkeyPatch, on: tuple[str, str], json_mode: bool
 ) -> None:
     """A parent's key update and delete cascading into shaped children (and, on delete, their
     children): the copies at the key templates, set entries and counts follow in both executors."""
-    for n, spec in DERIVED_CHILDREN.items():
+    for n, spec in derived_children(json_mode).items():
         monkeypatch.setitem(TABLES, n, replace(TABLES[n], derive=spec))
     c, g = TABLES["c"], TABLES["g"]
-    twin = start(sink_redis, False)
+    twin = start(sink_redis, json_mode)
     rules = {"c": on, "g": on}
     calls: list[list[ir.Op]] = [
         [
@@ -469,7 +472,7 @@ def test_cascades_into_shaped_children_keep_their_entries(
     for n, ops in enumerate(calls, 1):
         tail = [ir.SetFields(LAY.checkpoint_key, (("id", f"f.1:{n}"),))]
         h = header(f"f.1:{n}", prev, 0, True, len(ops), 0)
-        kind, _ = twin.call(ir.ApplyCall(h, with_graph(ops, False, rules), tail))
+        kind, _ = twin.call(ir.ApplyCall(h, with_graph(ops, json_mode, rules), tail))
         assert kind == "reply"
         prev = f"f.1:{n}"
         if n == 1:
