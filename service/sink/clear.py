@@ -17,6 +17,35 @@ from service.sink.mirror import MirrorOptions, RedisMirror, map_redis_errors
 
 __all__ = ["clear_prefix"]
 
+
+def _entries_of_any_layout(raw: bytes) -> tuple[str, list[Entry]]:
+    """A `__derived` record's member and entries, in this layout's form (a 12-hex derivation tag
+    first) or key layout 2's (no tag, no index numbers): `ctl clear` is the way out of the
+    older one (layoutversion.py), so it must read both."""
+    try:
+        tag, member, entries = decode_entries(raw)
+        if len(tag) == 12 and all(c in "0123456789abcdef" for c in tag):
+            return member, entries
+    except (ValueError, IndexError, UnicodeDecodeError):
+        pass
+    at, out = 0, []
+
+    def lv() -> str:
+        nonlocal at
+        colon = raw.index(b":", at)
+        end = colon + 1 + int(raw[at:colon])
+        text = raw[colon + 1 : end].decode()
+        at = end
+        return text
+
+    member = lv()
+    while at < len(raw):
+        kind = chr(raw[at])
+        at += 1
+        key = lv()
+        out.append(Entry(kind, key, lv() if kind == "z" else ""))
+    return member, out
+
 BATCH = 1000
 
 
@@ -41,7 +70,7 @@ async def clear_prefix(redis_url: str, prefix: str, lease_ttl: float = 10.0) -> 
             derived = [k async for k in redis.scan_iter(match=f"{glob_literal(prefix)}:*:{DERIVED_SUFFIX}")]
             for dkey in derived:
                 async for _, raw in redis.hscan_iter(dkey, count=BATCH):
-                    _, member, entries = decode_entries(raw)
+                    member, entries = _entries_of_any_layout(raw)
                     deleted += await _drop(redis, member, entries)
                 await mirror.renew_lease()
         with map_redis_errors(f"deleting {prefix}:*"):

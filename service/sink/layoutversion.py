@@ -6,10 +6,15 @@ read in a form it does not know.
 
     1  (no `__layout` key) foreign-key sets named `{table}:__fk:{constraint}:{raw value}`
     2  their names hold the value as hex: `{table}:__fkx:{constraint}:{hex}` (service/sink/fks.py)
+    3  a shaped table's `{table}:__derived` records start with the tag of their derivation and
+       number each entry's index (service/sink/derive.py), for the per-index counts
 
 1 -> 2: the raw-named sets are dropped, with their `__fkready` and `__fkdefs` entries, so their
 tables' sets count as unfilled and those tables are copied again (pipeline/applier.py,
 `_fill_fk_sets`): the sets are rebuilt in the new form from the source's rows, never guessed.
+2 -> 3: a mirror holding `__derived` records of the older form is refused with the way out
+(`ctl clear`, then a start copies every table again): what those records name is not re-read in
+a form this version does not write. One without any is only marked 3.
 """
 
 from __future__ import annotations
@@ -21,12 +26,12 @@ from redis.asyncio import Redis
 
 from service.errors import ConfigError
 from service.sink.fks import OLD_SET_MARK, ready_key
-from service.sink.keys import KeyLayout, glob_literal
+from service.sink.keys import DERIVED_SUFFIX, KeyLayout, glob_literal
 from service.sink.replies import map_redis_errors
 
 __all__ = ["LAYOUT_VERSION", "ensure_layout"]
 
-LAYOUT_VERSION = 2
+LAYOUT_VERSION = 3
 BATCH = 1000
 
 log = logging.getLogger(__name__)
@@ -49,8 +54,16 @@ async def ensure_layout(redis: Redis, layout: KeyLayout) -> None:
             )
         if int(text) == LAYOUT_VERSION:
             return
-    with map_redis_errors("migrating the mirror's key layout (foreign-key sets)"):
-        dropped = await _drop_raw_fk_sets(redis, layout)
+    with map_redis_errors("migrating the mirror's key layout"):
+        base = glob_literal(layout.prefix)
+        async for _ in redis.scan_iter(match=f"{base}:*:{DERIVED_SUFFIX}", count=BATCH):
+            raise ConfigError(
+                f"the mirror under key prefix {layout.prefix!r} holds key-template and index entries "
+                "written by an earlier binlog-mirror (key layout 2): stop every instance, run "
+                f"`binlog-mirror ctl clear --prefix {layout.prefix}` (it removes them and the "
+                "application's keys they name), then start again: the tables are copied anew"
+            )
+        dropped = await _drop_raw_fk_sets(redis, layout) if raw is None else 0
         await redis.set(key, LAYOUT_VERSION)
     if dropped:
         log.info(

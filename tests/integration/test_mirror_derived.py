@@ -19,6 +19,7 @@ from typing import Any
 import pymysql
 import pytest
 import redis as redis_sync
+import redis.asyncio as redis_async
 
 from api.schemas import TableSummaryOut
 from service.devtools.stack import LocalStack
@@ -26,6 +27,7 @@ from service.errors import ConfigError
 from service.pipeline.replicator import Replicator
 from service.sink.clear import clear_prefix
 from service.sink.keys import KeyLayout
+from service.sink.layoutversion import ensure_layout
 from service.sink.values import json_document
 from service.verify.verifier import Verifier
 from tests.integration.mirror_helpers import (
@@ -36,6 +38,7 @@ from tests.integration.mirror_helpers import (
     settle,
     stop_replicator,
     stored_position,
+    unique_names,
     wait_applied,
 )
 from tests.integration.test_mirror_crash import _start as start_run
@@ -530,3 +533,28 @@ def test_sigkill_during_updates_of_indexed_columns(stack: LocalStack, tmp_path: 
         stop_run(proc)
     assert kills == 8 and steps[0] > 20, (kills, steps[0])
     assert "Traceback" not in log.read_text(errors="replace")
+
+
+async def test_entries_of_the_older_layout_stop_the_run_until_ctl_clear(stack: LocalStack) -> None:
+    """A mirror whose `__derived` records are key layout 2's (no derivation tag, no index numbers)
+    is refused with the way out; `ctl clear` reads that form too, removes the application's keys
+    the records name, and the next start takes the mirror as layout 3."""
+    info = stack.load()
+    assert info is not None
+    prefix = unique_names()[1]
+    r = redis_sync.Redis.from_url(info.redis_url)
+    r.set(f"{prefix}:__layout", 2)
+    r.hset(f"{prefix}:db:users:1:1", "id", "1")
+    r.hset(f"{prefix}:db:users:__derived", "1:1", "8:app:1:u1k8:app:1:u1s8:app:by-sz5:app:z1:3")
+    r.hset("app:1:u1", "id", "1")
+    r.sadd("app:by-s", "app:1:u1")
+    r.zadd("app:z", {"app:1:u1": 3})
+    layout = KeyLayout(prefix)
+    with pytest.raises(ConfigError, match=f"run `binlog-mirror ctl clear --prefix {prefix}`"):
+        await ensure_layout(r_async := redis_async.Redis.from_url(info.redis_url), layout)
+    assert await clear_prefix(info.redis_url, prefix) > 0
+    assert not r.exists("app:1:u1", "app:by-s", "app:z") and not r.keys(f"{prefix}:*")
+    await ensure_layout(r_async, layout)
+    assert r.get(f"{prefix}:__layout") == b"3"
+    await r_async.aclose()
+    r.close()
