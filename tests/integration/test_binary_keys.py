@@ -161,14 +161,14 @@ async def test_a_mirror_of_the_older_key_layout_is_migrated_and_a_newer_one_refu
     try:
         async with replicating(settings) as rep:
             await settle(rep, stack)
-        assert r.get(lay.layout_key) == b"2"
+        assert r.get(lay.layout_key) == b"3"
         assert _to_layout_1(r, lay, db) == 100  # one set per parent value
         raw = list(r.scan_iter(match=f"{prefix}:*:__fk:*", count=1000))
         assert raw and not all(k.decode(errors="replace").isprintable() for k in raw)
 
         async with replicating(settings) as rep:
             await settle(rep, stack, timeout=60)
-            assert r.get(lay.layout_key) == b"2"
+            assert r.get(lay.layout_key) == b"3"
             assert not list(r.scan_iter(match=f"{prefix}:*:__fk:*", count=1000))  # dropped
             # the next transaction copies the child table again (the applier's _fill_fk_sets);
             # a parent's delete in it takes its 30 children all the same
@@ -183,9 +183,9 @@ async def test_a_mirror_of_the_older_key_layout_is_migrated_and_a_newer_one_refu
             got = await asyncio.to_thread(actual, info.redis_url, prefix, db, tuple(keys))
             assert got == await asyncio.to_thread(expected, stack, db, keys)
 
-        r.set(lay.layout_key, 3)  # written by a newer version: refused, nothing read
+        r.set(lay.layout_key, 4)  # written by a newer version: refused, nothing read
         rep = Replicator(settings)
-        with pytest.raises(ConfigError, match=r"written by a newer binlog-mirror \(key layout 3"):
+        with pytest.raises(ConfigError, match=r"written by a newer binlog-mirror \(key layout 4"):
             await asyncio.wait_for(rep.run(), 30)
     finally:
         r.close()
