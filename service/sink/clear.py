@@ -46,6 +46,7 @@ def _entries_of_any_layout(raw: bytes) -> tuple[str, list[Entry]]:
         out.append(Entry(kind, key, lv() if kind == "z" else ""))
     return member, out
 
+
 BATCH = 1000
 
 
