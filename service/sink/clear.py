@@ -28,23 +28,8 @@ def _entries_of_any_layout(raw: bytes) -> tuple[str, list[Entry]]:
             return member, entries
     except (ValueError, IndexError, UnicodeDecodeError):
         pass
-    at, out = 0, []
-
-    def lv() -> str:
-        nonlocal at
-        colon = raw.index(b":", at)
-        end = colon + 1 + int(raw[at:colon])
-        text = raw[colon + 1 : end].decode()
-        at = end
-        return text
-
-    member = lv()
-    while at < len(raw):
-        kind = chr(raw[at])
-        at += 1
-        key = lv()
-        out.append(Entry(kind, key, lv() if kind == "z" else ""))
-    return member, out
+    _, member, entries = decode_entries(raw, layout2=True)
+    return member, entries
 
 
 BATCH = 1000

@@ -190,8 +190,9 @@ def encode_entries(tag: str, member: str, entries: Sequence[Entry]) -> str:
     return "".join(out)
 
 
-def decode_entries(raw: str | bytes) -> tuple[str, str, list[Entry]]:
-    """(tag, member, entries) of a `__derived` value."""
+def decode_entries(raw: str | bytes, layout2: bool = False) -> tuple[str, str, list[Entry]]:
+    """(tag, member, entries) of a `__derived` value; `layout2`: key layout 2's form (no tag, no
+    index numbers: tag "", every index 0), which only `ctl clear` still reads."""
     data = raw if isinstance(raw, bytes) else raw.encode()
     at = 0
 
@@ -203,13 +204,13 @@ def decode_entries(raw: str | bytes) -> tuple[str, str, list[Entry]]:
         at = end
         return text
 
-    tag = lv()
+    tag = "" if layout2 else lv()
     member = lv()
     entries: list[Entry] = []
     while at < len(data):
         kind = chr(data[at])
         at += 1
-        index = int(lv()) if kind != "k" else 0
+        index = int(lv()) if kind != "k" and not layout2 else 0
         key = lv()
         entries.append(Entry(kind, key, lv() if kind == "z" else "", index))
     return tag, member, entries
