@@ -327,6 +327,12 @@ class ShapeOut(BaseModel):
     )
     fields: dict[str, str] = Field(description="Each kept source column -> its field name in the mirror.")
     excluded: list[str] = Field(description="The columns never stored nor published (names only).")
+    hidden: list[str] = Field(
+        default_factory=list,
+        description="Columns left out of the fields that a key template, a score or the ttl names: "
+        "kept in the mirror's own rows (under its prefix) to move the entries, never in the rows' "
+        'copies, the change log or the websocket (docs/mirror.md, "Hidden columns").',
+    )
     fingerprint: str = Field(
         description="The section's fingerprint, recorded with the rows: a start with another one "
         "copies the table again into the new shape."
@@ -349,6 +355,7 @@ class ShapeOut(BaseModel):
             section=s.section,
             fields=dict(s.fields),
             excluded=list(s.excluded),
+            hidden=list(s.hidden),
             fingerprint=s.fingerprint,
             key=s.key,
             copies=s.copies,

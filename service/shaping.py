@@ -5,9 +5,11 @@ Pure: settings in, checked against what the source says a table is (`TableInfo`)
 Every refusal is one line naming the table, the section and the setting (`ShapeError`, a
 `ConfigError`: it stops the run).
 
-It applies `columns` / `exclude` and `rename`, and turns a `key` template and `index` entries
-into the table's `Derivation` (service/sink/derive.py: the entries the apply script keeps). `ttl`
-and `value` are refused by `service.settings`.
+It applies `columns` / `exclude` and `rename`, and turns a `key` template, `index` entries and
+a `ttl` into the table's `Derivation` (service/sink/derive.py: the entries the apply script keeps).
+A column a template, a score or a ttl needs but columns/exclude leave out is kept hidden: in the
+mirror's own row under a name no column can have (`HIDDEN` + its name), never in the row's copy
+at its key template, the change log or the websocket. `value` is refused by `service.settings`.
 """
 
 from __future__ import annotations
@@ -15,12 +17,12 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any
 
 from service.errors import ConfigError
-from service.sink.derive import Derivation, IndexSpec, Part, Ttl
+from service.sink.derive import HIDDEN, Derivation, IndexSpec, Part, Ttl, visible
 from service.table_info import ColumnStatus, TableInfo
 
 __all__ = [
@@ -211,19 +213,30 @@ class Shape:
     dropped: frozenset[str]  # columns never stored nor published
     renames: bool  # some field has another name than its column
     derivation: Derivation | None = None  # its key template and indexes (service/sink/derive.py)
+    # left out by columns/exclude but named by a template, a score or the ttl: column -> its
+    # field in the mirror's own row (HIDDEN + column), which nothing the mirror publishes holds
+    hidden: Mapping[str, str] = field(default_factory=dict)
 
     def apply(self, row: Mapping[str, Any]) -> dict[str, Any]:
-        """`row` (whole or partial image) with only the kept columns, under their field names."""
-        fields = self.fields
-        return {fields[k]: v for k, v in row.items() if k in fields}
+        """`row` (whole or partial image) as the mirror stores it: the kept columns under their
+        field names, then the hidden ones."""
+        fields, hidden = self.fields, self.hidden
+        out = {fields[k]: v for k, v in row.items() if k in fields}
+        if hidden:
+            out.update((hidden[k], v) for k, v in row.items() if k in hidden)
+        return out
+
+    def visible(self, image: dict[str, Any] | None) -> dict[str, Any] | None:
+        """A stored image (`apply`'s) without its hidden fields: what is published."""
+        return visible(image) if self.hidden else image
 
     def refuse_foreign_key(self, constraint: str, columns: Sequence[str]) -> None:
         """A foreign key between mirrored tables: the mirror applies its cascades by the stored
         columns, so they must be stored under their own names. (A table with derived entries
         may have one: cascade.lua keeps its entries with the rows it changes.)"""
         for col in columns:
-            if col in self.dropped or self.fields.get(col, col) != col:
-                what = "leaves out" if col in self.dropped else "renames"
+            if col in self.dropped or col in self.hidden or self.fields.get(col, col) != col:
+                what = "renames" if col in self.fields else "leaves out"
                 raise ShapeError(
                     f'table {self.schema}.{self.table} [table."{self.section}"]: columns/exclude/rename '
                     f"{what} column {col} of foreign key {constraint}; the mirror applies cascades by "
@@ -274,19 +287,40 @@ def resolve(pattern: str, section: SectionSettings, info: TableInfo, json_mode: 
             raise ShapeError(f"{where}: rename: {col} is not kept (columns/exclude)")
     fields = {col: renames.get(col, col) for col in kept}
     seen: dict[str, str] = {}
-    for col, field in fields.items():
-        if field in seen:
-            raise ShapeError(f"{where}: rename: columns {seen[field]} and {col} would both be field {field}")
-        seen[field] = col
+    for col, name in fields.items():
+        if name in seen:
+            raise ShapeError(f"{where}: rename: columns {seen[name]} and {col} would both be field {name}")
+        if name.startswith(HIDDEN):
+            raise ShapeError(
+                f"{where}: rename: field {name!r} starts with NUL, the mirror's mark of a hidden field"
+            )
+        seen[name] = col
+    # with a key template applications read the row's copy: a column it, an index or the ttl
+    # needs is kept hidden in the mirror's own row (without one, that row is what they read)
+    hidden = {}
+    if section.key is not None:
+        hidden = {c: HIDDEN + c for c in _derived_columns(section) if c in columns and c not in fields}
     return Shape(
         info.schema,
         info.table,
         pattern,
         fields,
-        frozenset(columns) - set(kept),
+        frozenset(columns) - set(kept) - set(hidden),
         any(col != to for col, to in fields.items()),
-        _derivation(where, section, info, fields, json_mode),
+        _derivation(where, section, info, {**fields, **hidden}, json_mode, bool(hidden)),
+        hidden,
     )
+
+
+def _derived_columns(section: SectionSettings) -> list[str]:
+    """The columns a section's key template, index templates, zset scores and ttl `at` name."""
+    templates = [section.key] if section.key is not None else []
+    templates += [ix.key for ix in section.indexes]
+    out = [p.text for t in templates for p in parse_template(t, placeholders=False) if p.column]
+    out += [ix.score for ix in section.indexes if ix.score is not None]
+    if section.ttl is not None and section.ttl.at is not None:
+        out.append(section.ttl.at)
+    return list(dict.fromkeys(out))
 
 
 BINARY_TYPES = frozenset({"BINARY", "VARBINARY", "TINYBLOB", "BLOB", "MEDIUMBLOB", "LONGBLOB", "GEOMETRY"})
@@ -302,13 +336,19 @@ JSON_TEXT_DIFFERS = frozenset({"FLOAT", "DOUBLE", "JSON", "SET", "GEOMETRY", "VE
 
 
 def _derivation(
-    where: str, section: SectionSettings, info: TableInfo, fields: Mapping[str, str], json_mode: bool
+    where: str,
+    section: SectionSettings,
+    info: TableInfo,
+    fields: Mapping[str, str],
+    json_mode: bool,
+    hidden: bool = False,
 ) -> Derivation | None:
     """The derived entries of a section with a `key` template, indexes or a ttl
-    (service/sink/derive.py); every column a template or a score names is kept (an excluded
-    column never leaves the process), under its field name. In json mode derive reads the fields
-    it needs from the document (`json_fields`): binary ones are base64 there, TIMESTAMPs have a
-    `T` and a `Z`."""
+    (service/sink/derive.py); `fields`: every stored column (kept or hidden) -> its field; without
+    a key template a column a template or a score names must be kept (an excluded column never
+    leaves the process). In json mode derive reads the fields it needs from the document
+    (`json_fields`): binary ones are base64 there, TIMESTAMPs have a `T` and a `Z`. `hidden`: the
+    rows hold hidden fields, which their copies leave out."""
     if section.key is None and not section.indexes and section.ttl is None:
         return None
     columns = {c.name: c for c in info.columns}
@@ -326,8 +366,9 @@ def _derivation(
                 )
             if p.text not in fields:
                 raise ShapeError(
-                    f"{where}: {setting}: column {p.text} is left out by columns/exclude; a column a "
-                    "template names is stored, keep it"
+                    f"{where}: {setting}: column {p.text} is left out by columns/exclude; without a key "
+                    "template the mirror's row is the one applications read: keep it, or add a key "
+                    "template (the column is then kept hidden in the mirror's own row)"
                 )
             used.add(p.text)
             ctype = columns[p.text].type
@@ -364,7 +405,8 @@ def _derivation(
                 )
             if ix.score not in fields:
                 raise ShapeError(
-                    f"{where}: {setting}: score: column {ix.score} is left out by columns/exclude"
+                    f"{where}: {setting}: score: column {ix.score} is left out by columns/exclude; keep "
+                    "it, or add a key template (it is then kept hidden in the mirror's own row)"
                 )
             score, temporal = fields[ix.score], col.type in TEMPORAL_TYPES
         elif ix.score is not None:
@@ -372,7 +414,7 @@ def _derivation(
         indexes.append(IndexSpec(kind, ps, score, temporal))
     ttl = _ttl(where, section, columns, fields)
     if not json_mode:
-        return Derivation(key, tuple(indexes), ttl)
+        return Derivation(key, tuple(indexes), ttl, hidden=hidden)
     used_fields = {p.text for ps in (key or (), *(i.parts for i in indexes)) for p in ps if p.field}
     used_fields |= {i.score for i in indexes if i.score} | ({ttl.at} if ttl and ttl.at else set())
     by_field = {f: columns[c] for c, f in fields.items()}
@@ -386,7 +428,7 @@ def _derivation(
             )
         if ctype in BINARY_TYPES or ctype == "TIMESTAMP":
             conv[f] = "b" if ctype in BINARY_TYPES else "t"
-    return Derivation(key, tuple(indexes), ttl, json=tuple(sorted(conv.items())))
+    return Derivation(key, tuple(indexes), ttl, json=tuple(sorted(conv.items())), hidden=hidden)
 
 
 def _ttl(
@@ -408,7 +450,10 @@ def _ttl(
             "integer column (epoch seconds)"
         )
     if t.at not in fields:
-        raise ShapeError(f"{where}: ttl: at: column {t.at} is left out by columns/exclude; keep it")
+        raise ShapeError(
+            f"{where}: ttl: at: column {t.at} is left out by columns/exclude; keep it, or add a key "
+            "template (it is then kept hidden in the mirror's own row)"
+        )
     if t.offset and col.type not in ("DATE", "DATETIME"):
         raise ShapeError(
             f"{where}: ttl: timezone: column {t.at} is {col.type}, already an instant; remove timezone"

@@ -168,7 +168,7 @@ class Applier:
                 await self.load(schema, table)
         batch = [self._complete_inserts(t) if t.partial else t for t in batch]
         if self.catalog.shapes:  # from here on (Redis, change log, hooks) only the kept fields
-            batch = [self._shaped(t) for t in batch]
+            batch = [self._images(t) for t in batch]
         if any(t.changes for t in batch):
             await self._load_foreign_keys()
         mirrored = self.progress.mirrored
@@ -266,6 +266,8 @@ class Applier:
                 self.unmatched.check(self.progress.mirrored, f"after the DDL at {txn.end.position}")
             elif actions:  # cascades copied again (_cascade_resyncs)
                 self.note_actions(actions)
+            if self.hooks and self.catalog.shapes:
+                txn = self._images(txn, hidden=True)
             for hook in self.hooks:
                 try:
                     hook(txn, first)
@@ -301,17 +303,22 @@ class Applier:
                 changes[i] = replace(ch, after={**missing, **ch.after})
         return replace(txn, changes=tuple(changes))
 
-    def _shaped(self, txn: Transaction) -> Transaction:
-        """The images of shaped tables' changes with only their kept fields, renamed (service/
-        shaping.py): excluded columns never reach Redis, the change log or the websocket."""
+    def _images(self, txn: Transaction, hidden: bool = False) -> Transaction:
+        """The images of shaped tables' changes with only their stored fields, renamed (service/
+        shaping.py): excluded columns never reach Redis, the change log or the websocket.
+        `hidden`: of those stored images, what the hooks (the websocket) see: less the hidden
+        fields, which only the mirror's own rows hold."""
         changes = list(txn.changes)
         shaped = False
         for i, ch in enumerate(changes):
             shape = self.catalog.shape(ch.schema, ch.table)
-            if shape is None:
+            if shape is None or hidden and not shape.hidden:
                 continue
-            before = shape.apply(ch.before) if ch.before is not None else None
-            after = shape.apply(ch.after) if ch.after is not None else None
+            if hidden:
+                before, after = shape.visible(ch.before), shape.visible(ch.after)
+            else:
+                before = shape.apply(ch.before) if ch.before is not None else None
+                after = shape.apply(ch.after) if ch.after is not None else None
             changes[i] = replace(ch, before=before, after=after)
             shaped = True
         return replace(txn, changes=tuple(changes)) if shaped else txn

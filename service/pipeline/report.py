@@ -221,6 +221,7 @@ def _shape(catalog: Catalog, schema: str, table: str) -> ShapeStatus | None:
         section.key,
         tuple((i.kind, i.key, i.score) for i in section.indexes),
         _ttl_text(section.ttl),
+        hidden=tuple(sorted(shape.hidden)),
     )
 
 

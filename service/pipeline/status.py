@@ -64,6 +64,7 @@ class ShapeStatus:
     # read from Redis on request (service/pipeline/entrycounts.py); None: not read
     copies: int | None = None  # rows at the key template
     entries: tuple[int, ...] | None = None  # entries of each index, in `indexes` order
+    hidden: tuple[str, ...] = ()  # left out, but kept in the mirror's own rows for the entries
 
 
 @dataclass(frozen=True, slots=True)

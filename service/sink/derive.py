@@ -15,6 +15,10 @@ is removed). Each record names the spec `tag` its index numbers are of, so a rec
 former shape (a changed section: the table is copied again) takes its entries off that shape's
 counts, which are gone once every row is in the new shape.
 
+A column a template, a score or the ttl needs that columns/exclude leave out is stored hidden in
+the mirror's row, as field `HIDDEN` + its name (service/shaping.py); the row's copy at its key
+template leaves hidden fields out (`Derivation.hidden`, spec "h").
+
 `Derivation.entries` is the Python twin of lua/derive.lua (the reference executor and verify use
 it): the same entries and the same bytes for the same stored row.
 """
@@ -31,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
+    "HIDDEN",
     "Derivation",
     "Entry",
     "IndexSpec",
@@ -39,13 +44,17 @@ __all__ = [
     "counts_field",
     "decode_entries",
     "encode_entries",
+    "hides",
     "json_fields",
     "key_part",
     "score_of",
     "spec_tag",
+    "visible",
 ]
 
 Stored = str | bytes  # a stored hash value
+# The first character of a hidden field's name: NUL, which no MySQL column name can hold
+HIDDEN = "\0"
 _NUMBER = re.compile(r"[-+0-9.eE]+")  # the texts a score may be read from (derive.lua alike)
 
 
@@ -94,6 +103,18 @@ class Entry:
     key: str
     score: str = ""  # zset: '%.17g' of the score
     index: int = 0  # its index's number in the spec (1, 2, ...); 0: the row's copy
+
+
+def hides(spec_text: str) -> bool:
+    """Whether rows of the spec `spec_text` hold hidden fields (spec "h", written last)."""
+    return spec_text.endswith(',"h":1}')
+
+
+def visible(image: dict[str, Any] | None) -> dict[str, Any] | None:
+    """An image less its hidden fields (what the change log and the websocket carry)."""
+    if image is None:
+        return None
+    return {k: v for k, v in image.items() if not k.startswith(HIDDEN)}
 
 
 def spec_tag(spec_text: str) -> str:
@@ -227,6 +248,7 @@ class Derivation:
     # json rows (value_mode json): the fields derive reads whose document text is converted to
     # the hash text ("b": base64 -> bytes, "t": a TIMESTAMP's "…T…Z" -> "… …"); None: hash rows
     json: tuple[tuple[str, str], ...] | None = None
+    hidden: bool = False  # rows hold hidden fields (HIDDEN + column), which the copy leaves out
 
     @property
     def tag(self) -> str:
@@ -255,6 +277,8 @@ class Derivation:
             spec["t"] = [t.seconds or 0, t.at or "", "t" if t.temporal else "n", t.offset]
         if self.json is not None:
             spec["j"] = dict(self.json)
+        if self.hidden:
+            spec["h"] = 1  # (last: `hides` reads the text's end)
         return json.dumps(spec, separators=(",", ":"), ensure_ascii=False)
 
     @classmethod
@@ -274,7 +298,7 @@ class Derivation:
             seconds, at, kind, offset = spec["t"]
             ttl = Ttl(seconds or None, at or None, kind == "t", offset)
         json_fields = tuple(sorted(spec["j"].items())) if "j" in spec else None
-        return cls(key, indexes, ttl, json_fields)
+        return cls(key, indexes, ttl, json_fields, "h" in spec)
 
     def stored_fields(self, value: bytes | Mapping[bytes, bytes]) -> dict[str, Stored]:
         """A stored row (HGETALL's fields, or a json row's document) as field -> hash text, as

@@ -15,6 +15,7 @@ from typing import Any
 from service.binlog.rowchange import Op, Row, RowChange
 from service.checkpoint import BinlogPosition
 from service.sink.cascades import CascadePlan
+from service.sink.derive import hides, visible
 from service.sink.fks import ForeignKeys, defs_key
 from service.sink.ir import (
     AddMember,
@@ -235,14 +236,17 @@ class Planner:
                     # resync reads it again
                     out.append(RereadRow(t, new))
         if self.changelog_maxlen is not None:
+            before, after = ch.before, ch.after
+            if t.derive and hides(t.derive):  # hidden fields (service/shaping.py) stay in Redis
+                before, after = visible(before), visible(after)
             fields: tuple[tuple[str, Text], ...] = (
                 ("op", op.value),
                 ("schema", ch.schema),
                 ("table", ch.table),
                 ("key", new if new is not None else old or ""),
                 ("ts", str(ch.ts)),
-                ("before", json_document(ch.before)),
-                ("after", json_document(ch.after)),
+                ("before", json_document(before)),
+                ("after", json_document(after)),
             )
             out.append(AppendChange(self.layout.changes_key, self.changelog_maxlen, fields))
         return out

@@ -9,7 +9,7 @@ from functools import cache
 
 from service.sink.derive import Derivation, Entry, counts_field, decode_entries, encode_entries, spec_tag
 from service.sink.keys import DERIVED_COUNTS_SUFFIX, DERIVED_SUFFIX
-from service.sink.reference_keyspace import Keyspace
+from service.sink.reference_keyspace import Keyspace, members
 
 __all__ = ["derive", "underive"]
 
@@ -66,6 +66,14 @@ def _copy(ks: Keyspace, key: bytes, row: dict[bytes, bytes] | bytes) -> None:
     ks.hset(key, row.items())
 
 
+def _visible(row: dict[bytes, bytes] | bytes) -> dict[bytes, bytes] | bytes:
+    """The row less its hidden fields (derive.HIDDEN: a NUL first), as the copy holds it."""
+    if isinstance(row, dict):
+        return {k: v for k, v in row.items() if not k.startswith(b"\0")}
+    keys, vals = members(row)
+    return b"{" + b",".join(k + b":" + vals[k] for k in keys if not k.startswith(b'"\\u0000')) + b"}"
+
+
 def derive(ks: Keyspace, spec_text: str, key: bytes, derived: bytes, suffix: bytes) -> None:
     """The entries of the row stored at `key` replace those recorded for `suffix`."""
     spec = _spec(spec_text)
@@ -73,6 +81,8 @@ def derive(ks: Keyspace, spec_text: str, key: bytes, derived: bytes, suffix: byt
     if not row:
         return underive(ks, derived, suffix)
     text_row = spec.stored_fields(row)
+    if spec.hidden:
+        row = _visible(row)
     member, new = spec.entries(text_row, key.decode())
     if member is None:
         return underive(ks, derived, suffix)

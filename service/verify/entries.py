@@ -9,7 +9,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from service.sink.derive import Derivation, Entry, encode_entries
+from service.sink.derive import HIDDEN, Derivation, Entry, encode_entries
 from service.sink.mirror import map_redis_errors
 from service.sink.values import field_value, json_document
 
@@ -39,16 +39,18 @@ async def entries_wrong(
                 continue
             text = stored_text(row)
             found, entries = d.entries(text, f"{base}:{suffix}")
+            shown = {k: v for k, v in row.items() if not k.startswith(HIDDEN)} if d.hidden else row
             member = found or ""  # (a source row has every key column: never None here)
             pipe.hget(derived, suffix)
             checks.append((suffix, None, encode_entries(d.tag, member, entries).encode()))
             for e in entries:
                 if e.kind == "k" and d.json is not None:  # a json row: its document
                     pipe.get(e.key)
-                    checks.append((suffix, e, json_document(row)))
+                    checks.append((suffix, e, json_document(shown)))
                 elif e.kind == "k":
                     pipe.hgetall(e.key)
-                    checks.append((suffix, e, {_bytes(k): _bytes(v) for k, v in text.items()}))
+                    copy = stored_text(shown)
+                    checks.append((suffix, e, {_bytes(k): _bytes(v) for k, v in copy.items()}))
                 elif e.kind == "u":
                     pipe.get(e.key)
                     checks.append((suffix, e, member.encode()))

@@ -162,6 +162,7 @@ async def test_shaped_tables_keep_only_their_fields_everywhere(stack: LocalStack
             "copies": None,
             "indexes": [],
             "ttl": None,
+            "hidden": [],
         }
         assert shown["tokens"]["shape"]["section"] == f"{db}.tok*" and shown["plain"]["shape"] is None
 

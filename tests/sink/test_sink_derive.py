@@ -4,7 +4,9 @@ values a key must escape (`:`, `\\`, a leading `__`, binary, negative numbers, f
 second, NULLs); after each step the key space the script keeps is the one the twin computes from
 the rows alive, byte for byte: the row copies, unique keys, set and zset members, the entries
 recorded in `__derived` and how many entries each index holds (`__derivedcounts`): the rows alive
-that have one. A change of spec (a changed section) moves the counts to the new spec's fields."""
+that have one. A change of spec (a changed section) moves the counts to the new spec's fields.
+With hidden fields (a column a template names but columns/exclude leave out: derive.HIDDEN + its
+name) the entries read them and the copies leave them out."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from service.sink.derive import (
+    HIDDEN,
     Derivation,
     IndexSpec,
     Part,
@@ -81,6 +84,27 @@ def stored(suffix: str, version: int, row: dict[str, Any]) -> dict[str, str | by
     return out
 
 
+def hide(spec: Derivation, field: str) -> Derivation:
+    """`spec` with `field` stored hidden (its templates and scores read `HIDDEN + field`)."""
+
+    def parts(ps: tuple[Part, ...]) -> tuple[Part, ...]:
+        return tuple(replace(p, text=HIDDEN + p.text) if p.field and p.text == field else p for p in ps)
+
+    return replace(
+        spec,
+        key=parts(spec.key) if spec.key is not None else None,
+        indexes=tuple(
+            replace(i, parts=parts(i.parts), score=HIDDEN + field if i.score == field else i.score)
+            for i in spec.indexes
+        ),
+        hidden=True,
+    )
+
+
+def hidden_row(row: dict[str, Any], field: str) -> dict[str, Any]:
+    return {HIDDEN + k if k == field else k: v for k, v in row.items()}
+
+
 def expected(alive: dict[str, dict[str, str | bytes]], spec: Derivation = SPEC) -> dict[bytes, Any]:
     out: dict[bytes, Any] = {}
     counts: dict[bytes, bytes] = {}
@@ -96,8 +120,12 @@ def expected(alive: dict[str, dict[str, str | bytes]], spec: Derivation = SPEC) 
             assert [e.index for e in entries if e.kind == "k"] == [0]
         for e in entries:
             key = e.key.encode()
-            if e.kind == "k":
-                out[key] = {k.encode(): v if isinstance(v, bytes) else v.encode() for k, v in row.items()}
+            if e.kind == "k":  # (less the hidden fields)
+                out[key] = {
+                    k.encode(): v if isinstance(v, bytes) else v.encode()
+                    for k, v in row.items()
+                    if not k.startswith(HIDDEN)
+                }
             elif e.kind == "u":
                 out[key] = member.encode()
             elif e.kind == "s":
@@ -131,14 +159,15 @@ RESHAPED = Derivation(key=None, indexes=(SPEC.indexes[0], SPEC.indexes[3], SPEC.
 
 
 @settings(settings.get_profile("sink-differential"))
-@given(steps, st.booleans())
+@given(steps, st.booleans(), st.sampled_from([None, "tenant", "status", "created"]))
 def test_derive_lua_keeps_what_its_twin_computes(
-    sink_redis: redis_sync.Redis, plan: list[Any], reshape: bool
+    sink_redis: redis_sync.Redis, plan: list[Any], reshape: bool, hidden: str | None
 ) -> None:
     r = sink_redis
     r.flushdb()
     script = r.register_script(DERIVE)
-    spec = SPEC.spec_text()
+    derivation = hide(SPEC, hidden) if hidden else SPEC
+    spec = derivation.spec_text()
     alive: dict[str, dict[str, str | bytes]] = {}
     for version, (n, row) in enumerate(plan):
         suffix = f"r{n}"
@@ -147,10 +176,15 @@ def test_derive_lua_keeps_what_its_twin_computes(
         if row is None:
             alive.pop(suffix, None)
         else:
-            alive[suffix] = stored(suffix, version, row)
+            alive[suffix] = hidden_row(stored(suffix, version, row), hidden or "")
             r.hset(key, mapping=alive[suffix])  # type: ignore[arg-type]
         script(args=[spec, key, DERIVED, suffix])
-        assert keyspace(r) == expected(alive)
+        assert keyspace(r) == expected(alive, derivation)
+    if hidden:  # the twin's entries of the hidden row are those of the row with the field shown
+        for suffix, row in alive.items():
+            shown = {k.removeprefix(HIDDEN): v for k, v in row.items()}
+            assert derivation.entries(row, BASE + suffix) == SPEC.entries(shown, BASE + suffix)
+        return
     if reshape:  # a changed section: every row derived again in the new shape (a resync)
         for suffix in sorted(alive):
             script(args=[RESHAPED.spec_text(), BASE + suffix, DERIVED, suffix])
@@ -270,15 +304,25 @@ typed_rows = st.fixed_dictionaries(
 
 
 @settings(settings.get_profile("sink-differential"))
-@given(st.lists(st.tuples(st.integers(0, 3), st.one_of(st.none(), typed_rows)), min_size=1, max_size=8))
-def test_derive_lua_reads_json_rows_as_their_hash_text(sink_redis: redis_sync.Redis, plan: list[Any]) -> None:
+@given(
+    st.lists(st.tuples(st.integers(0, 3), st.one_of(st.none(), typed_rows)), min_size=1, max_size=8),
+    st.sampled_from([None, "tenant", "token"]),
+)
+def test_derive_lua_reads_json_rows_as_their_hash_text(
+    sink_redis: redis_sync.Redis, plan: list[Any], hidden: str | None
+) -> None:
     """value_mode json: derive reads the fields from the document (numbers as their literal text,
     strings unescaped, base64 binary, TIMESTAMP's `T`/`Z`) and keeps the entries the twin computes
-    from the hash text of the same row; the copy is the document."""
+    from the hash text of the same row; the copy is the document (less a hidden member)."""
     r = sink_redis
     r.flushdb()
     script = r.register_script(DERIVE)
-    spec = JSON_SPEC.spec_text()
+    derivation = JSON_SPEC
+    if hidden:
+        conv = tuple((HIDDEN + f if f == hidden else f, c) for f, c in JSON_SPEC.json or ())
+        derivation = replace(hide(JSON_SPEC, hidden), json=tuple(sorted(conv)))
+    spec = derivation.spec_text()
+    shown: dict[str, bytes] = {}
     docs: dict[str, bytes] = {}
     for version, (n, row) in enumerate(plan):
         suffix = f"r{n}"
@@ -288,21 +332,23 @@ def test_derive_lua_reads_json_rows_as_their_hash_text(sink_redis: redis_sync.Re
             r.delete(key)
         else:
             typed = {"id": suffix, "email": f"{suffix}@{version}:x", **row}
+            shown[suffix] = json_document({k: v for k, v in typed.items() if k != hidden})
+            typed = hidden_row(typed, hidden or "")
             docs[suffix] = json_document(typed)
             r.set(key, docs[suffix])
-            assert JSON_SPEC.stored_fields(docs[suffix]) == stored_text(typed)
+            assert derivation.stored_fields(docs[suffix]) == stored_text(typed)
         script(args=[spec, key, DERIVED, suffix])
     want: dict[bytes, Any] = {}
     for suffix, doc in docs.items():
-        member, entries = JSON_SPEC.entries(JSON_SPEC.stored_fields(doc), BASE + suffix)
+        member, entries = derivation.entries(derivation.stored_fields(doc), BASE + suffix)
         assert member is not None
         want.setdefault(DERIVED.encode(), {})[suffix.encode()] = encode_entries(
-            JSON_SPEC.tag, member, entries
+            derivation.tag, member, entries
         ).encode()
         for e in entries:
             key_b = e.key.encode()
             if e.kind == "k":
-                want[key_b] = doc
+                want[key_b] = shown[suffix]  # the document less its hidden member
             elif e.kind == "u":
                 want[key_b] = member.encode()
             elif e.kind == "s":

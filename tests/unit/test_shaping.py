@@ -91,9 +91,39 @@ def test_a_shape_keeps_and_renames_fields() -> None:
     assert Shapes({"crm.*": SectionSettings()}).resolve(USERS) is None
 
 
+def test_a_column_a_template_needs_is_kept_hidden() -> None:
+    """Left out, but named by an index or a score of a section with a key template: stored as
+    HIDDEN + its name in the mirror's row, never in what is published or copied."""
+    section = SectionSettings(
+        key="app:{tenant_id}:user:{id}",
+        exclude=("email", "password_hash", "created_at"),
+        indexes=(
+            IndexSettings(kind="set", key="app:by-email:{email}"),
+            IndexSettings(kind="zset", key="app:by-created", score="created_at"),
+        ),
+    )
+    shape = Shapes({"shop.users": section}).resolve(USERS)
+    assert shape is not None and shape.derivation is not None
+    assert shape.hidden == {"email": "\0email", "created_at": "\0created_at"}
+    assert shape.dropped == {"password_hash"} and shape.derivation.hidden
+    full = {"tenant_id": 1, "id": 7, "email": "a@x", "password_hash": "h", "created_at": None}
+    stored = shape.apply(full)
+    assert stored == {"tenant_id": 1, "id": 7, "\0email": "a@x", "\0created_at": None}
+    assert shape.visible(stored) == {"tenant_id": 1, "id": 7} and shape.visible(None) is None
+    assert shape.derivation.indexes[1].score == "\0created_at"
+    assert '"h":1' in shape.derivation.spec_text()
+    with pytest.raises(ShapeError, match="leaves out column email of foreign key fk"):
+        shape.refuse_foreign_key("fk", ("email",))
+    # without a key template the mirror's row is what applications read: refused
+    plain = SectionSettings(exclude=("email",), indexes=(IndexSettings(kind="set", key="by-email:{email}"),))
+    with pytest.raises(ShapeError, match="left out by columns/exclude; without a key template"):
+        Shapes({"shop.users": plain}).resolve(USERS)
+
+
 @pytest.mark.parametrize(
     ("section", "message"),
     [
+        (SectionSettings(rename=(("email", "\0email"),)), "starts with NUL"),
         (SectionSettings(key="app:{tenant_id}:user:{email}"), "lacks key column {id}"),
         (SectionSettings(key="app:{tenant_id}:u:{id}:{nope}"), "key: nope names no column of shop.users"),
         (SectionSettings(key="app:{tenant_id}:u:{id}:{created_at}"), "column created_at is nullable"),

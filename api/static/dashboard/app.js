@@ -262,6 +262,7 @@
     const renames = Object.entries(s.fields).filter(([c, f]) => c !== f).map(([c, f]) => c + "→" + f);
     const parts = [(s.key ? s.key + counted(s.copies, "rows") + ": " : "") + Object.keys(s.fields).length + " fields"];
     if (s.excluded.length) parts.push("without " + s.excluded.join(", "));
+    if (s.hidden && s.hidden.length) parts.push("hidden " + s.hidden.join(", "));
     if (renames.length) parts.push(renames.join(", "));
     if (s.indexes && s.indexes.length) parts.push(s.indexes.map((i) => i.kind + " " + i.key + counted(i.entries, "entries")).join(", "));
     if (s.ttl) parts.push("ttl " + s.ttl);

@@ -220,6 +220,24 @@ local function copy_row(ikey, flat, n)  -- the copy at the template key becomes 
   redis.call('DEL', ikey)
   batched('HSET', ikey, 1, n, flat)
 end
+local function visible_fields(flat, n)   -- a row's field-value pairs less its hidden fields
+  local out, m = {}, 0                   -- (a hidden field's name starts with NUL: derive.HIDDEN)
+  for j = 1, n, 2 do
+    if string.byte(flat[j], 1) ~= 0 then
+      out[m + 1], out[m + 2] = flat[j], flat[j + 1]
+      m = m + 2
+    end
+  end
+  return out, m
+end
+local function visible_document(doc)     -- a json row less its hidden members ("\u0000…")
+  local keys, vals = members(doc)
+  local parts = {}
+  for _, k in ipairs(keys) do
+    if string.sub(k, 1, 7) ~= '"\\u0000' then parts[#parts + 1] = k .. ':' .. vals[k] end
+  end
+  return '{' .. table.concat(parts, ',') .. '}'
+end
 local function derive(spec, key, derived, suffix, flat, n)
   -- the entries of the row stored at `key` (none when it is not there) replace those recorded;
   -- `flat` (n items): the row's field-value pairs when the caller just wrote them whole (nil:
@@ -236,8 +254,12 @@ local function derive(spec, key, derived, suffix, flat, n)
     if n == 0 then return underive(derived, suffix) end
     for j = 1, n, 2 do row[flat[j]] = flat[j + 1] end
   end
-  local function copy(ikey)              -- the row's copy at its template key: the stored row
-    if spec.j then redis.call('SET', ikey, flat) else copy_row(ikey, flat, n) end
+  local shown, shown_n = flat, n         -- what the copy holds: the row less hidden fields
+  if spec.h then
+    if spec.j then shown = visible_document(flat) else shown, shown_n = visible_fields(flat, n) end
+  end
+  local function copy(ikey)              -- the row's copy at its template key
+    if spec.j then redis.call('SET', ikey, shown) else copy_row(ikey, shown, shown_n) end
   end
   local exp = nil
   if spec.t then
