@@ -16,7 +16,7 @@ from typing import Any
 import aiomysql
 
 from service.errors import CatalogMiss, SourceError
-from service.shaping import Shape, Shapes
+from service.shaping import Shape, ShapeError, Shapes, section_for
 from service.sink.fks import ForeignKey, ForeignKeys
 from service.table_info import ColumnStatus, TableInfo
 from service.transactions import TableFilter
@@ -87,11 +87,21 @@ class Catalog:
         return self.shapes.get(schema, table)
 
     def _check_shapes(self, fks: ForeignKeys) -> None:
+        shapes = self.shapes
         for fk in fks.keys:
-            if (child := self.shapes.get(fk.schema, fk.table)) is not None:
+            if (child := shapes.get(fk.schema, fk.table)) is not None:
                 child.refuse_foreign_key(fk.name, fk.columns)
-            if (parent := self.shapes.get(fk.ref_schema, fk.ref_table)) is not None:
+            if (parent := shapes.get(fk.ref_schema, fk.ref_table)) is not None:
                 parent.refuse_foreign_key(fk.name, fk.ref_columns)
+            for s, t in ((fk.schema, fk.table), (fk.ref_schema, fk.ref_table)):
+                if shapes.json_of(s, t) != shapes.json_mode:  # (cascade.lua: one form per graph)
+                    mode = "json" if shapes.json_mode else "hash"
+                    raise ShapeError(
+                        f'table {s}.{t} [table."{section_for(shapes.sections, s, t)}"]: value: its '
+                        f"rows are in another form than value_mode={mode}, and foreign key {fk.name} "
+                        "joins it to another mirrored table (cascades apply in one form); remove "
+                        "`value`, or set value_mode"
+                    )
 
     def known(self, schema: str, table: str) -> bool:
         return (schema, table) in self._tables

@@ -150,7 +150,6 @@ class RedisUrl(BaseModel):
 
 
 # issue 40's per-table settings this version does not apply yet: refused, never ignored
-UNSUPPORTED_TABLE_SETTINGS = ("value",)
 _OFFSET = re.compile(r"[+-](?:[01][0-9]|2[0-3]):[0-5][0-9]")
 
 
@@ -222,18 +221,7 @@ class TableShapeSettings(BaseModel):
     rename: dict[str, str] = {}  # column -> its field name in the mirror
     index: list[TableIndexSettings] = []  # lookup and index keys
     ttl: TableTtlSettings | None = None  # the rows' expiry
-
-    @model_validator(mode="before")
-    @classmethod
-    def _unsupported(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            for name in UNSUPPORTED_TABLE_SETTINGS:
-                if name in data:
-                    raise ValueError(
-                        f"{name}: not supported by this version yet (it applies key, columns, "
-                        "exclude, rename and index); remove it"
-                    )
-        return data
+    value: Literal["hash", "json"] | None = None  # the rows' form (None: the global value_mode)
 
     @field_validator("key")
     @classmethod
@@ -264,6 +252,7 @@ class TableShapeSettings(BaseModel):
             ttl=None
             if self.ttl is None
             else TtlSettings(self.ttl.at, self.ttl.seconds, self.ttl.offset_seconds()),
+            value=self.value,
         )
 
 

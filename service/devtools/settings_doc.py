@@ -103,8 +103,9 @@ MEANINGS = {
     "table": 'Per-table shaping: `[table."schema.table"]` sections of the config file (a glob '
     "allowed, the most specific match wins) with `columns` or `exclude` (the fields kept), `rename` "
     "(a field's name in Redis), `key` (the row's key template) and `[[…index]]` entries (unique, set "
-    "and zset index keys) and `ttl` (`{ at = column }` or `{ seconds = N }`); `value` is refused by "
-    "this version. On a Redis Cluster a section's `key` and index templates share one literal hash tag "
+    "and zset index keys), `ttl` (`{ at = column }` or `{ seconds = N }`) and `value` (`hash` or "
+    "`json`: the table's rows in that form whatever value_mode says). On a Redis Cluster a "
+    "section's `key` and index templates share one literal hash tag "
     "before any placeholder (`app:{{users}}:user:{id}`). In the environment: one JSON object of sections. "
     'docs/mirror.md, "Shaping", "Key templates and index keys", "Expiry" and "Redis Cluster".',
 }

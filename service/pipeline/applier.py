@@ -325,13 +325,21 @@ class Applier:
 
     def _reshape_renames(self, actions: list[TableAction]) -> list[TableAction]:
         """A table renamed to a name another [table] section applies to is copied again into
-        that shape (its moved rows keep the old one until then)."""
+        that shape (its moved rows keep the old one until then); into another value form (a
+        section's `value`), emptied first: no row op may meet a row in the other form."""
         out: list[TableAction] = []
-        fingerprint = self.catalog.shapes.fingerprint
+        shapes = self.catalog.shapes
+        fingerprint = shapes.fingerprint
         resynced = {(a.schema, a.table) for a in actions if a.kind is ActionKind.RESYNC}
         for a in actions:
             out.append(a)
             if a.kind is ActionKind.RENAME and a.new_schema is not None and a.new_table is not None:
+                if shapes.json_of(a.schema, a.table) != shapes.json_of(a.new_schema, a.new_table):
+                    why = f"value: renamed from {a.schema}.{a.table}, rows in the other form"
+                    out.append(TableAction(ActionKind.TRUNCATE, a.new_schema, a.new_table, reason=why))
+                    if (a.new_schema, a.new_table) not in resynced:
+                        out.append(TableAction(ActionKind.RESYNC, a.new_schema, a.new_table, reason=why))
+                    continue
                 if (a.new_schema, a.new_table) in resynced:
                     continue  # an ALTER … RENAME: copied again anyway
                 # a table with derived entries: the move removed them (apply.lua, op MU)

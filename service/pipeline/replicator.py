@@ -59,7 +59,7 @@ from service.pipeline.status import ReplicatorStatus, State
 from service.pipeline.unmatched import UnmatchedPatterns
 from service.pipeline.verifier import BackgroundVerifier, drift_counter
 from service.settings import Settings
-from service.shaping import Shapes
+from service.shaping import Shapes, value_of
 from service.sink.client import redis_client
 from service.sink.cluster import ClusterMirror, cluster_layout
 from service.sink.keys import KeyLayout, split_key
@@ -125,6 +125,7 @@ class Replicator:
                 shape_of=shapes.fingerprint,
                 derive_of=self.catalog.derive_spec,
                 tag_of=shapes.tag,  # a shaped table's group: in its templates' slot
+                json_of=shapes.json_of,
             )
             if cluster
             else RedisMirror(
@@ -135,6 +136,7 @@ class Replicator:
                 foreign_keys=fks,
                 shape_of=shapes.fingerprint,
                 derive_of=self.catalog.derive_spec,
+                json_of=shapes.json_of,
             )  # fmt: skip
         )
         self._stop = asyncio.Event()
@@ -424,6 +426,9 @@ class Replicator:
             if was != now:
                 why = "section changed" if was and now else "section added" if now else "section removed"
                 log.info("%s.%s: %s: its rows are copied again into the new shape", s, t, why)
+                if value_of(was, shapes.json_mode) != value_of(now, shapes.json_mode):
+                    # rows in the other form (hash/json): no row op may meet one, emptied first
+                    out.append(TableAction(ActionKind.TRUNCATE, s, t, reason=f"value: {why}"))
                 out.append(TableAction(ActionKind.RESYNC, s, t, reason=f"shape: {why}"))
         return out
 

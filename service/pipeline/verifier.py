@@ -89,7 +89,13 @@ class BackgroundVerifier:
             lease_ttl=settings.lease_ttl_seconds,
         )
         mirror = RedisMirror(
-            redis, v.layout, v.catalog.key_columns, options, token=self.token, derive_of=v.catalog.derive_spec
+            redis,
+            v.layout,
+            v.catalog.key_columns,
+            options,
+            token=self.token,
+            derive_of=v.catalog.derive_spec,
+            json_of=v.catalog.shapes.json_of,
         )
         try:
             with map_errors("background verify"):

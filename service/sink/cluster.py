@@ -101,11 +101,20 @@ class ClusterMirror(RedisMirror):
         shape_of: Callable[[str, str], str] | None = None,
         derive_of: Callable[[str, str], str] | None = None,
         tag_of: Callable[[str, str], str | None] | None = None,
+        json_of: Callable[[str, str], bool] | None = None,
     ) -> None:
-        """`shape_of`, `derive_of`: as RedisMirror's, for each group's table; `tag_of`: a shaped
+        """`shape_of`, `derive_of`, `json_of`: as RedisMirror's, for each group's table; `tag_of`: a shaped
         table's hash tag (shaping.Shapes.tag): its group is in the slot of its templates' keys."""
         layout = cluster_layout(prefix)
-        super().__init__(cast(Redis, cluster), layout, key_columns, options, token, foreign_keys=foreign_keys)
+        super().__init__(
+            cast(Redis, cluster),
+            layout,
+            key_columns,
+            options,
+            token,
+            foreign_keys=foreign_keys,
+            json_of=json_of,
+        )
         self.cluster = cluster
         self.prefix = prefix
         self.chain.channel = ClusterChannel(cluster, APPLY, self.layout.checkpoint_key, self.encoder)
@@ -118,7 +127,7 @@ class ClusterMirror(RedisMirror):
         self._global_gtid = ""
         self._tids: dict[tuple[str, str], str] = {}
         self._loading = asyncio.Lock()
-        self._shape_of, self._derive_of = shape_of, derive_of
+        self._shape_of, self._derive_of, self._json_of = shape_of, derive_of, json_of
         self._tag_of = tag_of or (lambda schema, table: None)
         self._recorded: dict[str, str] = {}  # `__groups` as this session wrote or found it
 
@@ -223,6 +232,7 @@ class ClusterMirror(RedisMirror):
             self.planner.skipped,
             self._shape_of,
             self._derive_of,
+            self._json_of,
         )
         g.token = f"#{self._fence or 0}"
         g.at = await g.load_checkpoint()

@@ -85,6 +85,7 @@ class GroupMirror(RedisMirror):
         skipped: SkipCounter,
         shape_of: Callable[[str, str], str] | None = None,
         derive_of: Callable[[str, str], str] | None = None,
+        json_of: Callable[[str, str], bool] | None = None,
     ) -> None:
         # the change log and `__seq` are the global group's (a group's own `__seq` only counts)
         opts = replace(options, changelog_maxlen=None, plain_inserts=False)  # one script per call
@@ -97,6 +98,7 @@ class GroupMirror(RedisMirror):
             skipped=skipped,
             shape_of=shape_of,
             derive_of=derive_of,
+            json_of=json_of,
         )
         self.chain.channel = ClusterChannel(cluster, APPLY, layout.checkpoint_key, self.encoder)
         self.resyncs.route = [layout.checkpoint_key]

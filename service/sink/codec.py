@@ -100,13 +100,13 @@ def len_values(values: Iterable[str | bytes]) -> bytes:
 
 
 class CallEncoder:
-    """Encodes apply calls for one key layout and value mode (hash fields or JSON documents).
+    """Encodes apply calls for one key layout (each table's rows as hash fields or JSON documents:
+    `TableKeys.json`).
 
     `plain_rows`: whole hash rows as field-value pairs (op WP), the form plain.py can send
     without the script."""
 
     __slots__ = (
-        "_json",
         "_lean",
         "_plain",
         "_registered",
@@ -119,9 +119,8 @@ class CallEncoder:
         "_tables_key",
     )
 
-    def __init__(self, layout: KeyLayout, json_mode: bool = False, plain_rows: bool = False) -> None:
+    def __init__(self, layout: KeyLayout, plain_rows: bool = False) -> None:
         self._tables_key = layout.tables_key
-        self._json = json_mode
         self._plain = plain_rows
         self._shapes: dict[tuple[str, ...], str] = {}
         self._registered: set[str] = set()
@@ -162,7 +161,7 @@ class CallEncoder:
                 if t is not self._table:
                     self._use(out, t)
                 row = op.row
-                if self._json:  # in a run (op WJN) while no other op came between its rows
+                if t.json:  # in a run (op WJN) while no other op came between its rows
                     if out is self._run_out and len(out) == self._run_end:
                         self._run_rows += 1
                         out[self._run_at] = self._run_rows
@@ -192,7 +191,7 @@ class CallEncoder:
                 self._update_changed(out, op)
             elif isinstance(op, UpdateRow):
                 self._row(out, op.table)
-                if self._json:
+                if op.table.json:
                     out += ("WJN", 1, op.suffix, json_document(op.after))
                 else:
                     self._update_row(out, op.suffix, op.before, op.after)
@@ -292,7 +291,7 @@ class CallEncoder:
 
     def _merge_row(self, out: list[Arg], op: MergeRow) -> None:
         """Op P (a hash's present columns, then the NULL ones) or PJ (a JSON patch)."""
-        if self._json:
+        if op.table.json:
             out += ("PJ", op.suffix, json_document(op.row))
             return
         out += ("P", op.suffix, 0)
@@ -374,35 +373,33 @@ def fk_graph_args(g: FkGraph) -> list[Arg]:
 
 
 # -- the resync scripts (lua/resync_rows.lua, resync_reread.lua, resync_finish.lua) ----------------
-def _copied_row(op: WriteRow, json_mode: bool) -> list[Arg]:
-    """A row read from the source: count f v ... (json: 1, '' and the document)."""
-    if json_mode:
+def _copied_row(op: WriteRow) -> list[Arg]:
+    """A row read from the source: count f v ... (json rows: 1, '' and the document)."""
+    if op.table.json:
         return [1, "", json_document(op.row)]
     fields = row_fields(op.row)
     return [len(fields) // 2, *fields]
 
 
-def resync_rows_args(h: ResyncHeader, stale_key: str, json_mode: bool, rows: Sequence[WriteRow]) -> list[Arg]:
+def resync_rows_args(h: ResyncHeader, stale_key: str, rows: Sequence[WriteRow]) -> list[Arg]:
     """RESYNC_ROWS: write the rows a resync read (those the stream did not write since)."""
     t = h.table
     out: list[Arg] = [h.lease_key, h.token, h.resync_key, t.tid, h.generation]
-    out += [t.touched, stale_key, t.index, t.base, "1" if json_mode else "0", t.derive]
+    out += [t.touched, stale_key, t.index, t.base, "1" if t.json else "0", t.derive]
     for op in rows:
         out.append(op.suffix)
-        out += _copied_row(op, json_mode)
+        out += _copied_row(op)
     return out
 
 
-def resync_reread_args(
-    h: ResyncHeader, json_mode: bool, entries: Sequence[tuple[str, str, WriteRow | None]]
-) -> list[Arg]:
+def resync_reread_args(h: ResyncHeader, entries: Sequence[tuple[str, str, WriteRow | None]]) -> list[Arg]:
     """RESYNC_REREAD: each `__partial` entry (suffix, merges) with its row as read again (None:
     the source no longer has it)."""
     t = h.table
     out: list[Arg] = [h.lease_key, h.token, h.resync_key, t.tid, h.generation]
-    out += [t.touched, t.index, t.base, "1" if json_mode else "0", t.derive]
+    out += [t.touched, t.index, t.base, "1" if t.json else "0", t.derive]
     for suffix, merges, op in entries:
-        out += [suffix, merges, 0, 0] if op is None else [suffix, merges, 1, *_copied_row(op, json_mode)]
+        out += [suffix, merges, 0, 0] if op is None else [suffix, merges, 1, *_copied_row(op)]
     return out
 
 

@@ -83,6 +83,7 @@ class TableKeys:
     tid: str  # the table id (`__tables` member, mark field)
     touched: str  # `__touched`: rows the stream wrote during a resync
     derive: str = ""  # a shaped table's derived entries (derive.Derivation.spec_text); "": none
+    json: bool = False  # its rows are JSON documents (value_mode json, or its section's `value`)
 
 
 @_op

@@ -77,12 +77,14 @@ class RedisMirror:
         skipped: SkipCounter | None = None,
         shape_of: Callable[[str, str], str] | None = None,
         derive_of: Callable[[str, str], str] | None = None,
+        json_of: Callable[[str, str], bool] | None = None,
     ) -> None:
         """`foreign_keys`: the constraints between mirrored tables, as the catalog last read them
         (their cascades are applied, service/sink/cascades.py); `skipped`: the counter of rows
         without a usable key, when another mirror shares it (a Redis Cluster's slot groups);
         `shape_of`: each table's shape fingerprint, recorded in `__shapes` by its table actions;
-        `derive_of`: each table's derived entries' spec (service/sink/derive.py)."""
+        `derive_of`: each table's derived entries' spec (service/sink/derive.py); `json_of`:
+        whether a table's rows are JSON documents (its section's `value`; None: `json_mode`)."""
         self.redis = redis
         self.layout = layout
         self.options = opts = options or MirrorOptions()
@@ -100,9 +102,10 @@ class RedisMirror:
             foreign_keys=foreign_keys,
             shape_of=shape_of,
             derive_of=derive_of,
+            json_of=json_of,
         )
         plain_rows = opts.plain_inserts and not opts.json_mode
-        self.encoder = CallEncoder(layout, json_mode=opts.json_mode, plain_rows=plain_rows)
+        self.encoder = CallEncoder(layout, plain_rows=plain_rows)
         plain = None
         if plain_rows:  # not json rows: one MSET per 500 already (op WJN)
             plain = PlainSetup(layout.guard_key, layout.fence_key, layout.tables_key, lambda: marks.resyncs)
@@ -114,9 +117,7 @@ class RedisMirror:
         self.lease = WriterLease(redis, layout, self.chain, opts.lease_ttl)
         self.table_work = TableWorkRunner(redis, layout, self.chain, opts.table_step)
         self.batches = BatchWriter(redis, self.planner, self.chain, self.table_work, opts.chunk_size)
-        self.resyncs = ResyncWriter(
-            redis, layout, self.planner, marks, self.chain, opts.json_mode, opts.table_step
-        )
+        self.resyncs = ResyncWriter(redis, layout, self.planner, marks, self.chain, opts.table_step)
         self.sweeper = TtlSweep(redis, layout)
         self._warned_aof = False
         # why the selected tables must be copied again (the checkpoint hash's recopy marker, read

@@ -76,7 +76,7 @@ def plain_call(
         if isinstance(op, WriteRow):
             t = op.table
             if t is not table and t != table:
-                if t.tid in avoid or t.derive:  # (derived entries: kept by the script, derive.lua)
+                if t.tid in avoid or t.derive or t.json:  # (derived entries: kept by derive.lua)
                     return None
                 if t.tid not in registered:
                     registered.add(t.tid)

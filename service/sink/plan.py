@@ -99,6 +99,8 @@ class Planner:
     shape_of: Callable[[str, str], str] | None = None
     # (schema, table) -> its derived entries' spec ("": none; service/sink/derive.py)
     derive_of: Callable[[str, str], str] | None = None
+    # (schema, table) -> whether its rows are JSON documents (a section's `value`); None: json_mode
+    json_of: Callable[[str, str], bool] | None = None
     # (schema, table) -> its keys: built once per table
     _table_keys: dict[tuple[str, str], TableKeys] = field(default_factory=dict, repr=False)
     # Per call (reset by `begin_call`): rows an earlier op of the call wrote (their update in the
@@ -132,6 +134,7 @@ class Planner:
                 lay.table_id(schema, table),
                 lay.touched_key(schema, table),
                 self.derive_of(schema, table) if self.derive_of is not None else "",
+                self.json_of(schema, table) if self.json_of is not None else self.json_mode,
             )
         return keys
 
@@ -186,10 +189,12 @@ class Planner:
         if suffix is None:
             self.skipped.add(ch.schema, ch.table)
             return
-        if not self.json_mode:  # only hash-mode updates read it (`change`)
-            self._written.add((ch.schema, ch.table, suffix))
         t = self._table_keys.get(key)
-        out.append(WriteRow(t if t is not None else self.table_keys(*key), suffix, after))
+        if t is None:
+            t = self.table_keys(*key)
+        if not t.json:  # only hash-row updates read it (`change`)
+            self._written.add((ch.schema, ch.table, suffix))
+        out.append(WriteRow(t, suffix, after))
 
     def change(self, ch: RowChange, partial: bool = False) -> list[IrOp] | None:
         """The ops of one change; None when the row cannot be keyed (counted, skipped).
@@ -216,7 +221,7 @@ class Planner:
         if new is not None:
             after = ch.after
             assert after is not None
-            if op is Op.UPDATE and full and old == new and ch.before is not None and not self.json_mode:
+            if op is Op.UPDATE and full and old == new and ch.before is not None and not t.json:
                 tid = t.tid
                 # (a shaped table's derived entries are kept by the script's row ops: op UL has none)
                 whole = self._acted or bool(t.derive) or self.marks.whole_rows(tid)

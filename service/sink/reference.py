@@ -123,7 +123,6 @@ class _Call:
     ks: Keyspace
     h: ApplyHeader
     tables_key: bytes
-    json: bool
     resync: bytes
     fk: Cascades
     marks: dict[str, bool] = field(default_factory=dict)  # table id -> in resync (read once)
@@ -189,14 +188,14 @@ class _Call:
         base = as_bytes(t.base) + b":"
         if isinstance(op, WriteRow):
             key = base + as_bytes(op.suffix)
-            if self.json:
+            if t.json:
                 self.ks.set(key, json_document(op.row))
             else:
                 self.write_row(key, row_pairs(op.row))
             self.row_written(t, op.suffix, True)
         elif isinstance(op, MergeRow):
             key = base + as_bytes(op.suffix)
-            if self.json:
+            if t.json:
                 self.ks.set(key, merge_json(self.ks.get(key), json_document(op.row)))
             else:
                 pairs = row_pairs(op.row)
@@ -204,7 +203,7 @@ class _Call:
                     self.ks.hset(key, pairs)
                 self.ks.hdel(key, [k.encode() for k, v in op.row.items() if v is None])
             self.row_merged(t, op.suffix)
-        elif isinstance(op, UpdateRow) and self.json:  # a whole document, as WriteRow
+        elif isinstance(op, UpdateRow) and t.json:  # a whole document, as WriteRow
             self.ks.set(base + as_bytes(op.suffix), json_document(op.after))
             self.row_written(t, op.suffix, True)
         elif isinstance(op, UpdateRow):
@@ -342,23 +341,20 @@ _ROW_OPS = (WriteRow, MergeRow, UpdateRow, UpdateChanged, DeleteRow, MoveRow, Re
 _ACTIONS = (AddMember, RemoveMember, BeginResync, RestartResync, CarryResync)  # as codec.py's
 
 
-def execute(ks: Keyspace, call: ApplyCall, layout: KeyLayout, json_mode: bool = False) -> Reply:
-    """Run `call` over `ks` (its ops, then its tail), for a mirror of `layout` in the hash or the
-    json layout: `apply_call`."""
+def execute(ks: Keyspace, call: ApplyCall, layout: KeyLayout) -> Reply:
+    """Run `call` over `ks` (its ops, then its tail), for a mirror of `layout`: `apply_call`."""
     ops = [*call.ops, *call.tail] if call.tail else call.ops
-    return apply_call(ks, call.header, ops, tables_key=layout.tables_key, json=json_mode)
+    return apply_call(ks, call.header, ops, tables_key=layout.tables_key)
 
 
-def apply_call(
-    ks: Keyspace, header: ApplyHeader, ops: Sequence[Op], *, tables_key: str, json: bool = False
-) -> Reply:
+def apply_call(ks: Keyspace, header: ApplyHeader, ops: Sequence[Op], *, tables_key: str) -> Reply:
     """Run one apply call over `ks`, as apply.lua would over Redis: its checks (lease, checkpoint
     chain, chunk progress, the rows of UpdateChanged ops) first, raising ScriptError with the
     script's error text and writing nothing; then the ops in order. Returns what the script does:
     the call's first change sequence number, or the last table-work unit's rows left (cursor).
 
     `tables_key`: the layout's `__tables` set, which each row op's table joins (once per call);
-    `json`: rows are JSON documents (the json layout) instead of hashes."""
+    a table's rows are JSON documents when its keys say so (`TableKeys.json`)."""
     h = header
     first_chunk_seq, stale_progress = check_call(ks, h, ops)
     progress, txn, resync = as_bytes(h.progress_key), as_bytes(h.txn_id), as_bytes(h.resync_key)
@@ -366,7 +362,7 @@ def apply_call(
         ks.delete(progress)
     seq = ks.incrby(as_bytes(h.seq_key), h.nseq) - h.nseq + 1
     first = first_chunk_seq if first_chunk_seq is not None else seq
-    call = _Call(ks, h, as_bytes(tables_key), json, resync, Cascades(ks), seq=seq)
+    call = _Call(ks, h, as_bytes(tables_key), resync, Cascades(ks), seq=seq)
     for op in ops:
         if isinstance(op, _ROW_OPS):
             call.row_op(op)

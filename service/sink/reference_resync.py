@@ -40,11 +40,11 @@ def _stream_wrote(ks: Keyspace, touched: bytes, partial: bytes, suffix: bytes) -
     return ks.sismember(touched, suffix) or ks.hexists(partial, suffix)
 
 
-def _write_copy(ks: Keyspace, h: ResyncHeader, op: WriteRow, json_mode: bool) -> None:
+def _write_copy(ks: Keyspace, h: ResyncHeader, op: WriteRow) -> None:
     """A row read from the source replaces the stored one (common.lua's write_copy)."""
     t = h.table
     key = as_bytes(t.base) + b":" + as_bytes(op.suffix)
-    if json_mode:
+    if t.json:
         ks.set(key, json_document(op.row))
     else:
         ks.delete(key)
@@ -54,9 +54,7 @@ def _write_copy(ks: Keyspace, h: ResyncHeader, op: WriteRow, json_mode: bool) ->
         derive(ks, t.derive, key, as_bytes(t.base) + b":" + DERIVED_SUFFIX.encode(), as_bytes(op.suffix))
 
 
-def resync_rows(
-    ks: Keyspace, h: ResyncHeader, stale_key: str, json_mode: bool, rows: Sequence[WriteRow]
-) -> int:
+def resync_rows(ks: Keyspace, h: ResyncHeader, stale_key: str, rows: Sequence[WriteRow]) -> int:
     """The rows a resync read, written unless the stream wrote them since its mark; each leaves
     `__stale`. The rows written, or -1."""
     fence(ks, as_bytes(h.lease_key), h.token)
@@ -67,15 +65,13 @@ def resync_rows(
     written = 0
     for op in rows:
         if not _stream_wrote(ks, touched, partial, as_bytes(op.suffix)):
-            _write_copy(ks, h, op, json_mode)
+            _write_copy(ks, h, op)
             written += 1
         ks.srem(as_bytes(stale_key), [as_bytes(op.suffix)])
     return written
 
 
-def resync_reread(
-    ks: Keyspace, h: ResyncHeader, json_mode: bool, entries: Sequence[tuple[str, str, WriteRow | None]]
-) -> int:
+def resync_reread(ks: Keyspace, h: ResyncHeader, entries: Sequence[tuple[str, str, WriteRow | None]]) -> int:
     """`__partial` entries (suffix, merges, the row read again or None): written whole when no
     merge came since the entry was read, and dropped from `__partial`. The entries done, or -1."""
     fence(ks, as_bytes(h.lease_key), h.token)
@@ -86,7 +82,7 @@ def resync_reread(
     for suffix, merges, op in entries:
         if ks.hget(partial, as_bytes(suffix)) == as_bytes(merges):
             if op is not None:
-                _write_copy(ks, h, op, json_mode)
+                _write_copy(ks, h, op)
             ks.hdel(partial, [as_bytes(suffix)])
             done += 1
     return done

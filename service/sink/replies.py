@@ -118,7 +118,9 @@ async def _whole_rows_for(planner: Planner, exc: RowsMissing, redis: Redis | Non
     if (
         redis is not None
         and key
-        and await rows_keyed_otherwise(redis, planner.layout, parts[0], parts[1], key, planner.json_mode)
+        and await rows_keyed_otherwise(
+            redis, planner.layout, parts[0], parts[1], key, planner.table_keys(parts[0], parts[1]).json
+        )
     ):
         log.warning(
             "%s. The rows of %s in Redis are keyed by other columns than its current key (%s): a DDL "

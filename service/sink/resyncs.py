@@ -33,7 +33,6 @@ class ResyncWriter:
         planner: Planner,
         marks: TableMarks,
         chain: ApplyChain,
-        json_mode: bool,
         table_step: int,
     ) -> None:
         self.redis = redis
@@ -41,7 +40,6 @@ class ResyncWriter:
         self.planner = planner  # row keys of the rows written
         self.marks = marks
         self.chain = chain  # its token is the writer's
-        self.json_mode = json_mode
         self.table_step = table_step  # stale rows removed per finishing call
         self.rows_script = redis.register_script(RESYNC_ROWS)
         self.finish_script = redis.register_script(RESYNC_FINISH)
@@ -81,7 +79,7 @@ class ResyncWriter:
             if suffix is not None:
                 ops.append(WriteRow(t, suffix, row))
         stale = self.layout.stale_key(schema, table)
-        args = resync_rows_args(self._header(t, generation), stale, self.json_mode, ops)
+        args = resync_rows_args(self._header(t, generation), stale, ops)
         with map_redis_errors(f"resyncing {schema}.{table}"):
             written = int(await self.rows_script(keys=self.route, args=args))
         return None if written < 0 else written
@@ -154,7 +152,7 @@ class ResyncWriter:
         for suffix, merges in entries:
             row = found.get(suffix)
             read.append((suffix, merges, None if row is None else WriteRow(t, suffix, row)))
-        args = resync_reread_args(self._header(t, generation), self.json_mode, read)
+        args = resync_reread_args(self._header(t, generation), read)
         with map_redis_errors(f"resyncing {schema}.{table} (rows read again)"):
             done = int(await self.reread_script(keys=self.route, args=args))
         return None if done < 0 else done

@@ -60,11 +60,13 @@ class SourceReader:
 
 
 class MirrorReader:
-    def __init__(self, redis: Redis, layout: KeyLayout, mirror: RedisMirror, json_mode: bool) -> None:
+    def __init__(
+        self, redis: Redis, layout: KeyLayout, mirror: RedisMirror, json_of: Callable[[str, str], bool]
+    ) -> None:
         self.redis = redis
         self.layout = layout
         self.mirror = mirror
-        self.json_mode = json_mode
+        self.json_of = json_of  # (schema, table) -> its rows are JSON documents
 
     async def suffixes(self, schema: str, table: str) -> set[str]:
         """Every row suffix the mirror holds for the table: `__keys` members and row keys."""
@@ -93,11 +95,12 @@ class MirrorReader:
         index = self.layout.index_key(schema, table)
         if not suffixes:
             return []
+        json_rows = self.json_of(schema, table)
         with map_redis_errors("reading the mirror"):
             async with self.redis.pipeline(transaction=False) as pipe:
                 for suffix in suffixes:
                     key = f"{base}:{suffix}"
-                    if self.json_mode:
+                    if json_rows:
                         pipe.get(key)
                     else:
                         pipe.hgetall(key)

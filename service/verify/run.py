@@ -65,7 +65,7 @@ class VerifyRun:
         self.v, self.conn, self.info, self.redis, self.mirror = v, conn, info, redis, mirror
         self.layout = v.layout
         self.source = SourceReader(conn, info, v.catalog.shape)
-        self.stored = MirrorReader(redis, v.layout, mirror, v.json_mode)
+        self.stored = MirrorReader(redis, v.layout, mirror, v.catalog.shapes.json_of)
         self.repairs = Repairer(mirror, redis, v.layout, self.source, v.settings.chunk_rows)
         self._pace = pace  # awaited after each chunk read, with its row count (a rows/s budget)
 
@@ -74,9 +74,9 @@ class VerifyRun:
 
     # -- comparing ----------------------------------------------------------------------------
     def _compare(
-        self, row: Mapping[str, Any] | None, stored: Any, indexed: bool
+        self, t: TableInfo, row: Mapping[str, Any] | None, stored: Any, indexed: bool
     ) -> tuple[str, tuple[str, ...]] | None:
-        return compare_row(row, stored, indexed, self.v.json_mode)
+        return compare_row(row, stored, indexed, self.v.catalog.shapes.json_of(t.schema, t.table))
 
     def _expired(self, t: TableInfo, row: Mapping[str, Any]) -> bool:
         """Whether a source row absent from the mirror is a ttl row that expired: with `at`, its
@@ -120,7 +120,7 @@ class VerifyRun:
             for row, suffix, (value, indexed) in zip(rows, suffixes, stored, strict=True):
                 if not value and self._expired(t, row):
                     expired.add(suffix)  # not drift: a ttl row Redis removed (or will)
-                elif self._compare(row, value, indexed) is not None:
+                elif self._compare(t, row, value, indexed) is not None:
                     suspects[suffix] = Suspect(tuple(row[c] for c in key), row)
                     target = position
             report.expired += len(expired)
@@ -157,7 +157,7 @@ class VerifyRun:
         found: dict[str, Suspect] = {}
         base = self.layout.table_base(t.schema, t.table)
         for suffix, (value, indexed) in zip(names, stored, strict=True):
-            verdict = self._compare(confirmed[suffix].source, value, indexed)
+            verdict = self._compare(t, confirmed[suffix].source, value, indexed)
             if verdict is not None:
                 found[suffix] = confirmed[suffix]
                 report.differences.append(
@@ -212,7 +212,7 @@ class VerifyRun:
             still: dict[str, Suspect] = {}
             for suffix, (value, indexed) in zip(names, stored, strict=True):
                 row = by_suffix.get(suffix)
-                if self._compare(row, value, indexed) is not None:
+                if self._compare(t, row, value, indexed) is not None:
                     still[suffix] = Suspect(suspects[suffix].key_values, row)
             rest = {s: by_suffix.get(s) for s in names if s not in still}
             for suffix in await self._entries_wrong(t, rest):

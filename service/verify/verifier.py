@@ -112,7 +112,12 @@ class Verifier:
             lease_ttl=max(self.settings.lease_ttl_seconds, REPAIR_LEASE_TTL),
         )
         mirror = RedisMirror(
-            redis, self.layout, self.catalog.key_columns, options, derive_of=self.catalog.derive_spec
+            redis,
+            self.layout,
+            self.catalog.key_columns,
+            options,
+            derive_of=self.catalog.derive_spec,
+            json_of=self.catalog.shapes.json_of,
         )
         try:
             with map_errors("verify"):

@@ -63,6 +63,12 @@ class Twin:
         self.r.flushdb()  # its own database (tests/sink/conftest.py)
         self._script = self.r.register_script(APPLY)
 
+    def _in_mode(self, op: ir.Op) -> ir.Op:
+        t = getattr(op, "table", None)
+        if isinstance(t, ir.TableKeys) and t.json != self.json_mode:
+            return replace(op, table=replace(t, json=self.json_mode))  # type: ignore[call-arg]
+        return op
+
     def _real(self, call: ir.ApplyCall) -> Outcome:
         try:
             return ("reply", self._script(args=self.encode(call)))
@@ -71,14 +77,15 @@ class Twin:
 
     def _ref(self, call: ir.ApplyCall) -> Outcome:
         try:
-            reply: Reply = execute(self.ks, call, self.layout, self.json_mode)
+            reply: Reply = execute(self.ks, call, self.layout)
         except ScriptError as exc:
             return ("error", str(exc))
         return ("reply", reply)
 
     def call(self, call: ir.ApplyCall) -> Outcome:
         """One call through both; their replies (or error texts) must be equal, and so must the
-        keyspaces after it."""
+        keyspaces after it. Its row ops' tables are in the twin's value mode (`TableKeys.json`)."""
+        call = replace(call, ops=[self._in_mode(op) for op in call.ops])
         real, ref = self._real(call), self._ref(call)
         assert ref == real, f"reply: reference {ref!r}, Lua {real!r}"
         self.check()

@@ -261,7 +261,7 @@ def with_graph(ops: list[ir.Op], json_mode: bool, rules: Rules) -> list[ir.Op]:
 
 
 def start(r: redis_sync.Redis, json_mode: bool) -> Twin:
-    twin = Twin(r, LAY, json_mode, CallEncoder(LAY, json_mode).encode, Keyspace())
+    twin = Twin(r, LAY, json_mode, CallEncoder(LAY).encode, Keyspace())
     r.set(LAY.lease_key, "tok")
     twin.ks.set(LAY.lease_key.encode(), b"tok")
     for child, col in FK_COLUMN.items():  # `__fkdefs`: what op FC reads (`len:field` per column)

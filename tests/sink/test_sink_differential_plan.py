@@ -259,7 +259,7 @@ def test_planned_transactions_leave_the_same_keyspace(
             derive_of=(lambda s, t: (JSON_SHAPES if json_mode else SHAPES).get(t, "")) if derived else None,
         )
         planner.cascades.foreign_keys = lambda: fks
-        twin = Twin(sink_redis, LAY, json_mode, CallEncoder(LAY, json_mode).encode, Keyspace())
+        twin = Twin(sink_redis, LAY, json_mode, CallEncoder(LAY).encode, Keyspace())
         sink_redis.set(LAY.lease_key, "tok")
         twin.ks.set(LAY.lease_key.encode(), b"tok")
         for key, defs in planner.cascades.defs().items():  # what RedisMirror writes with the graph

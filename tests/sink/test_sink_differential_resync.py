@@ -65,8 +65,8 @@ def run(twin: Twin, call: ResyncCall, json_mode: bool, scripts: dict[str, Any]) 
     h = ir.ResyncHeader(LAY.lease_key, "tok", LAY.resync_key, t, gen)
     stale = LAY.stale_key("s", call.table)
     if call.kind == "rows":
-        real = scripts["rows"](args=resync_rows_args(h, stale, json_mode, call.rows))
-        assert resync_rows(twin.ks, h, stale, json_mode, call.rows) == real
+        real = scripts["rows"](args=resync_rows_args(h, stale, call.rows))
+        assert resync_rows(twin.ks, h, stale, call.rows) == real
     elif call.kind == "reread":
         partial = partial_key_of(t.touched)
         entries = []
@@ -74,8 +74,8 @@ def run(twin: Twin, call: ResyncCall, json_mode: bool, scripts: dict[str, Any]) 
             merges = twin.r.hget(partial, str(n)) if stored else None
             row = ir.WriteRow(t, str(n), {"id": n, "a": n}) if found else None
             entries.append((str(n), merges.decode() if merges else "3", row))
-        real = scripts["reread"](args=resync_reread_args(h, json_mode, entries))
-        assert resync_reread(twin.ks, h, json_mode, entries) == real
+        real = scripts["reread"](args=resync_reread_args(h, entries))
+        assert resync_reread(twin.ks, h, entries) == real
     else:  # SPOP picks its own members: called until no stale row is left, compared then
         args = (h, stale, call.limit, LAY.settle_key, call.copied_at)
         for ex in (
@@ -97,6 +97,8 @@ def run(twin: Twin, call: ResyncCall, json_mode: bool, scripts: dict[str, Any]) 
 def test_resync_calls_leave_the_same_keyspace(
     sink_redis: redis_sync.Redis, json_mode: bool, derived: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    for name, t in list(TABLES.items()):  # the value mode: each table's (TableKeys.json)
+        monkeypatch.setitem(TABLES, name, replace(t, json=json_mode))
     if derived:  # table "u" shaped: its entries follow the copies and the stale rows' removal
         monkeypatch.setitem(TABLES, "u", replace(TABLES["u"], derive=JSON_DERIVED if json_mode else DERIVED))
     scripts = {

@@ -19,6 +19,7 @@ from service.shaping import (
     TtlSettings,
     parse_template,
     section_for,
+    value_of,
 )
 from service.sink.derive import Ttl
 from service.table_info import ColumnStatus, TableInfo
@@ -151,7 +152,7 @@ def test_sections_that_cannot_apply_are_refused(section: SectionSettings, messag
         ("ttl = { seconds = 0 }", "greater than 0"),
         ("ttl = { seconds = 3, timezone = 'UTC' }", "ttl: timezone is for `at` only"),
         ("ttl = { at = 'x', timezone = 'Europe/Paris' }", "expected UTC or a fixed offset like +02:00"),
-        ('value = "json"', "value: not supported by this version yet"),
+        ('value = "xml"', "Input should be 'hash' or 'json'"),
         (
             '[[table."shop.users".index]]\nkind = "list"\nkey = "x:{id}"',
             "Input should be 'unique', 'set' or 'zset'",
@@ -182,6 +183,28 @@ def test_sections_read_from_the_config_file(tmp_path: Path) -> None:
         "shop.*": SectionSettings(exclude=("password_hash",), rename=(("created_at", "created"),))
     }
     assert load_settings(None).table_sections() == {}
+
+
+def test_a_section_value_sets_the_tables_form(tmp_path: Path) -> None:
+    """`value` per section: the table's rows are JSON documents or hashes whatever value_mode
+    says; the fingerprint names it in the clear (a start that finds the other form empties the
+    table before copying it again: `value_of`)."""
+    path = tmp_path / "c.toml"
+    path.write_text(
+        'value_mode = "hash"\n[table."shop.docs"]\nvalue = "json"\n[table."shop.*"]\nexclude = ["x"]\n'
+    )
+    settings = load_settings(path)
+    assert settings.table_sections()["shop.docs"] == SectionSettings(value="json")
+    shapes = Shapes(settings.table_sections(), json_mode=False)
+    assert shapes.json_of("shop", "docs") and not shapes.json_of("shop", "users")
+    assert not shapes.json_of("crm", "other")  # no section: value_mode
+    assert Shapes({"shop.*": SectionSettings(value="hash")}, json_mode=True).json_of("shop", "t") is False
+    docs, users = shapes.fingerprint("shop", "docs"), shapes.fingerprint("shop", "users")
+    assert docs.endswith(":json") and value_of(docs, False) == "json"
+    assert (
+        value_of(users, False) == "hash" and value_of(users, True) == "json" and value_of("", True) == "json"
+    )
+    assert Shapes({"shop.docs": SectionSettings()}).fingerprint("shop", "docs") != docs
 
 
 def test_a_fingerprint_names_the_section_that_applies_not_its_list_order() -> None:

@@ -156,7 +156,7 @@ def _tx(*changes: RowChange, end: int = 100, partial: frozenset[int] = frozenset
 
 def _planner(cols: KeyCols | None = None, plain_rows: bool = False, **kw: Any) -> tuple[Planner, CallEncoder]:
     p = Planner(LAYOUT, cols or (lambda s, t: ("id",)), **kw)
-    return p, CallEncoder(LAYOUT, json_mode=p.json_mode, plain_rows=plain_rows)
+    return p, CallEncoder(LAYOUT, plain_rows=plain_rows)
 
 
 def _fixture_changes() -> list[RowChange]:
@@ -384,12 +384,16 @@ def test_resync_calls() -> None:
     row: Row = {"id": 1, "v": None, "b": b"\x00"}
     ops = [ir.WriteRow(T, "1", row)]
     head = ["m:__lease", "tok", "m:__resync", "db:t", 4]
-    assert resync_rows_args(h, "m:db:t:__stale", False, ops) == [
+    assert resync_rows_args(h, "m:db:t:__stale", ops) == [
         *head, "m:db:t:__touched", "m:db:t:__stale", "m:db:t:__keys", "m:db:t", "0", "",
         "1", 2, "id", "1", "b", b"\x00",
     ]  # fmt: skip
-    assert resync_rows_args(h, "s", True, ops)[-4:] == ["1", 1, "", b'{"id":1,"v":null,"b":"AA=="}']
-    assert resync_reread_args(h, False, [("1", "3", ops[0]), ("2", "1", None)]) == [
+    json_t = dataclasses.replace(T, json=True)  # a table of JSON documents
+    json_ops = [ir.WriteRow(json_t, "1", row)]
+    assert resync_rows_args(dataclasses.replace(h, table=json_t), "s", json_ops)[-4:] == [
+        "1", 1, "", b'{"id":1,"v":null,"b":"AA=="}',
+    ]  # fmt: skip
+    assert resync_reread_args(h, [("1", "3", ops[0]), ("2", "1", None)]) == [
         *head, "m:db:t:__touched", "m:db:t:__keys", "m:db:t", "0", "",
         "1", "3", 1, 2, "id", "1", "b", b"\x00", "2", "1", 0, 0,
     ]  # fmt: skip

@@ -41,7 +41,7 @@ def _ops(p: Planner, *changes: RowChange) -> list[Arg]:
     p.begin_call()
     out: list[IrOp] = []
     p.transaction(out, _txn(*changes), [])
-    return CallEncoder(LAY, json_mode=p.json_mode).body(out)
+    return CallEncoder(LAY).body(out)
 
 
 def test_values_are_the_stored_text_of_each_column() -> None:

@@ -33,7 +33,7 @@ CONTEXT = ["A", "m:__tables", "db:t", "C", "m:db:t", "m:db:t:__keys", "db:t", "m
 def _args(p: Planner, ops: list[IrOp] | None) -> list[Arg]:
     """The ops as the apply script reads them in a call of their own (codec.py)."""
     assert ops is not None
-    return CallEncoder(p.layout, json_mode=p.json_mode).body(ops)
+    return CallEncoder(p.layout).body(ops)
 
 
 def _row_args(p: Planner, ops: list[IrOp] | None) -> list[Arg]:
