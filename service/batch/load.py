@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
 import redis as redis_sync
@@ -103,9 +103,8 @@ def _loaded_columns(cols: TableColumns) -> list[str]:
     return [n for n, _, _ in cols.columns if n in latest]
 
 
-@dataclass(frozen=True, slots=True)
-class _Target:
-    """Where and how a task writes (plain values: sent to Spark tasks and worker processes)."""
+class _Target(NamedTuple):
+    """Where and how a task writes (plain values, pickled to Spark's tasks)."""
 
     url: str
     prefix: str
@@ -131,8 +130,9 @@ def _batch_writer(target: _Target, cols: TableColumns) -> Callable[[Iterable[Any
     kinds = {n: (k, t) for n, k, t in cols.columns if n in loaded}
 
     by_name = {n: k for n, (k, _) in kinds.items()}
-    layout = KeyLayout(prefix)
-    base, index = layout.table_base(cols.schema, cols.table), layout.index_key(cols.schema, cols.table)
+    # strings, not the KeyLayout: Spark pickles this closure, and a (compiled) KeyLayout does not
+    base = KeyLayout(prefix).table_base(cols.schema, cols.table)
+    index = KeyLayout(prefix).index_key(cols.schema, cols.table)
 
     def packed(batch: Any) -> list[tuple[bytes, int]] | None:
         """The batch's commands built a column at a time (service.batch.resp); None where the
@@ -145,6 +145,7 @@ def _batch_writer(target: _Target, cols: TableColumns) -> Callable[[Iterable[Any
             return None
 
     def write(batches: Iterable[Any]) -> int:
+        layout = KeyLayout(prefix)
         r = redis_sync.Redis.from_url(url)
         sent = InFlight(r)
         written = 0

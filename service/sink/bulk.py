@@ -21,7 +21,7 @@ from service.sink.keys import KeyLayout
 from service.sink.plain import pack_hset
 from service.sink.values import json_document, row_fields
 
-__all__ = ["InFlight", "clear_table", "send_packed", "write_ops", "write_rows"]
+__all__ = ["InFlight", "clear_table", "pack_ops", "send_packed", "table_keys", "write_ops", "write_rows"]
 
 # what redis-py's hiredis reader returns while a reply is incomplete (redis-py 5.1+; False before)
 _NOT_ENOUGH_DATA: Any = getattr(redis_hiredis, "NOT_ENOUGH_DATA", False)
@@ -39,7 +39,14 @@ def write_rows(
 ) -> None:
     """Write whole rows (as SELECT gives them, TIMESTAMPs aware UTC) and index their keys, in
     one pipeline; a row replaces what its key held."""
-    t = TableKeys(
+    t = table_keys(layout, schema, table)
+    write_ops(
+        r, [WriteRow(t, layout.row_suffix([row[c] for c in key]), row) for row in rows], json_mode=json_mode
+    )
+
+
+def table_keys(layout: KeyLayout, schema: str, table: str) -> TableKeys:
+    return TableKeys(
         schema,
         table,
         layout.table_base(schema, table),
@@ -47,12 +54,14 @@ def write_rows(
         layout.table_id(schema, table),
         layout.touched_key(schema, table),
     )
-    write_ops(
-        r, [WriteRow(t, layout.row_suffix([row[c] for c in key]), row) for row in rows], json_mode=json_mode
-    )
 
 
 def write_ops(r: redis_sync.Redis, ops: Sequence[WriteRow], *, json_mode: bool) -> None:
+    """pack_ops' commands sent at once."""
+    send_packed(r, *pack_ops(ops, json_mode=json_mode))
+
+
+def pack_ops(ops: Sequence[WriteRow], *, json_mode: bool) -> tuple[bytes, int]:
     """The IR's whole-row writes as plain commands, packed here and sent at once, without the apply
     script (no lease check, no resync marks: a copy into a mirror no stream writes yet). Packed
     as the plain form packs a row's HSET (service.sink.plain.pack_hset): redis-py's pipeline
@@ -75,7 +84,7 @@ def write_ops(r: redis_sync.Redis, ops: Sequence[WriteRow], *, json_mode: bool) 
     for index, suffixes in indexes.items():
         out.append(hiredis.pack_command(cast(Any, ("SADD", index, *suffixes))))
         replies += 1
-    send_packed(r, b"".join(out), replies)
+    return b"".join(out), replies
 
 
 def send_packed(r: redis_sync.Redis, packed: bytes, replies: int) -> None:
