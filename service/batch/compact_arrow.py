@@ -12,6 +12,7 @@ table's latest version. The output has the JVM job's columns and values; the tes
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -30,7 +31,7 @@ from service.checkpoint import BinlogPosition
 from service.errors import ConfigError
 from service.transactions import TableFilter
 
-__all__ = ["arrow_compact", "local_paths", "read_text"]
+__all__ = ["arrow_compact", "fits_in_memory", "local_paths", "read_text"]
 
 ROW_GROUP = 65_536  # rows a reader holds at once
 
@@ -39,6 +40,22 @@ def local_paths(master: str, *paths: str) -> bool:
     """Whether `compact` / `load` can run without a JVM: a local master (the work runs on this
     machine anyway) and paths pyarrow reads and writes."""
     return (master == "local" or master.startswith("local[")) and all(pyarrow_writes(p) for p in paths)
+
+
+# the fold holds a table's changes in memory, decoded (Parquet's bytes grow ~5x) with its arrays
+_MEMORY_SHARE = 20
+
+
+def fits_in_memory(log: str) -> bool:
+    """Whether the change log's tables are small enough for the fold in this process: their
+    Parquet files at most 1/20 of the memory available now (else Spark, which spills)."""
+    try:
+        available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):
+        return False
+    fs, root = output_root(f"{log.rstrip('/')}/changes")
+    infos = fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))
+    return sum(i.size or 0 for i in infos if i.is_file) * _MEMORY_SHARE <= available
 
 
 def read_text(path: str) -> str:

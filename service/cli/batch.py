@@ -142,14 +142,14 @@ def compact(
     """The latest row per key of each table of a change log (deletes removed, partial images merged)."""
     from service.batch.compact import compact as run_compact
     from service.batch.compact import parse_until
-    from service.batch.compact_arrow import arrow_compact, local_paths
+    from service.batch.compact_arrow import arrow_compact, fits_in_memory, local_paths
     from service.batch.session import spark_session
     from service.transactions import TableFilter
 
     with _job("compact"):
         position = parse_until(until) if until else None
         wanted = TableFilter.from_lists(split_globs(tables)) if tables else None
-        if local_paths(master, log_dir, out):  # the same fold without a JVM (compact_arrow)
+        if local_paths(master, log_dir, out) and fits_in_memory(log_dir):  # the same fold, no JVM
             result = arrow_compact(log_dir, out, until=position, tables=wanted, overwrite=overwrite)
         else:
             spark = spark_session(master, "binlog-mirror compact")
