@@ -24,7 +24,14 @@ from service.sink.values import hash_text, key_text
 
 __all__ = ["pack_batch"]
 
-_CRLF = b"\r\n"
+
+def _b(data: bytes) -> pa.Scalar:
+    """An Arrow binary scalar: pyarrow.compute converts no Python bytes argument without pandas."""
+    return pa.scalar(data, pa.binary())
+
+
+_CRLF = _b(b"\r\n")
+_EMPTY = _b(b"")
 
 
 def _bulk(data: bytes) -> bytes:
@@ -95,7 +102,7 @@ def _lengths(data: pa.Array) -> pa.Array:
 
 def _bulks(data: pa.Array) -> pa.Array:
     """$len CRLF data CRLF per value (NULL for NULL)."""
-    return pc.binary_join_element_wise(b"$", _lengths(data), _CRLF, data, _CRLF, b"")
+    return pc.binary_join_element_wise(_b(b"$"), _lengths(data), _CRLF, data, _CRLF, _EMPTY)
 
 
 def _joined(arr: pa.Array) -> bytes:
@@ -126,8 +133,8 @@ def pack_batch(
     if not n:
         return []
     parts = [key_texts(batch.column(k), kinds[k]) for k in key]
-    suffix = parts[0] if len(parts) == 1 else pc.binary_join_element_wise(*parts, b":")
-    row_key = pc.binary_join_element_wise(base.encode() + b":", suffix, b"")
+    suffix = parts[0] if len(parts) == 1 else pc.binary_join_element_wise(*parts, _b(b":"))
+    row_key = pc.binary_join_element_wise(_b(base.encode() + b":"), suffix, _EMPTY)
     bulk_key = _bulks(row_key)
     pieces = []
     counts = np.zeros(n, dtype=np.int64)
@@ -135,12 +142,17 @@ def pack_batch(
         texts = field_texts(batch.column(name), kinds[name])
         counts += texts.is_valid().to_numpy(zero_copy_only=False)
         pieces.append(
-            pc.fill_null(pc.binary_join_element_wise(_bulk(name.encode()), _bulks(texts), b""), b"")
+            pc.fill_null(
+                pc.binary_join_element_wise(
+                    _b(_bulk(name.encode()) + b"$"), _lengths(texts), _CRLF, texts, _CRLF, _EMPTY
+                ),
+                _EMPTY,
+            )
         )
     arrays = pc.cast(pc.cast(pa.array(2 + 2 * counts), pa.string()), pa.binary())
-    hset = pc.binary_join_element_wise(b"*", arrays, b"\r\n$4\r\nHSET\r\n", bulk_key, *pieces, b"")
-    dele = pc.binary_join_element_wise(b"*2\r\n$3\r\nDEL\r\n", bulk_key, b"")
-    rows = pc.if_else(pa.array(counts > 0), pc.binary_join_element_wise(dele, hset, b""), dele)
+    hset = pc.binary_join_element_wise(_b(b"*"), arrays, _b(b"\r\n$4\r\nHSET\r\n"), bulk_key, *pieces, _EMPTY)
+    dele = pc.binary_join_element_wise(_b(b"*2\r\n$3\r\nDEL\r\n"), bulk_key, _EMPTY)
+    rows = pc.if_else(pa.array(counts > 0), pc.binary_join_element_wise(dele, hset, _EMPTY), dele)
     suffixes = _bulks(suffix)
     has_hset = counts > 0
     out = []
