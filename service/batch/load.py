@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
 import redis as redis_sync
@@ -35,13 +35,14 @@ import redis as redis_sync
 from service.batch.changes import output_root, pyarrow_writes
 from service.batch.compact import COMPACT_META
 from service.batch.replay import TableColumns
+from service.batch.resp import pack_batch
 from service.batch.session import JobSummary, job_progress, read_text
 from service.batch.snapshot import _IN_SYNC, writer_lease
 from service.binlog.jsonb import JsonNull
 from service.checkpoint import BinlogPosition, Checkpoint
 from service.errors import ConfigError, SinkError
 from service.settings import Settings
-from service.sink.bulk import clear_table, write_rows
+from service.sink.bulk import InFlight, clear_table, write_rows
 from service.sink.checkpoints import decode_checkpoint
 from service.sink.client import redis_client
 from service.sink.keys import KeyLayout
@@ -102,37 +103,78 @@ def _loaded_columns(cols: TableColumns) -> list[str]:
     return [n for n, _, _ in cols.columns if n in latest]
 
 
-def _batch_writer(settings: Settings, cols: TableColumns) -> Callable[[Iterable[Any]], int]:
+class _Target(NamedTuple):
+    """Where and how a task writes (plain values, pickled to Spark's tasks)."""
+
+    url: str
+    prefix: str
+    json_mode: bool
+    chunk: int
+
+    @classmethod
+    def of(cls, settings: Settings) -> _Target:
+        assert settings.redis is not None
+        return cls(
+            settings.redis.url.get_secret_value(),
+            settings.key_prefix,
+            settings.value_mode == "json",
+            max(1, settings.chunk_rows),
+        )
+
+
+def _batch_writer(target: _Target, cols: TableColumns) -> Callable[[Iterable[Any]], int]:
     """A function that writes Arrow batches of the table's compacted rows (to_pylist: the rows as
     dicts, converted in C, no Row objects) and returns the rows written."""
-    assert settings.redis is not None
-    url = settings.redis.url.get_secret_value()
-    prefix, json_mode = settings.key_prefix, settings.value_mode == "json"
+    url, prefix, json_mode, chunk = target.url, target.prefix, target.json_mode, target.chunk
     loaded = set(_loaded_columns(cols))
     kinds = {n: (k, t) for n, k, t in cols.columns if n in loaded}
-    chunk = max(1, settings.chunk_rows)
+
+    by_name = {n: k for n, (k, _) in kinds.items()}
+    # strings, not the KeyLayout: Spark pickles this closure, and a (compiled) KeyLayout does not
+    base = KeyLayout(prefix).table_base(cols.schema, cols.table)
+    index = KeyLayout(prefix).index_key(cols.schema, cols.table)
+
+    def packed(batch: Any) -> list[tuple[bytes, int]] | None:
+        """The batch's commands built a column at a time (service.batch.resp); None where the
+        row packer must do it: json mode, a NULL key part, a text that is not UTF-8."""
+        if json_mode or any(batch.column(k).null_count for k in cols.key):
+            return None
+        try:
+            return pack_batch(batch, by_name, cols.key, base, index, chunk)
+        except UnicodeEncodeError:
+            return None
 
     def write(batches: Iterable[Any]) -> int:
         layout = KeyLayout(prefix)
         r = redis_sync.Redis.from_url(url)
+        sent = InFlight(r)
         written = 0
         try:
             for batch in batches:
+                commands = packed(batch)  # built while Redis runs the previous batch's
+                sent.drain()
+                if commands is not None:
+                    for data, replies in commands:
+                        sent.send(data, replies)
+                    written += batch.num_rows
+                    continue
                 rows = [row_values(row, kinds, json_mode) for row in batch.to_pylist()]
                 for i in range(0, len(rows), chunk):
                     part = rows[i : i + chunk]
                     write_rows(r, layout, cols.schema, cols.table, cols.key, part, json_mode=json_mode)
                 written += len(rows)
+            sent.drain()
         finally:
+            sent.close()
             r.close()
         return written
 
     return write
 
 
-def _writer(settings: Settings, cols: TableColumns) -> Callable[[Iterable[Any]], Iterator[Any]]:
+def _writer(target: _Target, cols: TableColumns) -> Callable[[Iterable[Any]], Iterator[Any]]:
     """The mapInArrow function that writes a partition's rows (a state pyarrow cannot read)."""
-    write = _batch_writer(settings, cols)
+    write = _batch_writer(target, cols)
 
     def batches(batches: Iterable[Any]) -> Iterator[Any]:
         import pyarrow as pa
@@ -142,22 +184,29 @@ def _writer(settings: Settings, cols: TableColumns) -> Callable[[Iterable[Any]],
     return batches
 
 
-def _file_writer(settings: Settings, cols: TableColumns, root: str) -> Callable[[str], int]:
+def _file_writer(target: _Target, cols: TableColumns, root: str) -> Callable[[str], int]:
     """A task's function that reads one Parquet file of the state with pyarrow and writes its rows:
     no JVM row conversion and no Arrow transfer from Spark (that alone cost 31 µs a row)."""
-    write = _batch_writer(settings, cols)
-    columns = _loaded_columns(cols)
+    write = _batch_writer(target, cols)
 
     def load_file(path: str) -> int:
-        import pyarrow.parquet as pq
-
-        fs, _ = output_root(root)
-        # Spark writes TIMESTAMPs as INT96: read at the change log's unit (µs), not as ns
-        with fs.open_input_file(path) as fh:
-            parquet = pq.ParquetFile(fh, coerce_int96_timestamp_unit="us")
-            return write(parquet.iter_batches(batch_size=10_000, columns=columns))
+        return write(_file_batches(root, path, cols))
 
     return load_file
+
+
+def _file_batches(
+    root: str, path: str, cols: TableColumns, row_groups: list[int] | None = None
+) -> Iterator[Any]:
+    import pyarrow.parquet as pq
+
+    fs, _ = output_root(root)
+    # Spark writes TIMESTAMPs as INT96: read at the change log's unit (µs), not as ns
+    with fs.open_input_file(path) as fh:
+        parquet = pq.ParquetFile(fh, coerce_int96_timestamp_unit="us")
+        yield from parquet.iter_batches(
+            batch_size=10_000, columns=_loaded_columns(cols), row_groups=row_groups
+        )
 
 
 def _parquet_files(path: str) -> list[str] | None:
@@ -171,12 +220,21 @@ def _parquet_files(path: str) -> list[str] | None:
     return sorted(i.path for i in infos if i.is_file and i.base_name.endswith(".parquet"))
 
 
-def load_mirror(spark: SparkSession, settings: Settings, state: str) -> LoadResult:
-    """Write the compacted state at `state` to the mirror `settings` name; see the module doc."""
+def load_mirror(
+    spark: SparkSession | None, settings: Settings, state: str, *, workers: int = 1
+) -> LoadResult:
+    """Write the compacted state at `state` to the mirror `settings` name; see the module doc.
+    Without a session (a local master, a state pyarrow reads: `compact_arrow.local_paths`), this
+    process writes the rows instead of Spark tasks."""
     if settings.redis is None:
         raise ConfigError("load needs --redis (or BINLOG_MIRROR_REDIS / the config file)")
     started = time.monotonic()
-    meta = orjson.loads(read_text(spark, f"{state}/{COMPACT_META}"))
+    if spark is None:
+        from service.batch.compact_arrow import read_text as read_local
+
+        meta = orjson.loads(read_local(f"{state}/{COMPACT_META}"))
+    else:
+        meta = orjson.loads(read_text(spark, f"{state}/{COMPACT_META}"))
     cp = meta["checkpoint"]
     if cp is None:
         raise ConfigError(f"{state}: the replayed files hold no complete transaction: nothing to resume from")
@@ -212,7 +270,11 @@ def load_mirror(spark: SparkSession, settings: Settings, state: str) -> LoadResu
 
 
 async def _load(
-    spark: SparkSession, settings: Settings, state: str, checkpoint: Checkpoint, catalog: list[TableColumns]
+    spark: SparkSession | None,
+    settings: Settings,
+    state: str,
+    checkpoint: Checkpoint,
+    catalog: list[TableColumns],
 ) -> dict[tuple[str, str], int]:
     assert settings.redis is not None
     layout = KeyLayout(settings.key_prefix)
@@ -229,7 +291,7 @@ async def _load(
 
 
 def _copy(
-    spark: SparkSession, settings: Settings, state: str, catalog: list[TableColumns]
+    spark: SparkSession | None, settings: Settings, state: str, catalog: list[TableColumns]
 ) -> dict[tuple[str, str], int]:
     assert settings.redis is not None
     layout = KeyLayout(settings.key_prefix)
@@ -239,6 +301,9 @@ def _copy(
             clear_table(r, layout, c.schema, c.table)  # what an earlier, failed load left
     finally:
         r.close()
+    target = _Target.of(settings)
+    if spark is None:
+        return _copy_local(target, state, catalog)
     rows: dict[tuple[str, str], int] = {}
     sc = spark.sparkContext
     with job_progress(spark, "load"):
@@ -247,9 +312,23 @@ def _copy(
             files = _parquet_files(path)
             if files is not None:  # one task per file, read by pyarrow in the task
                 tasks = sc.parallelize(files, max(1, len(files)))
-                rows[(c.schema, c.table)] = sum(tasks.map(_file_writer(settings, c, path)).collect())
+                rows[(c.schema, c.table)] = sum(tasks.map(_file_writer(target, c, path)).collect())
                 continue
             frame = spark.read.parquet(path).select(*[f"`{n}`" for n in _loaded_columns(c)])
-            written = frame.mapInArrow(_writer(settings, c), "n long").collect()
+            written = frame.mapInArrow(_writer(target, c), "n long").collect()
             rows[(c.schema, c.table)] = sum(int(w["n"]) for w in written)
+    return rows
+
+
+def _copy_local(target: _Target, state: str, catalog: list[TableColumns]) -> dict[tuple[str, str], int]:
+    """The rows written by this process, without Spark: one packer keeps up with Redis, whose
+    own work per row (~17 µs a 12-column row here) is the bound; worker processes only added
+    their start (~1 s of imports each) on 2 cores."""
+    rows: dict[tuple[str, str], int] = {}
+    for c in catalog:
+        root = f"{state}/{c.schema}/{c.table}"
+        files = _parquet_files(root)
+        assert files is not None, f"{root}: not a path pyarrow reads"  # compact_arrow.local_paths
+        write = _file_writer(target, c, root)
+        rows[(c.schema, c.table)] = sum(write(path) for path in files)
     return rows

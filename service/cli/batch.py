@@ -142,23 +142,21 @@ def compact(
     """The latest row per key of each table of a change log (deletes removed, partial images merged)."""
     from service.batch.compact import compact as run_compact
     from service.batch.compact import parse_until
+    from service.batch.compact_arrow import arrow_compact, fits_in_memory, local_paths
     from service.batch.session import spark_session
     from service.transactions import TableFilter
 
     with _job("compact"):
         position = parse_until(until) if until else None
-        spark = spark_session(master, "binlog-mirror compact")
-        try:
-            result = run_compact(
-                spark,
-                log_dir,
-                out,
-                until=position,
-                tables=TableFilter.from_lists(split_globs(tables)) if tables else None,
-                overwrite=overwrite,
-            )
-        finally:
-            spark.stop()
+        wanted = TableFilter.from_lists(split_globs(tables)) if tables else None
+        if local_paths(master, log_dir, out) and fits_in_memory(log_dir):  # the same fold, no JVM
+            result = arrow_compact(log_dir, out, until=position, tables=wanted, overwrite=overwrite)
+        else:
+            spark = spark_session(master, "binlog-mirror compact")
+            try:
+                result = run_compact(spark, log_dir, out, until=position, tables=wanted, overwrite=overwrite)
+            finally:
+                spark.stop()
     for (schema, table), n in sorted(result.by_table.items()):
         console().print(f"  {schema}.{table}: {n} rows", highlight=False)
     for schema, table in result.skipped:
@@ -177,6 +175,7 @@ def load(
     master: Master = "local[*]",
 ) -> None:
     """Write a compacted state into an empty mirror with the checkpoint `run` continues from."""
+    from service.batch.compact_arrow import local_paths
     from service.batch.load import load_mirror
     from service.batch.session import spark_session
     from service.settings import load_settings
@@ -184,11 +183,14 @@ def load(
     with _job("load"):
         settings = load_settings(config, redis=redis, key_prefix=prefix, value_mode=value_mode)
         _refuse_sentinel(settings, "load")
-        spark = spark_session(master, "binlog-mirror load")
-        try:
-            result = load_mirror(spark, settings, state)
-        finally:
-            spark.stop()
+        if local_paths(master, state):  # this process writes the rows instead of Spark tasks
+            result = load_mirror(None, settings, state)
+        else:
+            spark = spark_session(master, "binlog-mirror load")
+            try:
+                result = load_mirror(spark, settings, state)
+            finally:
+                spark.stop()
     for (schema, table), n in sorted(result.by_table.items()):
         console().print(f"  {schema}.{table}: {n} rows", highlight=False)
     for schema, table in result.left:

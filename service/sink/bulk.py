@@ -21,7 +21,7 @@ from service.sink.keys import KeyLayout
 from service.sink.plain import pack_hset
 from service.sink.values import json_document, row_fields
 
-__all__ = ["clear_table", "write_ops", "write_rows"]
+__all__ = ["InFlight", "clear_table", "pack_ops", "send_packed", "table_keys", "write_ops", "write_rows"]
 
 # what redis-py's hiredis reader returns while a reply is incomplete (redis-py 5.1+; False before)
 _NOT_ENOUGH_DATA: Any = getattr(redis_hiredis, "NOT_ENOUGH_DATA", False)
@@ -39,7 +39,14 @@ def write_rows(
 ) -> None:
     """Write whole rows (as SELECT gives them, TIMESTAMPs aware UTC) and index their keys, in
     one pipeline; a row replaces what its key held."""
-    t = TableKeys(
+    t = table_keys(layout, schema, table)
+    write_ops(
+        r, [WriteRow(t, layout.row_suffix([row[c] for c in key]), row) for row in rows], json_mode=json_mode
+    )
+
+
+def table_keys(layout: KeyLayout, schema: str, table: str) -> TableKeys:
+    return TableKeys(
         schema,
         table,
         layout.table_base(schema, table),
@@ -47,12 +54,14 @@ def write_rows(
         layout.table_id(schema, table),
         layout.touched_key(schema, table),
     )
-    write_ops(
-        r, [WriteRow(t, layout.row_suffix([row[c] for c in key]), row) for row in rows], json_mode=json_mode
-    )
 
 
 def write_ops(r: redis_sync.Redis, ops: Sequence[WriteRow], *, json_mode: bool) -> None:
+    """pack_ops' commands sent at once."""
+    send_packed(r, *pack_ops(ops, json_mode=json_mode))
+
+
+def pack_ops(ops: Sequence[WriteRow], *, json_mode: bool) -> tuple[bytes, int]:
     """The IR's whole-row writes as plain commands, packed here and sent at once, without the apply
     script (no lease check, no resync marks: a copy into a mirror no stream writes yet). Packed
     as the plain form packs a row's HSET (service.sink.plain.pack_hset): redis-py's pipeline
@@ -75,10 +84,10 @@ def write_ops(r: redis_sync.Redis, ops: Sequence[WriteRow], *, json_mode: bool) 
     for index, suffixes in indexes.items():
         out.append(hiredis.pack_command(cast(Any, ("SADD", index, *suffixes))))
         replies += 1
-    _send(r, b"".join(out), replies)
+    return b"".join(out), replies
 
 
-def _send(r: redis_sync.Redis, packed: bytes, replies: int) -> None:
+def send_packed(r: redis_sync.Redis, packed: bytes, replies: int) -> None:
     """Write the commands and read their replies; the first error reply raises (after every reply
     was read: the connection stays in step)."""
     conn: Any = r.connection_pool.get_connection()  # redis-py's Connection: untyped methods
@@ -92,6 +101,40 @@ def _send(r: redis_sync.Redis, packed: bytes, replies: int) -> None:
         r.connection_pool.release(conn)
     if error is not None:
         raise error
+
+
+class InFlight:
+    """Packed commands sent on one connection with their replies read later (`drain`), so the
+    caller builds the next commands while Redis runs these (load: packing and Redis' own work
+    overlap instead of taking turns). The first error reply raises at `drain`."""
+
+    def __init__(self, r: redis_sync.Redis) -> None:
+        self._pool = r.connection_pool
+        self._conn: Any = self._pool.get_connection()
+        self._replies = 0
+
+    def send(self, packed: bytes, replies: int) -> None:
+        try:
+            self._conn.send_packed_command([packed])
+        except (redis_sync.ConnectionError, redis_sync.TimeoutError):
+            self._conn.disconnect()
+            raise
+        self._replies += replies
+
+    def drain(self) -> None:
+        n, self._replies = self._replies, 0
+        try:
+            error = _read_replies(self._conn, n)
+        except (redis_sync.ConnectionError, redis_sync.TimeoutError):
+            self._conn.disconnect()
+            raise
+        if error is not None:
+            raise error
+
+    def close(self) -> None:
+        if self._replies:  # left unread by an error: the connection is out of step
+            self._conn.disconnect()
+        self._pool.release(self._conn)
 
 
 def _read_replies(conn: Any, n: int) -> Exception | None:

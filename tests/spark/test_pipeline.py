@@ -14,11 +14,16 @@ import pytest
 import redis as redis_sync
 
 from service.batch.compact import compact
-from service.batch.load import _parquet_files, load_mirror
-from service.batch.replay import binlog_paths, replay_to_parquet
+from service.batch.compact_arrow import arrow_compact
+from service.batch.load import _loaded_columns, _parquet_files, load_mirror, row_values
+from service.batch.replay import TableColumns, binlog_paths, replay_to_parquet
+from service.batch.resp import pack_batch
 from service.batch.verify import verify_mirror
+from service.checkpoint import BinlogPosition
 from service.devtools.stack import LocalStack
 from service.pipeline.replicator import Replicator
+from service.sink.bulk import pack_ops, table_keys
+from service.sink.ir import WriteRow
 from service.sink.keys import KeyLayout
 from service.transactions import TableFilter
 from tests.integration.mirror_helpers import (
@@ -154,6 +159,20 @@ async def test_replay_compact_load_then_run_continues(stack: LocalStack, spark: 
     assert compacted.by_table[(db, "items")] == len(_source_rows(stack, db, "items"))
     assert compacted.stale == {f"{db}.items": 0, f"{db}.pairs": 0, f"{db}.altered": 2}
 
+    # compact without a JVM (a local master, `compact_arrow`): the same rows, column for column
+    arrow = arrow_compact(log, str(tmp_path / "arrow"))
+    assert (arrow.by_table, arrow.stale, arrow.checkpoint) == (
+        compacted.by_table, compacted.stale, compacted.checkpoint,
+    )  # fmt: skip
+    _same_rows(spark, state, str(tmp_path / "arrow"), arrow.by_table)
+    txns = spark.read.parquet(f"{log}/transactions").orderBy("seq").collect()
+    until = BinlogPosition(txns[len(txns) // 2]["end_file"], int(txns[len(txns) // 2]["end_pos"]))
+    jvm = compact(spark, log, str(tmp_path / "until"), until=until)
+    arrow = arrow_compact(log, str(tmp_path / "arrow-until"), until=until)
+    assert (arrow.by_table, arrow.stale, arrow.checkpoint) == (jvm.by_table, jvm.stale, jvm.checkpoint)
+    _same_rows(spark, str(tmp_path / "until"), str(tmp_path / "arrow-until"), arrow.by_table)
+    _same_packing(state)
+
     settings = mirror_settings(stack, db, prefix)
     loaded = await asyncio.to_thread(load_mirror, spark, settings, state)
     assert loaded.left == [(db, "altered")]  # left to the service's copy, as after an ALTER
@@ -169,6 +188,13 @@ async def test_replay_compact_load_then_run_continues(stack: LocalStack, spark: 
     again = mirror_settings(stack, db, prefix + "v")
     await asyncio.to_thread(load_mirror, spark, again, "viewfs://loadtest/state")
     assert actual(info.redis_url, prefix + "v", db, LOADED) == actual(info.redis_url, prefix, db, LOADED)
+
+    # without Spark (this process writes, a local master): the same keys, byte for byte
+    alone = await asyncio.to_thread(
+        load_mirror, None, mirror_settings(stack, db, prefix + "a"), str(tmp_path / "arrow")
+    )
+    assert alone.by_table == loaded.by_table and alone.left == loaded.left
+    assert actual(info.redis_url, prefix + "a", db, LOADED) == actual(info.redis_url, prefix, db, LOADED)
 
     run_sql(  # later writes, streamed by `run` from the loaded checkpoint
         stack,
@@ -229,3 +255,43 @@ def _diff(got: dict[str, Any], want: dict[str, Any]) -> list[tuple[str, str, Any
             if g.get(key) != w.get(key):
                 out.append((table, key, g.get(key), w.get(key)))
     return out[:5]
+
+
+def _same_rows(spark: Any, jvm: str, arrow: str, tables: Any) -> None:
+    """Every table's rows and column types equal in compact's output and arrow_compact's."""
+    for schema, table in tables:
+        a = spark.read.parquet(f"{jvm}/{schema}/{table}")
+        b = spark.read.parquet(f"{arrow}/{schema}/{table}")
+        assert a.schema.simpleString() == b.schema.simpleString()
+        assert sorted(a.collect()) == sorted(b.collect()), (schema, table)
+
+
+def _same_packing(state: str) -> None:
+    """load's commands built a column at a time (service.batch.resp) = the row packer's, byte for
+    byte, on every kind the workload has (NULLs, DECIMAL, DATETIME, TIMESTAMP, bytes, JSON text)."""
+    import pyarrow.parquet as pq
+
+    meta = orjson.loads(Path(state, "_compact.json").read_bytes())
+    layout = KeyLayout("m")
+    for doc in meta["tables"]:
+        cols = TableColumns.from_json(doc)
+        loaded = _loaded_columns(cols)
+        kinds = {n: (k, t) for n, k, t in cols.columns if n in loaded}
+        keys = table_keys(layout, cols.schema, cols.table)
+        for path in _parquet_files(f"{state}/{cols.schema}/{cols.table}") or []:
+            for batch in pq.ParquetFile(path, coerce_int96_timestamp_unit="us").iter_batches(columns=loaded):
+                columnar = pack_batch(
+                    batch, {n: k for n, (k, _) in kinds.items()}, cols.key, keys.base, keys.index, 7
+                )
+                rows = [row_values(r, kinds, False) for r in batch.to_pylist()]
+                by_row = [
+                    pack_ops(
+                        [
+                            WriteRow(keys, layout.row_suffix([r[c] for c in cols.key]), r)
+                            for r in rows[i : i + 7]
+                        ],
+                        json_mode=False,
+                    )
+                    for i in range(0, len(rows), 7)
+                ]
+                assert columnar == by_row, (cols.table, path)
