@@ -202,11 +202,15 @@ while i <= n do
       end
       write_row(key, c)
       row_written(ARGV[i + 1], true)
+      rederive(ARGV[i + 1])
     else
       hset_pairs(key, m)
       if x > 0 then batched('HDEL', key, i + 5, i + 4 + x) end
+      -- (a change of no field the entries read: only the copy follows, derive.lua)
+      if dspec and not follow_copy(dspec, derived, ARGV[i + 1], pairs_, m, ARGV, i + 5, i + 4 + x) then
+        rederive(ARGV[i + 1])
+      end
     end
-    rederive(ARGV[i + 1])
     i = v0 + m + 1
   elseif op == 'UL' then                 -- update a row op Q found: shape x f ... v ...
     -- the shape: the columns whose value changed; f: the x columns that became NULL
@@ -244,12 +248,20 @@ while i <= n do
     local x = tonumber(ARGV[j])
     -- a row of a ttl table that expired stays expired: never half a row (a FULL image writes it
     -- whole again: op U)
-    if not (dspec and dspec.t) or redis.call('EXISTS', key) == 1 then
+    local existed = dspec and redis.call('EXISTS', key) == 1
+    if not (dspec and dspec.t) or existed then
       hset(key, i + 3, c)
       if x > 0 then batched('HDEL', key, j + 1, j + x) end
       row_merged(ARGV[i + 1])
     end
-    rederive(ARGV[i + 1])
+    if dspec then                        -- (as op U: a merge into a row the mirror had)
+      local quick = false
+      if existed then
+        for k = 1, 2 * c do pairs_[k] = ARGV[i + 2 + k] end
+        quick = follow_copy(dspec, derived, ARGV[i + 1], pairs_, c, ARGV, j + 1, j + x)
+      end
+      if not quick then rederive(ARGV[i + 1]) end
+    end
     i = j + 1 + x
   elseif op == 'PJ' then                 -- merge a JSON patch into a JSON row: suffix patch
     local key = base .. ARGV[i + 1]

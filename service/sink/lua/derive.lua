@@ -220,6 +220,42 @@ local function copy_row(ikey, flat, n)  -- the copy at the template key becomes 
   redis.call('DEL', ikey)
   batched('HSET', ikey, 1, n, flat)
 end
+local function reads(spec)               -- the fields a spec's entries and expiry read (once)
+  local f = spec.f
+  if not f then
+    f = {}
+    local function add(parts)
+      for _, p in ipairs(parts) do
+        if string.sub(p, 1, 1) ~= '=' then f[string.sub(p, 2)] = true end
+      end
+    end
+    add(spec.k)
+    for _, ix in ipairs(spec.i) do
+      add(ix[2])
+      if ix[3] ~= '' then f[ix[3]] = true end
+    end
+    spec.f = f
+  end
+  return f
+end
+local function follow_copy(spec, derived, suffix, flat, m, nulls, first, last)
+  -- A stored hash row took the changes flat[1 .. 2m] and lost fields ARGV[first .. last]: when
+  -- none of them is a field its entries read (and the table has no ttl, which a write may
+  -- renew), its entries stay and its copy takes the same changes. true: done; false: derive the
+  -- row again (derive.py's twin does that: the same keys either way).
+  if spec.t then return false end
+  local f = reads(spec)
+  for j = 1, m do if f[flat[2 * j - 1]] then return false end end
+  for k = first, last do if f[nulls[k]] then return false end end
+  if #spec.k == 0 then return true end   -- no copy: the entries are all there is
+  local raw = redis.call('HGET', derived, suffix)
+  if not raw then return false end
+  local tag, member = decode_entries(raw)
+  if tag ~= spec.tag then return false end  -- written in a former shape: moved by derive
+  if m > 0 then batched('HSET', member, 1, 2 * m, flat) end
+  if last >= first then batched('HDEL', member, first, last, nulls) end
+  return true
+end
 local function visible_fields(flat, n)   -- a row's field-value pairs less its hidden fields
   local out, m = {}, 0                   -- (a hidden field's name starts with NUL: derive.HIDDEN)
   for j = 1, n, 2 do
