@@ -33,7 +33,7 @@ class Catalog:
         self.filter = table_filter
         # the tables' shapes ([table."…"] sections): resolved each time a definition is read, so
         # a DDL that breaks a section stops the run with its message (ShapeError)
-        self.shapes = shapes or Shapes({})
+        self.shapes = shapes if shapes is not None else Shapes({})
         self._tables: dict[tuple[str, str], TableInfo] = {}
         self._warned: set[tuple[str, str]] = set()
         # The foreign keys between wanted tables as last read (None: never); `fk_stale`: to be read

@@ -316,6 +316,7 @@ class LocalStack:
             f"--datadir={data}",
             "--auth-root-authentication-method=normal",
             "--skip-test-db",
+            f"--tmpdir={self._tmpdir()}",
         ]
         if os.geteuid() == 0:
             cmd.append("--user=root")
@@ -335,6 +336,7 @@ class LocalStack:
                     f"socket={self.mysql_socket}",
                     f"pid-file={self.mysql_dir / 'mariadbd.pid'}",
                     f"log-error={self.mysql_dir / 'mariadbd.err'}",
+                    f"tmpdir={self._tmpdir()}",
                     f"port={info.mysql_port}",
                     "bind-address=127.0.0.1",
                     "skip-name-resolve",
@@ -368,6 +370,13 @@ class LocalStack:
             kept = [ln for ln in lines if ln.split("=", 1)[0].replace("-", "_") not in names]
             cnf.write_text("\n".join([*kept, *(f"{k}={v}" for k, v in self.mariadb_options.items()), ""]))
         return cnf
+
+    def _tmpdir(self) -> Path:
+        """The stack's own tmpdir: mariadbd (and its bootstrap) deletes every #sql* file in its
+        tmpdir as it starts, so two stacks sharing /tmp broke each other's mariadb-install-db."""
+        tmp = self.mysql_dir / "tmp"
+        tmp.mkdir(parents=True, exist_ok=True)
+        return tmp
 
     @property
     def tls_dir(self) -> Path:

@@ -35,14 +35,17 @@ pytestmark = pytest.mark.integration
 DOC = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
 
 
-def documented_acl(prefix: str, password: str) -> list[str]:
-    """The doc's `ACL SETUSER` line as arguments, for `prefix` and `password`."""
+def documented_acl(prefix: str, password: str, app: str) -> list[str]:
+    """The doc's `ACL SETUSER` line as arguments, for `prefix` and `password`, and the key
+    pattern the doc says a shaped table's templates add (`~{app}:*`)."""
     blocks = re.findall(r"```redis\n(.*?)```", DOC.read_text(), re.S)
     lines = [line for block in blocks for line in block.splitlines() if line.startswith("ACL SETUSER")]
     assert len(lines) == 1, "docs/operations.md should hold one ACL SETUSER line in a ```redis block"
     args = shlex.split(lines[0])
     assert "~mirror:*" in args and ">CHANGE-ME" in args
-    return [{"~mirror:*": f"~{prefix}:*", ">CHANGE-ME": f">{password}"}.get(a, a) for a in args]
+    return [{"~mirror:*": f"~{prefix}:*", ">CHANGE-ME": f">{password}"}.get(a, a) for a in args] + [
+        f"~{app}:*"
+    ]
 
 
 async def test_the_mirror_runs_under_the_documented_minimal_acl(stack: LocalStack, tmp_path: Path) -> None:
@@ -55,16 +58,32 @@ async def test_the_mirror_runs_under_the_documented_minimal_acl(stack: LocalStac
         server = start_server(tmp_path / "redis", ["appendonly yes"])
         started.append(server)
         admin = server.client()
-        admin.execute_command(*documented_acl(prefix, "s3cret-acl"))
+        app = f"app_{db}"
+        admin.execute_command(*documented_acl(prefix, "s3cret-acl", app))
         url = f"redis://mirror:s3cret-acl@127.0.0.1:{server.port}/0"
         as_admin = f"redis://127.0.0.1:{server.port}/0"  # the test's reads (KEYS) need more
-        settings = mirror_settings(stack, db, prefix, redis=url, changelog_maxlen=1000, table_step_rows=2)
+        shaped = {  # a key template, a zset index and a ttl: the commands derive.lua and the sweep use
+            "key": f"{app}:item:{{id}}",
+            "index": [{"kind": "zset", "key": f"{app}:by-qty", "score": "qty"}],
+            "ttl": {"seconds": 3600},
+        }
+        settings = mirror_settings(
+            stack,
+            db,
+            prefix,
+            redis=url,
+            changelog_maxlen=1000,
+            table_step_rows=2,
+            table={f"{db}.items": shaped},
+        )
         async with replicating(settings) as rep:
             await asyncio.to_thread(wait_applied, as_admin, prefix, None)  # streaming from now on
             await asyncio.to_thread(lambda: [wl.step() for _ in range(120)])  # DDL: resyncs, TRUNCATE, RENAME
             await settle(rep, stack, timeout=60)
             assert actual(as_admin, prefix, db) == expected(stack, db)
             assert rep.progress.restarts == 0, rep.status().errors.last
+            copies = list(admin.scan_iter(f"{app}:item:*"))
+            assert len(copies) == len(expected(stack, db)["items"]) and admin.pttl(copies[0]) > 0
             assert await read_changelog(settings, 0)  # the API's change-log reader
         # verify --repair: a row changed behind the mirror's back is found and rewritten
         row = next(iter(actual(as_admin, prefix, db)["items"]))
