@@ -16,6 +16,13 @@ checkpoint (SetFields) is sent as
     SADD ...; HSET ...         the `__keys` and `__tables` members and the checkpoint, as the script
     EXEC
 
+A shaped table's rows (derive.py; hash rows without a ttl) go in this form too when none of them
+has derived entries recorded yet (the guard checks their `__derived` fields: a row the mirror holds
+goes as the script, which moves its old entries): their entries are computed here by derive.py,
+the twin of lua/derive.lua, and written after the rows, grouped by key (one DEL of the copies, a
+HSET each, one MSET of the unique keys, one SADD/ZADD per index key, one HSET of the records per
+table, one HINCRBY per count).
+
 The EXEC applies all of it at one instant, or nothing: a guard that refused wrote `__guard`, a
 watched key, so the EXEC aborts; a watched key that changed after the guard read it (the checkpoint
 chain, a resync mark, `__fence`, which every taking of the lease increments) aborts it too. What
@@ -37,7 +44,9 @@ from typing import Any, Final, cast
 import hiredis
 
 from service.binlog.rowchange import Row
+from service.sink.derive import HIDDEN, Derivation, counts_field, encode_entries
 from service.sink.ir import AddMember, ApplyCall, SetFields, TableKeys, WriteRow
+from service.sink.keys import DERIVED_COUNTS_SUFFIX, DERIVED_SUFFIX
 from service.sink.values import hash_text, row_fields
 
 __all__ = ["PlainCall", "pack_hset", "plain_call"]
@@ -72,12 +81,17 @@ def plain_call(
     table: TableKeys | None = None
     base = ""
     members: list[str] = []
+    entries = _Entries()
+    derivation: Derivation | None = None
     for op in chain(call.ops, call.tail):
         if isinstance(op, WriteRow):
             t = op.table
             if t is not table and t != table:
-                if t.tid in avoid or t.derive or t.json:  # (derived entries: kept by derive.lua)
+                if t.tid in avoid or t.json:
                     return None
+                derivation = _derivation(t.derive) if t.derive else None
+                if t.derive and derivation is None:
+                    return None  # (a ttl: its expiry is read from the server's clock)
                 if t.tid not in registered:
                     registered.add(t.tid)
                     _flush(cmds, dels, writes, in_run, sets)
@@ -92,6 +106,8 @@ def plain_call(
             in_run.add(key)
             dels.append(key)
             pairs = pack_hset(writes, key, op.row)
+            if derivation is not None and (pairs < 0 or not entries.add(t, derivation, op, key)):
+                return None
             if pairs < 0:  # left to hiredis (never from the decoder's values)
                 fields = row_fields(op.row)
                 writes.append(hiredis.pack_command(cast(Any, ("HSET", key, *fields))))
@@ -110,10 +126,12 @@ def plain_call(
             return None
     _flush(cmds, dels, writes, in_run, sets)
     typed = sorted({str(c[1]) for c in cmds if isinstance(c, tuple) and c[0] == "SADD"})
+    hsets += entries.commands(cmds)
     guard = ("EVALSHA", guard_sha, 0, h.lease_key, token, h.checkpoint_key, h.expected_prev, h.resync_key)
+    tables = dict.fromkeys(tids)
     commands: list[Command | bytes] = [
         ("WATCH", h.checkpoint_key, h.resync_key, fence_key, guard_key),
-        (*guard, guard_key, len(typed), *typed, *dict.fromkeys(tids)),
+        (*guard, guard_key, len(typed), *typed, len(tables), *tables, *entries.checks()),
         ("MULTI",),
         ("INCRBY", h.seq_key, h.nseq),
         *cmds,
@@ -207,3 +225,85 @@ def _end_run(cmds: list[Command | bytes], dels: list[str], writes: list[bytes], 
         del dels[1:]
         writes.clear()
         in_run.clear()
+
+
+_derivations: dict[str, Derivation | None] = {}
+
+
+def _derivation(spec: str) -> Derivation | None:
+    """The derivation of a spec text, or None when its rows do not go in the plain form (a ttl)."""
+    if spec not in _derivations:
+        d = Derivation.from_spec(spec)
+        _derivations[spec] = d if d.ttl is None and d.json is None else None
+    return _derivations.get(spec)
+
+
+class _Entries:
+    """The derived entries of a plain call's shaped rows (derive.py, as lua/derive.lua writes them
+    for a row that had none), grouped by key."""
+
+    def __init__(self) -> None:
+        self.copies: list[str] = ["DEL"]
+        self.copy_writes: list[bytes] = []
+        self.copy_hsets = 0
+        self.unique: list[str] = ["MSET"]
+        self.sets: dict[str, list[str]] = {}  # set key -> members
+        self.zsets: dict[str, list[str]] = {}  # zset key -> score member ...
+        self.records: dict[str, list[str]] = {}  # `__derived` -> suffix record ...
+        self.counts: dict[tuple[str, str], int] = {}  # (`__derivedcounts`, field) -> increment
+        self.rows: set[tuple[str, str]] = set()  # (`__derived`, suffix) of the rows noted
+
+    def add(self, t: TableKeys, d: Derivation, op: WriteRow, key: str) -> bool:
+        """Note the entries of row `op` (stored at `key`); False when the call cannot take them
+        in this form (the same row twice: its second write moves the first one's entries)."""
+        derived = f"{t.base}:{DERIVED_SUFFIX}"
+        if (derived, op.suffix) in self.rows:
+            return False
+        self.rows.add((derived, op.suffix))
+        suffixes = self.records.setdefault(derived, [])
+        # (the caller packed the row: each value's text is a str or bytes)
+        member, found = d.entries({k: hash_text(v) for k, v in op.row.items() if v is not None}, key)
+        if member is None:
+            return True  # no entries yet (derive.lua's underive of a row without any: nothing)
+        try:
+            record = encode_entries(d.tag, member, found)
+        except UnicodeEncodeError:  # bytes in a text column's key part: left to the script
+            return False
+        for e in found:
+            if e.kind == "k":
+                self.copies.append(e.key)
+                shown = {k: v for k, v in op.row.items() if not k.startswith(HIDDEN)} if d.hidden else op.row
+                if pack_hset(self.copy_writes, e.key, shown) > 0:
+                    self.copy_hsets += 1
+            elif e.kind == "u":
+                self.unique += (e.key, member)
+            elif e.kind == "s":
+                self.sets.setdefault(e.key, []).append(member)
+            else:
+                self.zsets.setdefault(e.key, []).extend((e.score, member))
+            field = (f"{t.base}:{DERIVED_COUNTS_SUFFIX}", counts_field(d.tag, e.index))
+            self.counts[field] = self.counts.get(field, 0) + 1
+        suffixes += (op.suffix, record)
+        return True
+
+    def commands(self, out: list[Command | bytes]) -> int:
+        """Append the entries' commands to `out`; returns the HSETs packed as RESP pieces."""
+        if len(self.copies) > 1:
+            out.append(tuple(self.copies))
+            if self.copy_writes:
+                out.append(b"".join(self.copy_writes))
+        if len(self.unique) > 1:
+            out.append(tuple(self.unique))
+        out.extend(("SADD", key, *ms) for key, ms in self.sets.items())
+        out.extend(("ZADD", key, *ms) for key, ms in self.zsets.items())
+        out.extend(("HSET", key, *rs) for key, rs in self.records.items() if rs)
+        out.extend(("HINCRBY", key, field, n) for (key, field), n in self.counts.items())
+        return self.copy_hsets
+
+    def checks(self) -> list[str | int]:
+        """The guard's arguments: per `__derived` hash, the suffixes that must have no record."""
+        out: list[str | int] = []
+        for key, rs in self.records.items():
+            if rs:
+                out += (key, len(rs) // 2, *rs[::2])
+        return out

@@ -56,7 +56,7 @@ def test_an_insert_only_call_is_watch_guard_multi_writes_exec() -> None:
     assert cmds == [
         [b"WATCH", b"m:__checkpoint", b"m:__resync", b"m:__fence", b"m:__guard"],
         [b"EVALSHA", b"sha", b"0", b"m:__lease", b"tok", b"m:__checkpoint", b"prev", b"m:__resync"]
-        + [b"m:__guard", b"2", b"m:__tables", b"m:db:a:__keys", b"db:a"],
+        + [b"m:__guard", b"2", b"m:__tables", b"m:db:a:__keys", b"1", b"db:a"],
         [b"MULTI"],
         [b"INCRBY", b"m:__seq", b"2"],
         [b"SADD", b"m:__tables", b"db:a"],
