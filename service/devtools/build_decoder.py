@@ -56,7 +56,7 @@ PACKAGE = ROOT / "service" / "binlog"
 INTERPRETED = frozenset({"__init__.py", "rawevent.py", "files.py", "jsonb.py", "utctext.py"})
 # The per-event and per-row layers around the decoder (pure code, no I/O): packet splitting, the
 # event pump, the position tracker, the transaction assembler and the queue of the stream; the
-# Redis sink's planner; the JSON lines of `decode`.
+# Redis sink's planner and its derived entries; the JSON lines of `decode`.
 STREAM_MODULES = (
     "service/checkpoint.py",
     "service/gtids.py",
@@ -66,6 +66,7 @@ STREAM_MODULES = (
     "service/transport/packets.py",
     "service/transport/pump.py",
     "service/sink/codec.py",
+    "service/sink/derive.py",
     "service/sink/keys.py",
     "service/sink/marks.py",
     "service/sink/plain.py",

@@ -300,7 +300,7 @@ class Applier:
             info = self.catalog.get(ch.schema, ch.table)
             missing = {k: v for k, v in info.defaults.items() if k not in ch.after} if info else {}
             if missing:
-                changes[i] = replace(ch, after={**missing, **ch.after})
+                changes[i] = ch.with_images(ch.before, {**missing, **ch.after})
         return replace(txn, changes=tuple(changes))
 
     def _images(self, txn: Transaction, hidden: bool = False) -> Transaction:
@@ -319,7 +319,7 @@ class Applier:
             else:
                 before = shape.apply(ch.before) if ch.before is not None else None
                 after = shape.apply(ch.after) if ch.after is not None else None
-            changes[i] = replace(ch, before=before, after=after)
+            changes[i] = ch.with_images(before, after)
             shaped = True
         return replace(txn, changes=tuple(changes)) if shaped else txn
 

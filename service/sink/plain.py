@@ -82,7 +82,7 @@ def plain_call(
     base = ""
     members: list[str] = []
     entries = _Entries()
-    derivation: Derivation | None = None
+    derivation: _Shaped | None = None
     for op in chain(call.ops, call.tail):
         if isinstance(op, WriteRow):
             t = op.table
@@ -105,8 +105,11 @@ def plain_call(
                 _end_run(cmds, dels, writes, in_run)
             in_run.add(key)
             dels.append(key)
+            mark = len(writes)
             pairs = pack_hset(writes, key, op.row)
-            if derivation is not None and (pairs < 0 or not entries.add(t, derivation, op, key)):
+            if derivation is not None and (
+                pairs < 0 or not entries.add(t, derivation, op, key, writes[mark:])
+            ):
                 return None
             if pairs < 0:  # left to hiredis (never from the decoder's values)
                 fields = row_fields(op.row)
@@ -227,14 +230,28 @@ def _end_run(cmds: list[Command | bytes], dels: list[str], writes: list[bytes], 
         in_run.clear()
 
 
-_derivations: dict[str, Derivation | None] = {}
+@dataclass(frozen=True, slots=True)
+class _Shaped:
+    derivation: Derivation
+    tag: str
+    counted: tuple[str, ...]  # each index's `__derivedcounts` field (0: the row copies)
+    reads: tuple[str, ...]  # the fields its entries read
 
 
-def _derivation(spec: str) -> Derivation | None:
-    """The derivation of a spec text, or None when its rows do not go in the plain form (a ttl)."""
+_derivations: dict[str, _Shaped | None] = {}
+
+
+def _derivation(spec: str) -> _Shaped | None:
+    """A spec text's derivation, or None when its rows do not go in the plain form (a ttl)."""
     if spec not in _derivations:
         d = Derivation.from_spec(spec)
-        _derivations[spec] = d if d.ttl is None and d.json is None else None
+        tag = d.tag
+        fields = tuple(counts_field(tag, i) for i in range(len(d.indexes) + 1))
+        parts = [*(d.key or ()), *(p for i in d.indexes for p in i.parts)]
+        reads = {p.text: None for p in parts if p.field} | {i.score: None for i in d.indexes if i.score}
+        _derivations[spec] = (
+            _Shaped(d, tag, fields, tuple(reads)) if d.ttl is None and d.json is None else None
+        )
     return _derivations.get(spec)
 
 
@@ -253,27 +270,36 @@ class _Entries:
         self.counts: dict[tuple[str, str], int] = {}  # (`__derivedcounts`, field) -> increment
         self.rows: set[tuple[str, str]] = set()  # (`__derived`, suffix) of the rows noted
 
-    def add(self, t: TableKeys, d: Derivation, op: WriteRow, key: str) -> bool:
-        """Note the entries of row `op` (stored at `key`); False when the call cannot take them
-        in this form (the same row twice: its second write moves the first one's entries)."""
+    def add(self, t: TableKeys, shaped: _Shaped, op: WriteRow, key: str, packed: list[bytes]) -> bool:
+        """Note the entries of row `op` (stored at `key`, by the HSET `packed`: pack_hset's
+        pieces); False when the call cannot take them in this form (the same row twice: its
+        second write moves the first one's entries)."""
         derived = f"{t.base}:{DERIVED_SUFFIX}"
         if (derived, op.suffix) in self.rows:
             return False
         self.rows.add((derived, op.suffix))
         suffixes = self.records.setdefault(derived, [])
+        d = shaped.derivation
+        row = op.row
         # (the caller packed the row: each value's text is a str or bytes)
-        member, found = d.entries({k: hash_text(v) for k, v in op.row.items() if v is not None}, key)
+        member, found = d.entries(
+            {k: hash_text(v) for k in shaped.reads if (v := row.get(k)) is not None}, key
+        )
         if member is None:
             return True  # no entries yet (derive.lua's underive of a row without any: nothing)
         try:
-            record = encode_entries(d.tag, member, found)
+            record = encode_entries(shaped.tag, member, found)
         except UnicodeEncodeError:  # bytes in a text column's key part: left to the script
             return False
+        counts = f"{t.base}:{DERIVED_COUNTS_SUFFIX}"
         for e in found:
             if e.kind == "k":
                 self.copies.append(e.key)
-                shown = {k: v for k, v in op.row.items() if not k.startswith(HIDDEN)} if d.hidden else op.row
-                if pack_hset(self.copy_writes, e.key, shown) > 0:
+                if d.hidden:
+                    shown = {k: v for k, v in row.items() if not k.startswith(HIDDEN)}
+                    self.copy_hsets += pack_hset(self.copy_writes, e.key, shown) > 0
+                elif packed:  # the row's HSET, another key
+                    self.copy_writes += (packed[0], packed[1], _bulk(e.key.encode()), *packed[3:])
                     self.copy_hsets += 1
             elif e.kind == "u":
                 self.unique += (e.key, member)
@@ -281,7 +307,7 @@ class _Entries:
                 self.sets.setdefault(e.key, []).append(member)
             else:
                 self.zsets.setdefault(e.key, []).extend((e.score, member))
-            field = (f"{t.base}:{DERIVED_COUNTS_SUFFIX}", counts_field(d.tag, e.index))
+            field = (counts, shaped.counted[e.index])
             self.counts[field] = self.counts.get(field, 0) + 1
         suffixes += (op.suffix, record)
         return True
