@@ -47,6 +47,7 @@ __all__ = [
     "hides",
     "json_fields",
     "key_part",
+    "read_fields",
     "score_of",
     "spec_tag",
     "visible",
@@ -115,6 +116,22 @@ def visible(image: dict[str, Any] | None) -> dict[str, Any] | None:
     if image is None:
         return None
     return {k: v for k, v in image.items() if not k.startswith(HIDDEN)}
+
+
+_reads: dict[str, frozenset[str] | None] = {}
+
+
+def read_fields(spec_text: str) -> frozenset[str] | None:
+    """The fields the entries of a spec's rows are derived from (its templates' and scores'), or
+    None with a ttl (every write may renew or move the expiry): an update that changes none of
+    them leaves the entries where they are, and the copy takes the same changes (lua/derive.lua's
+    `follow_copy`)."""
+    if spec_text not in _reads:
+        d = Derivation.from_spec(spec_text)
+        parts = [*(d.key or ()), *(p for i in d.indexes for p in i.parts)]
+        fields = {p.text for p in parts if p.field} | {i.score for i in d.indexes if i.score}
+        _reads[spec_text] = frozenset(fields) if d.ttl is None else None
+    return _reads[spec_text]
 
 
 def spec_tag(spec_text: str) -> str:

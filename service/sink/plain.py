@@ -44,7 +44,7 @@ from typing import Any, Final, cast
 import hiredis
 
 from service.binlog.rowchange import Row
-from service.sink.derive import HIDDEN, Derivation, counts_field, encode_entries
+from service.sink.derive import HIDDEN, Derivation, counts_field, encode_entries, read_fields
 from service.sink.ir import AddMember, ApplyCall, SetFields, TableKeys, WriteRow
 from service.sink.keys import DERIVED_COUNTS_SUFFIX, DERIVED_SUFFIX
 from service.sink.values import hash_text, row_fields
@@ -247,11 +247,9 @@ def _derivation(spec: str) -> _Shaped | None:
         d = Derivation.from_spec(spec)
         tag = d.tag
         fields = tuple(counts_field(tag, i) for i in range(len(d.indexes) + 1))
-        parts = [*(d.key or ()), *(p for i in d.indexes for p in i.parts)]
-        reads = {p.text: None for p in parts if p.field} | {i.score: None for i in d.indexes if i.score}
-        _derivations[spec] = (
-            _Shaped(d, tag, fields, tuple(reads)) if d.ttl is None and d.json is None else None
-        )
+        reads = read_fields(spec)
+        plain = reads is not None and d.json is None
+        _derivations[spec] = _Shaped(d, tag, fields, tuple(reads or ())) if plain else None
     return _derivations.get(spec)
 
 

@@ -15,7 +15,7 @@ from typing import Any
 from service.binlog.rowchange import Op, Row, RowChange
 from service.checkpoint import BinlogPosition
 from service.sink.cascades import CascadePlan
-from service.sink.derive import hides, visible
+from service.sink.derive import hides, read_fields, visible
 from service.sink.fks import ForeignKeys, defs_key
 from service.sink.ir import (
     AddMember,
@@ -43,7 +43,7 @@ from service.sink.ir import Op as IrOp
 from service.sink.keys import KeyLayout, escape
 from service.sink.marks import TableMarks
 from service.sink.tablework import TableWork
-from service.sink.values import json_document, key_text
+from service.sink.values import json_document, key_text, same_text
 from service.transactions import Transaction
 
 __all__ = ["ActionKind", "IrOp", "KeyColumns", "Planner", "SkipCounter", "TableAction", "checkpoint_op"]
@@ -223,8 +223,9 @@ class Planner:
             assert after is not None
             if op is Op.UPDATE and full and old == new and ch.before is not None and not t.json:
                 tid = t.tid
-                # (a shaped table's derived entries are kept by the script's row ops: op UL has none)
-                whole = self._acted or bool(t.derive) or self.marks.whole_rows(tid)
+                # a shaped table's row: its changed values alone (op UL) when its entries stay
+                whole = self._acted or self.marks.whole_rows(tid)
+                whole = whole or _moves_entries(t.derive, ch.before, after)
                 if whole or (ch.schema, ch.table, new) in self._written:
                     self._written.add((ch.schema, ch.table, new))  # it may have been absent
                     out.append(UpdateRow(t, new, ch.before, after))
@@ -465,3 +466,15 @@ class Planner:
 def checkpoint_op(layout: KeyLayout, fields: Mapping[str, Any]) -> SetFields:
     """The op that stores the checkpoint (the last op of a transaction's call)."""
     return SetFields(layout.checkpoint_key, tuple((k, str(v)) for k, v in fields.items()))
+
+
+def _moves_entries(spec: str, before: Row, after: Row) -> bool:
+    """Whether an update of a shaped table's row (spec text `spec`; "": none) changes a field its
+    entries are derived from (or the table has a ttl): then it goes whole, to be derived again."""
+    if not spec:
+        return False
+    reads = read_fields(spec)
+    if reads is None:
+        return True
+    # (the decoder reuses an unchanged value's object: `is` holds for any type)
+    return not all((v := before.get(f)) is (a := after.get(f)) or same_text(v, a) for f in reads)

@@ -432,6 +432,32 @@ def test_edge_calls_leave_the_same_keyspace(sink_redis: redis_sync.Redis, name: 
         )
 
 
+def test_changed_values_of_a_shaped_row_move_its_copy_or_derive_it_again(
+    sink_redis: redis_sync.Redis,
+) -> None:
+    """Op UL on a shaped row (the planner sends it when no field the entries read changes): the
+    copy at the key template takes the same HSET/HDEL; a changed read field derives it again."""
+    t = replace(T, derive=SHAPED_PLAIN["t"].spec_text())
+    twin = start(sink_redis, False)
+    images = [
+        {"id": 1, "a": b"x", HIDDEN + "b": 5, "c": "one", "d": 1},
+        {"id": 1, "a": b"x", HIDDEN + "b": 5, "c": "two", "d": 1},  # the copy follows
+        {"id": 1, "a": b"x", HIDDEN + "b": 5, "c": None, "d": 2},  # a field gone from the copy too
+        {"id": 1, "a": b"y", HIDDEN + "b": 5, "c": "three", "d": 2},  # a set entry moves
+        {"id": 1, "a": b"y", HIDDEN + "b": 6, "c": "three", "d": 2},  # a hidden score moves
+    ]
+    calls: list[list[ir.Op]] = [[ir.WriteRow(t, "1", images[0])]]
+    calls += [[ir.UpdateChanged(t, "1", b, a)] for b, a in zip(images, images[1:], strict=False)]
+    prev = ""
+    for n, ops in enumerate(calls, 1):
+        tail = [ir.SetFields(LAY.checkpoint_key, (("id", f"f.1:{n}"),))]
+        call = ir.ApplyCall(header(f"f.1:{n}", prev, 0, True, len(ops), 0), ops, tail)
+        assert twin.call(call)[0] == "reply"
+        prev = f"f.1:{n}"
+    copy = sink_redis.hgetall("app:t:1")
+    assert copy == {b"id": b"1", b"a": b"y", b"c": b"three", b"d": b"2"}, copy
+
+
 def test_cluster_groups_keep_the_newest_fencing_number(sink_redis: redis_sync.Redis) -> None:
     twin = start(sink_redis, False)
     sink_redis.delete(LAY.lease_key)  # a group's lease key holds the last writer's number
@@ -531,7 +557,9 @@ SHAPED_PLAIN = {
         ),
         hidden=True,
     ),
-    "u": Derivation(key=None, indexes=(IndexSpec("s", (Part("app:u-by-b:"), Part("b", field=True, binary=True))),)),
+    "u": Derivation(
+        key=None, indexes=(IndexSpec("s", (Part("app:u-by-b:"), Part("b", field=True, binary=True))),)
+    ),
 }
 
 

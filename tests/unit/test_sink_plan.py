@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from service.binlog.rowchange import EventSpan, Op, RowChange
 from service.checkpoint import BinlogPosition, Checkpoint
 from service.sink.codec import Arg, CallEncoder
+from service.sink.derive import Derivation, IndexSpec, Part, Ttl
 from service.sink.ir import DeleteFields, SetFields, SkipSequence, UpdateChanged, UpdateRow
 from service.sink.keys import KeyLayout
 from service.sink.plan import ActionKind, IrOp, Planner, TableAction
@@ -69,6 +70,26 @@ def test_plan_update_sends_the_changed_values_of_a_row_op_q_checks() -> None:
     assert _args(p, ops)[:6] == ["Q", 1, "db:t", 2, "m:db:t:7", "m:db:t:8"]
     json_mode = Planner(KeyLayout("m"), lambda s, t: ("id",), json_mode=True)
     assert _row_args(json_mode, json_mode.change(_change(Op.UPDATE, before, after)))[:2] == ["WJN", 1]
+
+
+def test_plan_update_of_a_shaped_row_is_whole_only_when_its_entries_move() -> None:
+    """A shaped table's update goes as its changed values (op UL: the copy takes them) unless a
+    field its entries read changed (an indexed column; a score) or the table has a ttl."""
+    indexed = Derivation(None, (IndexSpec("s", (Part("app:by-v:"), Part("v", field=True))),))
+    ttl = Derivation(None, indexed.indexes, Ttl(seconds=60))
+    kinds = {}
+    for name, spec in (("indexed", indexed), ("ttl", ttl)):
+        p = Planner(KeyLayout("m"), lambda s, t: ("id",), derive_of=lambda s, t, d=spec: d.spec_text())
+        for what, after in (("other", {"id": 1, "v": "a", "n": 2}), ("read", {"id": 1, "v": "b", "n": 1})):
+            ops = p.change(_change(Op.UPDATE, {"id": 1, "v": "a", "n": 1}, after))
+            assert ops is not None
+            kinds[name, what] = type(ops[-1])
+    assert kinds == {
+        ("indexed", "other"): UpdateChanged,
+        ("indexed", "read"): UpdateRow,
+        ("ttl", "other"): UpdateRow,
+        ("ttl", "read"): UpdateRow,
+    }
 
 
 def test_plan_update_of_a_table_in_resync_carries_the_whole_row() -> None:

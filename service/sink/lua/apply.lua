@@ -222,6 +222,10 @@ while i <= n do
     end
     hset_pairs(key, c)
     if x > 0 then batched('HDEL', key, i + 3, i + 2 + x) end
+    if dspec then                        -- a shaped row's entries stay: its copy takes the same
+      local suffix = string.sub(key, #base + 1)  -- changes (or it is derived again: derive.lua)
+      if not follow_copy(dspec, derived, suffix, pairs_, c, ARGV, i + 3, i + 2 + x) then rederive(suffix) end
+    end
     i = v0 + c
   elseif op == 'K' then                  -- a shape: the non-NULL columns of W/U rows: id count f ...
     local c, names = tonumber(ARGV[i + 2]), {}
