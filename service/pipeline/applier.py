@@ -310,8 +310,12 @@ class Applier:
         fields, which only the mirror's own rows hold."""
         changes = list(txn.changes)
         shaped = False
+        schema = table = ""
+        shape = None
         for i, ch in enumerate(changes):
-            shape = self.catalog.shape(ch.schema, ch.table)
+            if ch.table != table or ch.schema != schema:  # (a transaction's changes come in runs)
+                schema, table = ch.schema, ch.table
+                shape = self.catalog.shape(schema, table)
             if shape is None or hidden and not shape.hidden:
                 continue
             if hidden:
