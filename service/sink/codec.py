@@ -12,6 +12,7 @@ action, which may remove it. Pure: no I/O.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from itertools import chain
 
 from service.binlog.rowchange import Row
 from service.sink.ir import (
@@ -281,8 +282,14 @@ class CallEncoder:
             elif v is not b and not same_text(v, b):
                 names.append(k)
                 changed.append(hash_text(v))
-        out += ("UL", self._shape_id(out, tuple(names)), len(nulled), *nulled)
+        m = op.moves
+        out += ("UL" if m is None else "UM", self._shape_id(out, tuple(names)), len(nulled), *nulled)
         out += changed
+        if m is not None:  # op UM: the entry moves, applied when the stored record is `expected`
+            out += (m.member, m.expected, m.record, len(m.drops), *chain.from_iterable(m.drops))
+            out += (len(m.adds), *chain.from_iterable(m.adds), len(m.counts))
+            for field, n in m.counts:
+                out += (field, n)
         t = op.table
         keys = self._lean.get(t.tid)
         if keys is None:

@@ -44,6 +44,7 @@ __all__ = [
     "counts_field",
     "decode_entries",
     "encode_entries",
+    "entry_moves",
     "hides",
     "json_fields",
     "key_part",
@@ -132,6 +133,61 @@ def read_fields(spec_text: str) -> frozenset[str] | None:
         fields = {p.text for p in parts if p.field} | {i.score for i in d.indexes if i.score}
         _reads[spec_text] = frozenset(fields) if d.ttl is None else None
     return _reads[spec_text]
+
+
+# (member, expected record, new record, drops, adds, count changes): entry_moves
+Moves = tuple[
+    str, str, str, tuple[tuple[str, str], ...], tuple[tuple[str, str, str], ...], tuple[tuple[str, int], ...]
+]
+
+
+def entry_moves(
+    spec_text: str, before: Mapping[str, Stored], after: Mapping[str, Stored], own_key: str
+) -> Moves | None:
+    """What an update from the stored fields `before` to `after` (field -> hash text, the fields
+    `read_fields` names) does to a row's entries, as lua/derive.lua's `derive` would: (member,
+    expected record, new record, drops (kind, key), adds (kind, key, score), count changes); None
+    when the member changes (a key template's field: the copy moves whole), a ttl, or a row
+    without entries."""
+    d = _derivation_of(spec_text)
+    if d.ttl is not None:
+        return None
+    member, old = d.entries(before, own_key)
+    new_member, new = d.entries(after, own_key)
+    if member is None or member != new_member:
+        return None
+    tag = d.tag
+    try:
+        expected, record = encode_entries(tag, member, old), encode_entries(tag, member, new)
+    except UnicodeEncodeError:  # (bytes in a text column's key part: the script derives it)
+        return None
+    before_ids = {(e.kind, e.key, e.score) for e in old}
+    after_ids = {(e.kind, e.key, e.score) for e in new}
+    counts: dict[str, int] = {}
+    drops: list[tuple[str, str]] = []
+    adds: list[tuple[str, str, str]] = []
+    for e in old:
+        if (e.kind, e.key, e.score) not in after_ids:
+            drops.append((e.kind, e.key))
+            f = counts_field(tag, e.index)
+            counts[f] = counts.get(f, 0) - 1
+    for e in new:
+        if (e.kind, e.key, e.score) not in before_ids:
+            adds.append((e.kind, e.key, e.score))
+            f = counts_field(tag, e.index)
+            counts[f] = counts.get(f, 0) + 1
+    changed = tuple((f, n) for f, n in counts.items() if n)
+    return member, expected, record, tuple(drops), tuple(adds), changed
+
+
+_derivations: dict[str, Derivation] = {}
+
+
+def _derivation_of(spec_text: str) -> Derivation:
+    d = _derivations.get(spec_text)
+    if d is None:
+        d = _derivations[spec_text] = Derivation.from_spec(spec_text)
+    return d
 
 
 def spec_tag(spec_text: str) -> str:

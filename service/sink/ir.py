@@ -38,6 +38,7 @@ __all__ = [
     "DeleteFields",
     "DeleteKey",
     "DeleteRow",
+    "EntryMoves",
     "FenceResync",
     "FkConstraint",
     "FkGraph",
@@ -150,14 +151,31 @@ class UpdateRow:
 
 
 @_op
+class EntryMoves:
+    """A shaped row's derived entries that an update moves, computed by the planner from its
+    images (derive.entry_moves): applied when the row's stored `__derived` record is `expected`
+    (else the script derives the row again from what is stored). The row's key (`member`, which
+    holds the entries and, with a key template, the copy) stays."""
+
+    member: str
+    expected: str  # the record the before image implies
+    record: str  # the one the after image does
+    drops: tuple[tuple[str, str], ...]  # (kind, key) of entries that go
+    adds: tuple[tuple[str, str, str], ...]  # (kind, key, score) of entries that come
+    counts: tuple[tuple[str, int], ...]  # `__derivedcounts` field -> change
+
+
+@_op
 class UpdateChanged:
     """An UPDATE of a row the call first checks is stored (the whole call is refused with
-    ROWS_MISSING otherwise, and planned again with UpdateRow): only the changed values travel."""
+    ROWS_MISSING otherwise, and planned again with UpdateRow): only the changed values travel.
+    A shaped row's update that moves its entries carries them (`moves`, op UM)."""
 
     table: TableKeys
     suffix: str
     before: Row
     after: Row
+    moves: EntryMoves | None = None
 
 
 @_op

@@ -15,7 +15,7 @@ from typing import Any
 from service.binlog.rowchange import Op, Row, RowChange
 from service.checkpoint import BinlogPosition
 from service.sink.cascades import CascadePlan
-from service.sink.derive import hides, read_fields, visible
+from service.sink.derive import entry_moves, hides, read_fields, visible
 from service.sink.fks import ForeignKeys, defs_key
 from service.sink.ir import (
     AddMember,
@@ -25,6 +25,7 @@ from service.sink.ir import (
     DeleteFields,
     DeleteKey,
     DeleteRow,
+    EntryMoves,
     FenceResync,
     MergeRow,
     MoveRow,
@@ -43,7 +44,7 @@ from service.sink.ir import Op as IrOp
 from service.sink.keys import KeyLayout, escape
 from service.sink.marks import TableMarks
 from service.sink.tablework import TableWork
-from service.sink.values import json_document, key_text, same_text
+from service.sink.values import hash_text, json_document, key_text, same_text
 from service.transactions import Transaction
 
 __all__ = ["ActionKind", "IrOp", "KeyColumns", "Planner", "SkipCounter", "TableAction", "checkpoint_op"]
@@ -223,14 +224,17 @@ class Planner:
             assert after is not None
             if op is Op.UPDATE and full and old == new and ch.before is not None and not t.json:
                 tid = t.tid
-                # a shaped table's row: its changed values alone (op UL) when its entries stay
                 whole = self._acted or self.marks.whole_rows(tid)
-                whole = whole or _moves_entries(t.derive, ch.before, after)
+                moves = None
+                if not whole and t.derive and _moves_entries(t.derive, ch.before, after):
+                    # a shaped row whose entries move: its changed values and the moves (op UM)
+                    moves = _entry_moves(t, new, ch.before, after)
+                    whole = moves is None
                 if whole or (ch.schema, ch.table, new) in self._written:
                     self._written.add((ch.schema, ch.table, new))  # it may have been absent
                     out.append(UpdateRow(t, new, ch.before, after))
                 else:
-                    out.append(UpdateChanged(t, new, ch.before, after))
+                    out.append(UpdateChanged(t, new, ch.before, after, moves))
             else:
                 self._written.add((ch.schema, ch.table, new))
                 if op is Op.INSERT or full:
@@ -466,6 +470,15 @@ class Planner:
 def checkpoint_op(layout: KeyLayout, fields: Mapping[str, Any]) -> SetFields:
     """The op that stores the checkpoint (the last op of a transaction's call)."""
     return SetFields(layout.checkpoint_key, tuple((k, str(v)) for k, v in fields.items()))
+
+
+def _entry_moves(t: TableKeys, suffix: str, before: Row, after: Row) -> EntryMoves | None:
+    """The entry moves of a shaped row's update (derive.entry_moves), or None: it goes whole."""
+    reads = read_fields(t.derive) or ()
+    old = {f: hash_text(v) for f in reads if (v := before.get(f)) is not None}
+    new = {f: hash_text(v) for f in reads if (v := after.get(f)) is not None}
+    moves = entry_moves(t.derive, old, new, f"{t.base}:{suffix}")
+    return EntryMoves(*moves) if moves is not None else None
 
 
 def _moves_entries(spec: str, before: Row, after: Row) -> bool:

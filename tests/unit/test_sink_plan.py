@@ -72,23 +72,38 @@ def test_plan_update_sends_the_changed_values_of_a_row_op_q_checks() -> None:
     assert _row_args(json_mode, json_mode.change(_change(Op.UPDATE, before, after)))[:2] == ["WJN", 1]
 
 
-def test_plan_update_of_a_shaped_row_is_whole_only_when_its_entries_move() -> None:
-    """A shaped table's update goes as its changed values (op UL: the copy takes them) unless a
-    field its entries read changed (an indexed column; a score) or the table has a ttl."""
+def test_plan_update_of_a_shaped_row_carries_its_entry_moves_or_goes_whole() -> None:
+    """A shaped table's update goes as its changed values (op UL: the copy takes them); one that
+    changes a field its entries read carries the moves computed from its images (op UM: the
+    record expected, the entries that go and come, the counts); whole (op U) when its key template
+    moves the row's key or the table has a ttl."""
     indexed = Derivation(None, (IndexSpec("s", (Part("app:by-v:"), Part("v", field=True))),))
+    keyed = Derivation((Part("app:"), Part("v", field=True)), ())
     ttl = Derivation(None, indexed.indexes, Ttl(seconds=60))
     kinds = {}
-    for name, spec in (("indexed", indexed), ("ttl", ttl)):
+    for name, spec in (("indexed", indexed), ("keyed", keyed), ("ttl", ttl)):
         p = Planner(KeyLayout("m"), lambda s, t: ("id",), derive_of=lambda s, t, d=spec: d.spec_text())
         for what, after in (("other", {"id": 1, "v": "a", "n": 2}), ("read", {"id": 1, "v": "b", "n": 1})):
             ops = p.change(_change(Op.UPDATE, {"id": 1, "v": "a", "n": 1}, after))
             assert ops is not None
-            kinds[name, what] = type(ops[-1])
+            op = ops[-1]
+            kinds[name, what] = "U" if isinstance(op, UpdateRow) else "UM" if op.moves else "UL"
+            if (name, what) == ("indexed", "read"):
+                assert isinstance(op, UpdateChanged) and op.moves is not None
+                tag = indexed.tag
+                assert op.moves.member == "m:db:t:1"
+                assert op.moves.expected == f"12:{tag}8:m:db:t:1s1:110:app:by-v:a"
+                assert op.moves.record == f"12:{tag}8:m:db:t:1s1:110:app:by-v:b"
+                assert op.moves.drops == (("s", "app:by-v:a"),)
+                assert op.moves.adds == (("s", "app:by-v:b", ""),)
+                assert op.moves.counts == ()  # one entry out of the index, one in
     assert kinds == {
-        ("indexed", "other"): UpdateChanged,
-        ("indexed", "read"): UpdateRow,
-        ("ttl", "other"): UpdateRow,
-        ("ttl", "read"): UpdateRow,
+        ("indexed", "other"): "UL",
+        ("indexed", "read"): "UM",
+        ("keyed", "other"): "UL",
+        ("keyed", "read"): "U",
+        ("ttl", "other"): "U",
+        ("ttl", "read"): "U",
     }
 
 

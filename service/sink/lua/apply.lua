@@ -212,8 +212,9 @@ while i <= n do
       end
     end
     i = v0 + m + 1
-  elseif op == 'UL' then                 -- update a row op Q found: shape x f ... v ...
-    -- the shape: the columns whose value changed; f: the x columns that became NULL
+  elseif op == 'UL' or op == 'UM' then   -- update a row op Q found: shape x f ... v ... [moves]
+    -- the shape: the columns whose value changed; f: the x columns that became NULL; op UM: then
+    -- the moves of a shaped row's entries (derive.lua's move_entries)
     local names, x, at = shapes[ARGV[i + 1]], tonumber(ARGV[i + 2]), lean[tid]
     local key, c, v0 = ARGV[at], #names, i + 3 + x
     lean[tid] = at + 1
@@ -222,11 +223,15 @@ while i <= n do
     end
     hset_pairs(key, c)
     if x > 0 then batched('HDEL', key, i + 3, i + 2 + x) end
-    if dspec then                        -- a shaped row's entries stay: its copy takes the same
-      local suffix = string.sub(key, #base + 1)  -- changes (or it is derived again: derive.lua)
-      if not follow_copy(dspec, derived, suffix, pairs_, c, ARGV, i + 3, i + 2 + x) then rederive(suffix) end
-    end
     i = v0 + c
+    if op == 'UM' then                   -- its entries move as the planner saw them, or it is
+      local suffix, moved = string.sub(key, #base + 1), false  -- derived again (derive.lua)
+      i, moved = move_entries(dspec, derived, suffix, pairs_, c, ARGV, v0 - x, v0 - 1, i)
+      if not moved then rederive(suffix) end
+    elseif dspec then                    -- a shaped row's entries stay: its copy takes the same
+      local suffix = string.sub(key, #base + 1)  -- changes (or it is derived again: derive.lua)
+      if not follow_copy(dspec, derived, suffix, pairs_, c, ARGV, v0 - x, v0 - 1) then rederive(suffix) end
+    end
   elseif op == 'K' then                  -- a shape: the non-NULL columns of W/U rows: id count f ...
     local c, names = tonumber(ARGV[i + 2]), {}
     for k = 1, c do names[k] = ARGV[i + 2 + k] end

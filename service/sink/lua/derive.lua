@@ -274,6 +274,40 @@ local function visible_document(doc)     -- a json row less its hidden members (
   end
   return '{' .. table.concat(parts, ',') .. '}'
 end
+local function move_entries(spec, derived, suffix, flat, m, nulls, first, last, at)
+  -- Op UM's moves, from ARGV[at]: member expected record nd (kind key)... na (kind key score)...
+  -- nc (field delta)... (derive.py's entry_moves, from the update's images). The stored row took
+  -- the changes flat[1 .. 2m] and lost fields nulls[first .. last]. Applied when the row's stored
+  -- record is `expected` (what the planner saw): its entries and counts move, its copy takes the
+  -- visible changes, as `derive` would leave them. Returns the index after the moves and whether
+  -- they were applied (false: the caller derives the row again from what is stored).
+  local member, expected, record = ARGV[at], ARGV[at + 1], ARGV[at + 2]
+  local a = at + 4 + 2 * tonumber(ARGV[at + 3])
+  local c = a + 1 + 3 * tonumber(ARGV[a])
+  local after = c + 1 + 2 * tonumber(ARGV[c])
+  if redis.call('HGET', derived, suffix) ~= expected then return after, false end
+  for k = at + 4, a - 1, 2 do drop_entry({ARGV[k], ARGV[k + 1]}, member) end
+  for k = a + 1, c - 1, 3 do
+    local kind, ikey = ARGV[k], ARGV[k + 1]
+    if kind == 'u' then redis.call('SET', ikey, member)
+    elseif kind == 's' then redis.call('SADD', ikey, member)
+    else redis.call('ZADD', ikey, ARGV[k + 2], member) end
+  end
+  if #spec.k > 0 then                    -- the copy: the changes less the hidden fields
+    local shown, n = visible_fields(flat, 2 * m)
+    if n > 0 then batched('HSET', member, 1, n, shown) end
+    local gone = {}
+    for k = first, last do
+      if string.byte(nulls[k], 1) ~= 0 then gone[#gone + 1] = nulls[k] end
+    end
+    if #gone > 0 then batched('HDEL', member, 1, #gone, gone) end
+  end
+  redis.call('HSET', derived, suffix, record)
+  local deltas = {}
+  for k = c + 1, after - 1, 2 do deltas[ARGV[k]] = tonumber(ARGV[k + 1]) end
+  recount(derived, deltas)
+  return after, true
+end
 local function derive(spec, key, derived, suffix, flat, n)
   -- the entries of the row stored at `key` (none when it is not there) replace those recorded;
   -- `flat` (n items): the row's field-value pairs when the caller just wrote them whole (nil:
