@@ -2,11 +2,11 @@
 --       resync_key done, then instructions from ARGV[13]. `done`: the row changes of a chunked
 --       transaction already applied, as the caller read `__progress` (0 for its first chunk).
 --
--- Op Q, first if present, lists the rows that UL ops update by their changed columns alone, and
--- their tables: the call writes nothing (ROWS_MISSING) unless each row is there and no table is
--- being resynced (whose rows may not all be there, or lack a new column).
+-- Op Q, first if present, lists the rows that UL (and UM) ops update by their changed columns
+-- alone, and their tables: the call writes nothing (ROWS_MISSING) unless each row is there and no
+-- table is being resynced (whose rows may not all be there, or lack a new column).
 -- The ops are encoded by service/sink/codec.py from the apply IR (service/sink/ir.py).
--- Row ops (W WP U UL WJN P PJ E MV N) name a row by its suffix in the table set by the last C op
+-- Row ops (W WP U UL UM WJN P PJ E MV N) name a row by its suffix in the table set by the last C op
 -- (which also names the table's derived entries' spec, '' for none: derive.lua); W
 -- and U rows carry only values, their column names come once per call with the shape (op K); WP
 -- rows carry field-value pairs (the plain form's, service/sink/plain.py: sent as the script when
