@@ -12,8 +12,10 @@ table's latest version. The output has the JVM job's columns and values; the tes
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -30,7 +32,7 @@ from service.checkpoint import BinlogPosition
 from service.errors import ConfigError
 from service.transactions import TableFilter
 
-__all__ = ["arrow_compact", "fits_in_memory", "local_paths", "read_text"]
+__all__ = ["arrow_compact", "fits_in_memory", "local_paths", "read_text", "staged_local"]
 
 ROW_GROUP = 65_536  # rows a reader holds at once
 
@@ -55,6 +57,29 @@ def fits_in_memory(log: str) -> bool:
     fs, root = output_root(f"{log.rstrip('/')}/changes")
     infos = fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))
     return sum(i.size or 0 for i in infos if i.is_file) * _MEMORY_SHARE <= available
+
+
+@contextlib.contextmanager
+def staged_local(out: str, *, overwrite: bool) -> Iterator[str]:
+    """session.staged_output on a path pyarrow writes (no JVM): `<out>.__tmp__` (in `out`'s form:
+    a local path or a URI) to write to, renamed to `out` when the block ends without error and
+    deleted when it fails; one left by a killed run is deleted first."""
+    out = out.rstrip("/")
+    fs, root = output_root(out)
+    if fs.get_file_info(root).type != pafs.FileType.NotFound and not overwrite:
+        raise ConfigError(f"{out} exists: pass --overwrite to replace it")
+    tmp = f"{root}.__tmp__"
+    if fs.get_file_info(tmp).type != pafs.FileType.NotFound:
+        fs.delete_dir(tmp)  # left by a run that was killed
+    try:
+        yield f"{out}.__tmp__"
+    except BaseException:
+        if fs.get_file_info(tmp).type != pafs.FileType.NotFound:
+            fs.delete_dir(tmp)
+        raise
+    if fs.get_file_info(root).type != pafs.FileType.NotFound:
+        fs.delete_dir(root)
+    fs.move(tmp, root)
 
 
 def read_text(path: str) -> str:
@@ -270,16 +295,11 @@ def arrow_compact(
     shift = int(meta["seq_shift"])
     checkpoint = _checkpoint(log, meta, until)
     ddl = _dataset(f"{log}/ddl")
-    fs, root = output_root(out.rstrip("/"))
-    if fs.get_file_info(root).type != pafs.FileType.NotFound and not overwrite:
-        raise ConfigError(f"{out.rstrip('/')} exists: pass --overwrite to replace it")
-    tmp = f"{root}.__tmp__"
-    if fs.get_file_info(tmp).type != pafs.FileType.NotFound:
-        fs.delete_dir(tmp)  # left by a run that was killed
     by_table: dict[tuple[str, str], int] = {}
     stale: dict[str, int] = {}
     skipped: list[tuple[str, str]] = []
-    try:
+    with staged_local(out, overwrite=overwrite) as staged:
+        fs, tmp = output_root(staged)
         for cols in catalog:
             if not cols.key:
                 skipped.append((cols.schema, cols.table))
@@ -325,12 +345,5 @@ def arrow_compact(
         fs.create_dir(tmp, recursive=True)
         with fs.open_output_stream(f"{tmp}/{COMPACT_META}") as fh:
             fh.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
-    except BaseException:
-        if fs.get_file_info(tmp).type != pafs.FileType.NotFound:
-            fs.delete_dir(tmp)
-        raise
-    if fs.get_file_info(root).type != pafs.FileType.NotFound:
-        fs.delete_dir(root)
-    fs.move(tmp, root)
     seconds = time.monotonic() - started
     return CompactSummary(by_table, skipped, checkpoint, int(meta.get("changes", 0)), seconds, stale)
