@@ -1,6 +1,8 @@
 """Replay archived binlog files into a typed change log (docs/pipeline.md, "replay").
 
-Two Spark jobs. The first scans each file's event headers (service.batch.ranges, one task per
+Two rounds of tasks (`run_replay`, the driver; the tasks run where its `Engine` puts them: Spark
+jobs, `SparkEngine`, or worker processes on this machine without a JVM for a local master,
+service.batch.replay_local). The first scans each file's event headers (service.batch.ranges, one task per
 file): its table versions, and cuts at transaction boundaries that split a big file into ranges of
 about `split_bytes`. The driver builds each table's union schema across its versions (schema
 evolution: an ALTER adds, drops, renames or retypes columns). The second decodes each range (one
