@@ -12,10 +12,8 @@ table's latest version. The output has the JVM job's columns and values; the tes
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -25,8 +23,9 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from service.batch.changes import output_root, pyarrow_writes
+from service.batch.changes import output_root
 from service.batch.compact import COMPACT_META, CompactSummary
+from service.batch.localfs import local_paths, staged_local
 from service.batch.replay import META, TableColumns
 from service.checkpoint import BinlogPosition
 from service.errors import ConfigError
@@ -35,12 +34,6 @@ from service.transactions import TableFilter
 __all__ = ["arrow_compact", "fits_in_memory", "local_paths", "read_text", "staged_local"]
 
 ROW_GROUP = 65_536  # rows a reader holds at once
-
-
-def local_paths(master: str, *paths: str) -> bool:
-    """Whether `compact` / `load` can run without a JVM: a local master (the work runs on this
-    machine anyway) and paths pyarrow reads and writes."""
-    return (master == "local" or master.startswith("local[")) and all(pyarrow_writes(p) for p in paths)
 
 
 # the fold holds a table's changes in memory, decoded (Parquet's bytes grow ~5x) with its arrays
@@ -57,29 +50,6 @@ def fits_in_memory(log: str) -> bool:
     fs, root = output_root(f"{log.rstrip('/')}/changes")
     infos = fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))
     return sum(i.size or 0 for i in infos if i.is_file) * _MEMORY_SHARE <= available
-
-
-@contextlib.contextmanager
-def staged_local(out: str, *, overwrite: bool) -> Iterator[str]:
-    """session.staged_output on a path pyarrow writes (no JVM): `<out>.__tmp__` (in `out`'s form:
-    a local path or a URI) to write to, renamed to `out` when the block ends without error and
-    deleted when it fails; one left by a killed run is deleted first."""
-    out = out.rstrip("/")
-    fs, root = output_root(out)
-    if fs.get_file_info(root).type != pafs.FileType.NotFound and not overwrite:
-        raise ConfigError(f"{out} exists: pass --overwrite to replace it")
-    tmp = f"{root}.__tmp__"
-    if fs.get_file_info(tmp).type != pafs.FileType.NotFound:
-        fs.delete_dir(tmp)  # left by a run that was killed
-    try:
-        yield f"{out}.__tmp__"
-    except BaseException:
-        if fs.get_file_info(tmp).type != pafs.FileType.NotFound:
-            fs.delete_dir(tmp)
-        raise
-    if fs.get_file_info(root).type != pafs.FileType.NotFound:
-        fs.delete_dir(root)
-    fs.move(tmp, root)
 
 
 def read_text(path: str) -> str:

@@ -1,6 +1,6 @@
 """`replay` without a JVM: the same driver (service.batch.replay.run_replay) with its tasks in worker
 processes on this machine, for a local master (`local`, `local[N]`, `local[*]`) and an output path
-pyarrow writes (compact_arrow.local_paths). The tasks are the ones Spark runs (the header scan per
+pyarrow writes (localfs.local_paths). The tasks are the ones Spark runs (the header scan per
 file, `decode_range` per range) and write the same files; a whole process then costs its Python
 start and the rows' own work, not a JVM start, a session and Spark's Python workers (~40 s of a
 44 s replay of 200,000 changes on 2 cores).
@@ -29,12 +29,12 @@ from typing import Any
 import pyarrow as pa
 
 from service.batch.changes import RangeResult, RangeTask, decode_range, output_root, write_empty
-from service.batch.compact_arrow import staged_local
+from service.batch.localfs import staged_local
 from service.batch.replay import SPLIT_BYTES, ReplaySummary, run_replay
 from service.errors import ConfigError
 from service.transactions import TableFilter
 
-__all__ = ["LocalEngine", "TaskFailed", "balanced_split", "local_workers", "replay_locally"]
+__all__ = ["LocalEngine", "TaskFailed", "balanced_split", "local_workers", "refuse_pandas", "replay_locally"]
 
 log = logging.getLogger(__name__)
 
@@ -85,8 +85,11 @@ class _NoPandas:
             raise ModuleNotFoundError("a replay worker does not import pandas", name=name)
 
 
-def _worker_start() -> None:
-    if "pandas" not in sys.modules:
+def refuse_pandas() -> None:
+    """From now on this process takes pandas as not installed (unless it imported it already): in
+    each worker, and in the CLI's process when it runs the tasks itself (nothing else there needs
+    pandas; never in a process that may, such as a test session)."""
+    if "pandas" not in sys.modules and not any(isinstance(f, _NoPandas) for f in sys.meta_path):
         sys.meta_path.insert(0, _NoPandas())
 
 
@@ -116,7 +119,7 @@ class LocalEngine:
     def _pool(self, workers: int) -> Iterator[ProcessPoolExecutor]:
         ctx = multiprocessing.get_context("forkserver")
         ctx.set_forkserver_preload(_PRELOAD)
-        pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_worker_start)
+        pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=refuse_pandas)
         try:
             yield pool
         finally:  # a failed task: the others not started are dropped, the running ones awaited

@@ -99,7 +99,7 @@ def replay(
     master: Master = "local[*]",
 ) -> None:
     """Decode archived binlog files into a typed change log (one task per file range)."""
-    from service.batch.compact_arrow import local_paths
+    from service.batch.localfs import local_paths
     from service.batch.replay import binlog_paths, replay_to_parquet
     from service.batch.session import spark_session
     from service.transactions import TableFilter
@@ -109,8 +109,9 @@ def replay(
         wanted = TableFilter.from_lists(split_globs(tables), split_globs(exclude))
         schema_doc, split = (str(schema_file) if schema_file else None), split_mb << 20
         if local_paths(master, out):  # the same tasks in worker processes: no JVM
-            from service.batch.replay_local import local_workers, replay_locally
+            from service.batch.replay_local import local_workers, refuse_pandas, replay_locally
 
+            refuse_pandas()  # this process may run tasks too (local, one file): pyarrow would import it
             summary = replay_locally(
                 paths, out, wanted, local_workers(master),
                 overwrite=overwrite, canonical=json_columns, schema_file=schema_doc, split_bytes=split,
@@ -148,7 +149,8 @@ def compact(
     """The latest row per key of each table of a change log (deletes removed, partial images merged)."""
     from service.batch.compact import compact as run_compact
     from service.batch.compact import parse_until
-    from service.batch.compact_arrow import arrow_compact, fits_in_memory, local_paths
+    from service.batch.compact_arrow import arrow_compact, fits_in_memory
+    from service.batch.localfs import local_paths
     from service.batch.session import spark_session
     from service.transactions import TableFilter
 
@@ -181,8 +183,8 @@ def load(
     master: Master = "local[*]",
 ) -> None:
     """Write a compacted state into an empty mirror with the checkpoint `run` continues from."""
-    from service.batch.compact_arrow import local_paths
     from service.batch.load import load_mirror
+    from service.batch.localfs import local_paths
     from service.batch.session import spark_session
     from service.settings import load_settings
 
