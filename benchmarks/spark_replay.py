@@ -12,7 +12,8 @@ copies them to a directory of their own, then runs alternating rounds of
     replay M    python -m service replay DIR --out OUT --master M --overwrite, for each master
 
 and keeps each command's fastest round (other load only slows a run down). `--files 1` writes one
-big file: what splitting a file into ranges is for. rows/s = row changes / wall seconds.
+big file (up to 1 GiB, MariaDB's largest; 3,800,000 rows make ~1 GB): what splitting a file into
+ranges is for. rows/s = row changes / wall seconds.
 """
 
 from __future__ import annotations
@@ -47,6 +48,10 @@ def generate(stack: LocalStack, rows: int, files: int) -> list[Path]:
             "amount DECIMAL(12,2), happened DATETIME(6), stamp TIMESTAMP(3) NULL, ratio DOUBLE, "
             "body TEXT, state ENUM('new','paid','void'), raw VARBINARY(16), doc JSON, flag TINYINT)"
         )
+        # one file per --files (the stack rotates at max_binlog_size, 64 MiB): up to 1 GiB each
+        cur.execute("SELECT @@max_binlog_size")
+        max_size = int(cur.fetchone()[0])  # type: ignore[index]
+        cur.execute("SET GLOBAL max_binlog_size = 1073741824")
         cur.execute("FLUSH BINARY LOGS")
         cur.execute("SHOW MASTER STATUS")
         first = str(cur.fetchone()[0])  # type: ignore[index]
@@ -72,6 +77,7 @@ def generate(stack: LocalStack, rows: int, files: int) -> list[Path]:
                 conn.commit()
                 written += n
             cur.execute("FLUSH BINARY LOGS")
+        cur.execute(f"SET GLOBAL max_binlog_size = {max_size}")
         cur.execute("SELECT @@log_bin_basename")
         base = Path(str(cur.fetchone()[0]))  # type: ignore[index]
         cur.execute("SHOW BINARY LOGS")

@@ -23,22 +23,17 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from service.batch.changes import output_root, pyarrow_writes
+from service.batch.changes import output_root
 from service.batch.compact import COMPACT_META, CompactSummary
+from service.batch.localfs import local_paths, staged_local
 from service.batch.replay import META, TableColumns
 from service.checkpoint import BinlogPosition
 from service.errors import ConfigError
 from service.transactions import TableFilter
 
-__all__ = ["arrow_compact", "fits_in_memory", "local_paths", "read_text"]
+__all__ = ["arrow_compact", "fits_in_memory", "local_paths", "read_text", "staged_local"]
 
 ROW_GROUP = 65_536  # rows a reader holds at once
-
-
-def local_paths(master: str, *paths: str) -> bool:
-    """Whether `compact` / `load` can run without a JVM: a local master (the work runs on this
-    machine anyway) and paths pyarrow reads and writes."""
-    return (master == "local" or master.startswith("local[")) and all(pyarrow_writes(p) for p in paths)
 
 
 # the fold holds a table's changes in memory, decoded (Parquet's bytes grow ~5x) with its arrays
@@ -270,16 +265,11 @@ def arrow_compact(
     shift = int(meta["seq_shift"])
     checkpoint = _checkpoint(log, meta, until)
     ddl = _dataset(f"{log}/ddl")
-    fs, root = output_root(out.rstrip("/"))
-    if fs.get_file_info(root).type != pafs.FileType.NotFound and not overwrite:
-        raise ConfigError(f"{out.rstrip('/')} exists: pass --overwrite to replace it")
-    tmp = f"{root}.__tmp__"
-    if fs.get_file_info(tmp).type != pafs.FileType.NotFound:
-        fs.delete_dir(tmp)  # left by a run that was killed
     by_table: dict[tuple[str, str], int] = {}
     stale: dict[str, int] = {}
     skipped: list[tuple[str, str]] = []
-    try:
+    with staged_local(out, overwrite=overwrite) as staged:
+        fs, tmp = output_root(staged)
         for cols in catalog:
             if not cols.key:
                 skipped.append((cols.schema, cols.table))
@@ -325,12 +315,5 @@ def arrow_compact(
         fs.create_dir(tmp, recursive=True)
         with fs.open_output_stream(f"{tmp}/{COMPACT_META}") as fh:
             fh.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
-    except BaseException:
-        if fs.get_file_info(tmp).type != pafs.FileType.NotFound:
-            fs.delete_dir(tmp)
-        raise
-    if fs.get_file_info(root).type != pafs.FileType.NotFound:
-        fs.delete_dir(root)
-    fs.move(tmp, root)
     seconds = time.monotonic() - started
     return CompactSummary(by_table, skipped, checkpoint, int(meta.get("changes", 0)), seconds, stale)

@@ -1,6 +1,8 @@
 """Replay archived binlog files into a typed change log (docs/pipeline.md, "replay").
 
-Two Spark jobs. The first scans each file's event headers (service.batch.ranges, one task per
+Two rounds of tasks (`run_replay`, the driver; the tasks run where its `Engine` puts them: Spark
+jobs, `SparkEngine`, or worker processes on this machine without a JVM for a local master,
+service.batch.replay_local). The first scans each file's event headers (service.batch.ranges, one task per
 file): its table versions, and cuts at transaction boundaries that split a big file into ranges of
 about `split_bytes`. The driver builds each table's union schema across its versions (schema
 evolution: an ALTER adds, drops, renames or retypes columns). The second decodes each range (one
@@ -26,11 +28,13 @@ import os
 import struct
 import time
 from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
+import pyarrow as pa
 
 from service.batch.changes import (
     DDL_SCHEMA,
@@ -53,9 +57,21 @@ from service.errors import ConfigError
 from service.transactions import TableFilter
 
 if TYPE_CHECKING:
+    from pyspark import RDD
     from pyspark.sql import SparkSession
 
-__all__ = ["META", "ReplaySummary", "TableColumns", "binlog_paths", "replay_to_parquet", "union_columns"]
+__all__ = [
+    "META",
+    "Engine",
+    "FileScanner",
+    "ReplaySummary",
+    "SparkEngine",
+    "TableColumns",
+    "binlog_paths",
+    "replay_to_parquet",
+    "run_replay",
+    "union_columns",
+]
 
 META = "_replay.json"
 SPLIT_BYTES = 64 << 20  # a file bigger than this is decoded in ranges of about this size
@@ -151,14 +167,18 @@ def binlog_paths(inputs: Iterable[str]) -> list[str]:
 
 
 # -- executor side (functions shipped to the Python workers) ---------------------------------------
-def _scanner(
-    tables: TableFilter, schema_file: str | None, split_bytes: int
-) -> Callable[[tuple[int, str]], FileScan]:
-    def scan(item: tuple[int, str]) -> FileScan:
-        index, path = item
-        return scan_file(path, index, tables, decode_options(schema_file), split_bytes)
+@dataclass(frozen=True, slots=True)
+class FileScanner:
+    """The header scan of one (index, path): a picklable function for Spark's and the local
+    engine's workers alike."""
 
-    return scan
+    tables: TableFilter
+    schema_file: str | None
+    split_bytes: int
+
+    def __call__(self, item: tuple[int, str]) -> FileScan:
+        index, path = item
+        return scan_file(path, index, self.tables, decode_options(self.schema_file), self.split_bytes)
 
 
 # -- driver side ------------------------------------------------------------------------------------
@@ -235,6 +255,72 @@ def _without_blobs(result: RangeResult) -> RangeResult:
     return dataclasses.replace(result, blobs=[]) if result.blobs else result
 
 
+class Engine(Protocol):
+    """Where replay's tasks run and how its driver writes: Spark (`SparkEngine`: any master, any
+    path Spark writes) or worker processes on this machine (service.batch.replay_local: a local
+    master and a path pyarrow writes, no JVM). `run_replay` is the same driver for both."""
+
+    def staged(self, out: str, *, overwrite: bool) -> AbstractContextManager[str]:
+        """A temporary path to write `out` under, renamed to `out` at the end (session.staged_output)."""
+        ...
+
+    def map(self, label: str, fn: Callable[[Any], Any], items: list[Any]) -> list[Any]:
+        """`fn` over `items`, one task each, in parallel; the results in the items' order."""
+        ...
+
+    def decode(self, tasks: list[RangeTask]) -> list[RangeResult]:
+        """decode_range over the tasks (their results without blobs: see `write_outputs`)."""
+        ...
+
+    def write_outputs(self, tmp: str, outputs: dict[str, pa.Schema], empty: set[str]) -> None:
+        """After `decode`: the datasets the tasks did not write themselves (the `empty` ones, and
+        all of them when the tasks handed their batches back: `RangeTask.via_spark`)."""
+        ...
+
+    def write_text(self, path: str, text: str) -> None: ...
+
+
+class SparkEngine:
+    """replay's tasks as Spark jobs (one task per file, then per range)."""
+
+    def __init__(self, spark: SparkSession) -> None:
+        self.spark = spark
+        self.decoded: RDD[RangeResult] | None = None  # persisted: the tasks' batches for Spark to write
+
+    def staged(self, out: str, *, overwrite: bool) -> AbstractContextManager[str]:
+        return staged_output(self.spark, out, overwrite=overwrite)
+
+    def map(self, label: str, fn: Callable[[Any], Any], items: list[Any]) -> list[Any]:
+        with job_progress(self.spark, label):
+            return self.spark.sparkContext.parallelize(items, max(1, len(items))).map(fn).collect()
+
+    def decode(self, tasks: list[RangeTask]) -> list[RangeResult]:
+        decoded = self.spark.sparkContext.parallelize(tasks, max(1, len(tasks))).map(decode_range)
+        if any(t.via_spark for t in tasks):
+            from pyspark import StorageLevel
+
+            decoded = decoded.persist(StorageLevel.MEMORY_AND_DISK)  # decoded once, read per output
+            self.decoded = decoded
+        with job_progress(self.spark, "replay: decoding"):
+            results: list[RangeResult] = decoded.map(_without_blobs).collect()
+        return results
+
+    def write_outputs(self, tmp: str, outputs: dict[str, pa.Schema], empty: set[str]) -> None:
+        if self.decoded is not None:
+            with job_progress(self.spark, "replay: writing"):
+                written = {n: s for n, s in outputs.items() if n not in empty}
+                write_blobs(self.spark, self.decoded, tmp, written)
+            self.decoded.unpersist()
+        for name in sorted(empty):  # no rows (a table's all dropped): an empty dataset, not none
+            if self.decoded is not None:
+                write_empty_via_spark(self.spark, f"{tmp}/{name}", outputs[name])
+            else:
+                write_empty(tmp, name, outputs[name])
+
+    def write_text(self, path: str, text: str) -> None:
+        write_text(self.spark, path, text)
+
+
 def replay_to_parquet(
     spark: SparkSession,
     paths: list[str],
@@ -247,29 +333,37 @@ def replay_to_parquet(
     split_bytes: int = SPLIT_BYTES,
 ) -> ReplaySummary:
     """Decode `paths` (in this order; a file bigger than `split_bytes` in ranges) into the change
-    log at `out`."""
+    log at `out`, in Spark jobs."""
+    return run_replay(
+        SparkEngine(spark), paths, out, tables,
+        overwrite=overwrite, canonical=canonical, schema_file=schema_file, split_bytes=split_bytes,
+    )  # fmt: skip
+
+
+def run_replay(
+    engine: Engine,
+    paths: list[str],
+    out: str,
+    tables: TableFilter,
+    *,
+    overwrite: bool = False,
+    canonical: bool = False,
+    schema_file: str | None = None,
+    split_bytes: int = SPLIT_BYTES,
+) -> ReplaySummary:
+    """The driver: scan each file, plan the union schemas and the ranges, decode the ranges, then
+    write `_replay.json`; the tasks run where `engine` puts them."""
     started = time.monotonic()
-    sc = spark.sparkContext
-    with staged_output(spark, out, overwrite=overwrite) as tmp:
-        with job_progress(spark, "replay: scanning"):
-            items = list(enumerate(paths))
-            scans: list[FileScan] = (
-                sc.parallelize(items, max(1, len(items)))
-                .map(_scanner(tables, schema_file, split_bytes))
-                .collect()
-            )
+    with engine.staged(out, overwrite=overwrite) as tmp:
+        scans: list[FileScan] = engine.map(
+            "replay: scanning", FileScanner(tables, schema_file, split_bytes), list(enumerate(paths))
+        )
         planned = _catalog(scans, [])
         log_tables = tuple(_log_table(c) for c in planned)
         ranges: list[FileRange] = sorted((r for s in scans for r in s.ranges), key=lambda r: -r.size)
         via_spark = not pyarrow_writes(out)
         tasks = [RangeTask(r, tmp, tables, log_tables, canonical, schema_file, via_spark) for r in ranges]
-        decoded = sc.parallelize(tasks, max(1, len(tasks))).map(decode_range)
-        if via_spark:
-            from pyspark import StorageLevel
-
-            decoded = decoded.persist(StorageLevel.MEMORY_AND_DISK)  # decoded once, read per output
-        with job_progress(spark, "replay: decoding"):
-            results: list[RangeResult] = decoded.map(_without_blobs).collect()
+        results = engine.decode(tasks)
         results.sort(key=lambda r: (r.index, r.part))
         catalog = _catalog(scans, results)
         by_table: dict[tuple[str, str], int] = {}
@@ -281,16 +375,7 @@ def replay_to_parquet(
         outputs = {f"changes/{t.schema}/{t.table}": table_schema(t, canonical) for t in log_tables}
         outputs |= {"ddl": DDL_SCHEMA, "transactions": TXN_SCHEMA}
         rows = {f"changes/{s}/{t}": n for (s, t), n in by_table.items()} | {"ddl": ddl, "transactions": txns}
-        empty = {name: schema for name, schema in outputs.items() if not rows.get(name)}
-        if via_spark:
-            with job_progress(spark, "replay: writing"):
-                write_blobs(spark, decoded, tmp, {n: s for n, s in outputs.items() if n not in empty})
-            decoded.unpersist()
-        for name, schema in empty.items():  # no rows (a table's all dropped): an empty dataset, not none
-            if via_spark:
-                write_empty_via_spark(spark, f"{tmp}/{name}", schema)
-            else:
-                write_empty(tmp, name, schema)
+        engine.write_outputs(tmp, outputs, {name for name in outputs if not rows.get(name)})
         end = next((r.end for r in reversed(results) if r.end is not None), None)
         by_table = {k: n for k, n in by_table.items() if n}
         meta = {
@@ -302,7 +387,7 @@ def replay_to_parquet(
             "canonical": canonical,
             "ranges": len(ranges),
         }
-        write_text(spark, f"{tmp}/{META}", orjson.dumps(meta, option=orjson.OPT_INDENT_2).decode())
+        engine.write_text(f"{tmp}/{META}", orjson.dumps(meta, option=orjson.OPT_INDENT_2).decode())
     return ReplaySummary(
         len(paths), sum(by_table.values()), by_table, ddl, txns, end, time.monotonic() - started
     )

@@ -28,12 +28,13 @@ Master = Annotated[
 
 
 def _spark_failure(job: str, exc: BaseException, code: int = 1) -> typer.Exit:
-    """A failed Spark job as one line: the binlog-mirror error a worker raised, else Spark's own
-    first line; the whole error (the JVM stack) goes to a file named in that line."""
+    """A failed job as one line: the binlog-mirror error a worker raised (a Spark executor's or a
+    local worker process's: replay_local.TaskFailed), else the error's own first line; the whole
+    error (the JVM stack, the worker's traceback) goes to a file named in that line."""
     from service.batch.session import failure_details, job_error
 
     details = failure_details(job, exc)
-    message = job_error(exc) or f"the Spark job failed: {str(exc).strip().splitlines()[0]}"
+    message = job_error(exc) or f"the job failed: {str(exc).strip().splitlines()[0]}"
     return fail(f"{job}: {message} (details: {details})", code)
 
 
@@ -97,27 +98,33 @@ def replay(
     ] = 64,
     master: Master = "local[*]",
 ) -> None:
-    """Decode archived binlog files into a typed change log (one Spark task per file range)."""
+    """Decode archived binlog files into a typed change log (one task per file range)."""
+    from service.batch.localfs import local_paths
     from service.batch.replay import binlog_paths, replay_to_parquet
     from service.batch.session import spark_session
     from service.transactions import TableFilter
 
     with _job("replay"):
         paths = binlog_paths(inputs)
-        spark = spark_session(master, "binlog-mirror replay")
-        try:
-            summary = replay_to_parquet(
-                spark,
-                paths,
-                out,
-                TableFilter.from_lists(split_globs(tables), split_globs(exclude)),
-                overwrite=overwrite,
-                canonical=json_columns,
-                schema_file=str(schema_file) if schema_file else None,
-                split_bytes=split_mb << 20,
-            )
-        finally:
-            spark.stop()
+        wanted = TableFilter.from_lists(split_globs(tables), split_globs(exclude))
+        schema_doc, split = (str(schema_file) if schema_file else None), split_mb << 20
+        if local_paths(master, out):  # the same tasks in worker processes: no JVM
+            from service.batch.replay_local import local_workers, refuse_pandas, replay_locally
+
+            refuse_pandas()  # this process may run tasks too (local, one file): pyarrow would import it
+            summary = replay_locally(
+                paths, out, wanted, local_workers(master),
+                overwrite=overwrite, canonical=json_columns, schema_file=schema_doc, split_bytes=split,
+            )  # fmt: skip
+        else:
+            spark = spark_session(master, "binlog-mirror replay")
+            try:
+                summary = replay_to_parquet(
+                    spark, paths, out, wanted,
+                    overwrite=overwrite, canonical=json_columns, schema_file=schema_doc, split_bytes=split,
+                )  # fmt: skip
+            finally:
+                spark.stop()
     for (schema, table), n in sorted(summary.by_table.items()):
         console().print(f"  {schema}.{table}: {n} changes", highlight=False)
     console().print(f"  {summary.ddl} DDL statements, {summary.transactions} transactions", highlight=False)
@@ -142,7 +149,8 @@ def compact(
     """The latest row per key of each table of a change log (deletes removed, partial images merged)."""
     from service.batch.compact import compact as run_compact
     from service.batch.compact import parse_until
-    from service.batch.compact_arrow import arrow_compact, fits_in_memory, local_paths
+    from service.batch.compact_arrow import arrow_compact, fits_in_memory
+    from service.batch.localfs import local_paths
     from service.batch.session import spark_session
     from service.transactions import TableFilter
 
@@ -175,8 +183,8 @@ def load(
     master: Master = "local[*]",
 ) -> None:
     """Write a compacted state into an empty mirror with the checkpoint `run` continues from."""
-    from service.batch.compact_arrow import local_paths
     from service.batch.load import load_mirror
+    from service.batch.localfs import local_paths
     from service.batch.session import spark_session
     from service.settings import load_settings
 

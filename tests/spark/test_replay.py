@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -15,6 +16,7 @@ import pytest
 
 from service.batch.changes import pyarrow_writes
 from service.batch.replay import binlog_paths, replay_to_parquet
+from service.batch.replay_local import replay_locally
 from service.binlog.canonical import row_to_json
 from service.devtools.stack import LocalStack
 from service.errors import ConfigError
@@ -102,36 +104,58 @@ def test_replay_to_parquet_rebuilds_the_table(stack: LocalStack, spark: Any, tmp
     assert typed[1003]["price"] == Decimal("3.25") and typed[1003]["raw"] == bytearray(b"\x0a\x03")
 
 
-@pytest.mark.timeout(900)  # two CLI runs, each starting a JVM, on 2 shared cores
+@pytest.mark.timeout(900)  # three CLI runs, one starting a JVM, on 2 shared cores
 def test_replay_cli_names_the_corrupt_file_and_offset(stack: LocalStack, tmp_path: Path) -> None:
-    """One error line (no JVM stack); a failed job leaves no output behind, so the same command
-    on good input then succeeds (no Spark PATH_ALREADY_EXISTS)."""
-    good = _closed_binlogs(stack)[-1]
-    bad = tmp_path / "bad" / good.name
-    bad.parent.mkdir()
-    shutil.copy(good, bad)
+    """One error line (no JVM stack), from a worker process (a local master: no JVM) and from a
+    Spark task alike (a path only Hadoop writes: viewfs://, Spark); a failed job leaves no output
+    behind, so the same command on good input then succeeds (no Spark PATH_ALREADY_EXISTS)."""
+    good = _closed_binlogs(stack)[-2:]
+    bad_dir = tmp_path / "bad"
+    bad_dir.mkdir()
+    for f in good:
+        shutil.copy(f, bad_dir / f.name)
+    bad = bad_dir / good[-1].name
     with bad.open("r+b") as fh:
         fh.truncate(bad.stat().st_size - 7)  # the last event loses its tail
-    out = tmp_path / "o"
-    proc = _cli("replay", str(bad), "--out", str(out), "--master", "local[1]")
-    assert proc.returncode == 1, proc.stderr[-2000:]
-    assert "TruncatedEvent" in proc.stderr and good.name in proc.stderr and "offset" in proc.stderr
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and "TruncatedEvent" in errors[0], proc.stderr[-2000:]
-    assert "\tat org.apache" not in proc.stderr, proc.stderr[-3000:]  # no JVM stack
-    details = Path(errors[0].rsplit("(details: ", 1)[1].rstrip(")"))
-    assert "Traceback" in details.read_text() and "TruncatedEvent" in details.read_text()  # all of it
-    details.unlink()
-    assert not out.exists() and not (tmp_path / "o.__tmp__").exists()
+    (tmp_path / "mounted").mkdir()
+    viewfs = f"spark.hadoop.fs.viewfs.mounttable.replaycli.link./logs=file://{tmp_path / 'mounted'}"
+    spark_env = {"PYSPARK_SUBMIT_ARGS": f"--conf {viewfs} pyspark-shell"}
+    for out, master, env in (
+        (tmp_path / "o", "local[2]", {}),  # two files: the scan and the decode in worker processes
+        ("viewfs://replaycli/logs/o", "local[1]", spark_env),
+    ):
+        proc = _cli("replay", str(bad_dir), "--out", str(out), "--master", master, env=env)
+        assert proc.returncode == 1, proc.stderr[-2000:]
+        assert proc.stdout.strip().endswith(str(bool(env))), proc.stdout[-200:]  # pyspark: Spark only
+        assert "TruncatedEvent" in proc.stderr and bad.name in proc.stderr and "offset" in proc.stderr
+        errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+        assert len(errors) == 1 and "TruncatedEvent" in errors[0], proc.stderr[-2000:]
+        assert "\tat org.apache" not in proc.stderr, proc.stderr[-3000:]  # no JVM stack
+        details = Path(errors[0].rsplit("(details: ", 1)[1].rstrip(")"))
+        assert "Traceback" in details.read_text() and "TruncatedEvent" in details.read_text()  # all of it
+        details.unlink()
+    assert not (tmp_path / "o").exists() and not (tmp_path / "o.__tmp__").exists()
+    assert not list((tmp_path / "mounted").iterdir())
 
-    again = _cli("replay", str(good), "--out", str(out), "--master", "local[1]")
+    again = _cli("replay", *map(str, good), "--out", str(tmp_path / "o"), "--master", "local[2]")
     assert again.returncode == 0, again.stderr[-2000:]
-    assert "rows/s" in again.stderr and (out / "_replay.json").exists()
+    assert "rows/s" in again.stderr and (tmp_path / "o" / "_replay.json").exists()
+    assert again.stdout.strip().endswith("False")  # no JVM: pyspark not even imported
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """The CLI in a process of its own; its last stdout line says whether it imported pyspark."""
+    probe = (  # typer's standalone mode exits: report at exit
+        "import atexit, sys; from service.cli import app;"
+        " atexit.register(lambda: print('pyspark' in sys.modules)); app(prog_name='binlog-mirror')"
+    )
     return subprocess.run(
-        [sys.executable, "-m", "service", *args], cwd=ROOT, capture_output=True, text=True, timeout=420
+        [sys.executable, "-c", probe, *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=420,
+        env={**os.environ, **(env or {})},
     )
 
 
@@ -175,9 +199,19 @@ def test_split_file_replay_equals_the_whole_file(stack: LocalStack, spark: Any, 
     _sql(stack, f"UPDATE {db}.items SET extra = 'x' WHERE id < 30", f"DELETE FROM {db}.other WHERE id < 100")
     files = _closed_binlogs(stack)[-2:]  # the workload's two files (it flushes once)
     wanted = TableFilter((f"{db}.*",))
-    whole, split = str(tmp_path / "whole"), str(tmp_path / "split")
+    whole, split, local = str(tmp_path / "whole"), str(tmp_path / "split"), str(tmp_path / "local")
     a = replay_to_parquet(spark, [str(f) for f in files], whole, wanted, canonical=True)
     b = replay_to_parquet(spark, [str(f) for f in files], split, wanted, canonical=True, split_bytes=2048)
+    # no JVM (a local master): the same tasks in 2 worker processes write the same change log
+    c = replay_locally([str(f) for f in files], local, wanted, 2, canonical=True, split_bytes=2048)
+    assert (c.changes, c.by_table, c.ddl, c.transactions, c.end) == (
+        b.changes, b.by_table, b.ddl, b.transactions, b.end
+    )  # fmt: skip
+    assert Path(local, "_replay.json").read_bytes() == Path(split, "_replay.json").read_bytes()
+    for part in (f"changes/{db}/items", f"changes/{db}/other", "ddl", "transactions"):
+        got, want = spark.read.parquet(f"{local}/{part}"), spark.read.parquet(f"{split}/{part}")
+        assert got.schema == want.schema, part
+        assert got.orderBy("seq").collect() == want.orderBy("seq").collect(), part  # seq too
     meta_a = orjson.loads(Path(whole, "_replay.json").read_bytes())
     meta_b = orjson.loads(Path(split, "_replay.json").read_bytes())
     assert meta_a["ranges"] == len(files) and meta_b["ranges"] > 2 * len(files)
