@@ -107,6 +107,62 @@ def pytest_runtest_makereport(item: pytest.Item) -> Generator[None, pytest.TestR
     return report
 
 
+# `make test` runs the suite on two xdist workers, a file at a time each (--dist loadfile
+# --no-loadscope-reorder), handed out in collection order: the files of the minutes-long tests
+# (a build, the image, Spark) go first, so that the short ones fill the other worker meanwhile
+# instead of one long file running alone at the end. Files keep their order otherwise, and tests
+# keep theirs within a file.
+HEAVY_MARKERS = ("build", "image", "spark")  # the longest first: a build's file takes minutes
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank: dict[Path, int] = {}
+    for item in items:
+        marks = [i for i, m in enumerate(HEAVY_MARKERS) if item.get_closest_marker(m)]
+        rank[item.path] = min([rank.get(item.path, len(HEAVY_MARKERS)), *marks])
+    items.sort(key=lambda item: rank[item.path])  # stable
+
+
+# Every collected test reports a result: a run whose results fall short of its collection (a
+# test lost between xdist workers, never run nor reported) fails instead of passing quietly.
+_collected: set[str] | None = None
+_reported: set[str] = set()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    global _collected
+    if session.items:  # the xdist controller collects nothing: its workers say what they did
+        _collected = {item.nodeid for item in session.items}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node: object, ids: list[str]) -> None:
+    global _collected
+    _collected = set(ids)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when == "call" or not report.passed:  # a setup that skipped or failed is a result
+        _reported.add(report.nodeid)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    option = session.config.option
+    if hasattr(session.config, "workerinput") or option.collectonly or option.setuponly or option.setupplan:
+        return
+    missing = sorted((_collected or set()) - _reported)
+    if missing and session.exitstatus == pytest.ExitCode.OK:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        lines = [f"{len(missing)} of {len(_collected or ())} collected tests reported no result:", *missing]
+        if reporter is not None:
+            reporter.ensure_newline()
+            for line in lines:
+                reporter.write_line(line, red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 @pytest.fixture(scope="session")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
     """A running local stack in a temp dir; every process it started is stopped at the end."""
