@@ -6,6 +6,7 @@ redis-server) for `integration` tests, a redis-server alone (`redis_url`) or a R
 from __future__ import annotations
 
 import sys
+from collections import Counter
 from collections.abc import Callable, Generator, Iterator
 from importlib import machinery
 from pathlib import Path
@@ -105,6 +106,73 @@ def pytest_runtest_makereport(item: pytest.Item) -> Generator[None, pytest.TestR
         report.outcome = "failed"
         report.longrepr = "\n".join(refused)
     return report
+
+
+# `make test` runs the suite on two xdist workers, a file at a time each (--dist loadfile
+# --no-loadscope-reorder), handed out in collection order: the files of the minutes-long tests
+# (a build, the image, Spark) go first, so that the short ones fill the other worker meanwhile
+# instead of one long file running alone at the end. Files keep their order otherwise, and tests
+# keep theirs within a file.
+HEAVY_MARKERS = ("build", "image", "spark")  # the longest first: a build's file takes minutes
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # xdist tells tests apart by node id: under pytest 9.2, which builds an item's id from its
+    # original name and its parametrize ids, schemathesis 4.32's tests of every API operation
+    # share one (`...::test_api_never_answers_5xx`), and xdist ran only the first of them. They
+    # get the id their name says (`...::test_api_never_answers_5xx[GET /lag]`).
+    ids = Counter(item.nodeid for item in items)
+    for item in items:
+        if ids[item.nodeid] > 1 and item.parent is not None:
+            item._id = type(item.parent.id).parse(f"{item.parent.nodeid}::{item.name}")
+    twice = [i for i, n in Counter(item.nodeid for item in items).items() if n > 1]
+    if twice:
+        raise pytest.UsageError(f"tests that share a node id: {twice}")
+    rank: dict[Path, int] = {}
+    for item in items:
+        marks = [i for i, m in enumerate(HEAVY_MARKERS) if item.get_closest_marker(m)]
+        rank[item.path] = min([rank.get(item.path, len(HEAVY_MARKERS)), *marks])
+    items.sort(key=lambda item: rank[item.path])  # stable
+
+
+# Every collected test reports a result: a run whose results fall short of its collection (a
+# test lost between xdist workers, never run nor reported) fails instead of passing quietly.
+_collected: Counter[str] = Counter()
+_reported: Counter[str] = Counter()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if session.items:  # the xdist controller collects nothing: its workers say what they did
+        _collected.clear()
+        _collected.update(item.nodeid for item in session.items)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node: object, ids: list[str]) -> None:
+    _collected.clear()
+    _collected.update(ids)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when == "call" or not report.passed:  # a setup that skipped or failed is a result
+        _reported[report.nodeid] += 1
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    option = session.config.option
+    if hasattr(session.config, "workerinput") or option.collectonly or option.setuponly or option.setupplan:
+        return
+    missing = sorted((_collected - _reported).elements())
+    if missing and session.exitstatus == pytest.ExitCode.OK:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        lines = [f"{len(missing)} of {_collected.total()} collected tests reported no result:", *missing]
+        if reporter is not None:
+            reporter.ensure_newline()
+            for line in lines:
+                reporter.write_line(line, red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.fixture(scope="session")

@@ -31,6 +31,7 @@ from service.checkpoint import BinlogPosition
 from service.devtools.stack import LocalStack
 from service.pipeline.replicator import Replicator
 from service.settings import Settings, load_settings
+from service.sink.keys import GENERATION_FIELD, KeyLayout
 from service.transport.source import BinlogSource
 from tests.integration.stream_helpers import Proxy
 
@@ -156,9 +157,20 @@ async def running(
             run = Running(http, f"ws://127.0.0.1:{server.port}/ws/events", db, settings, stack)
 
             async def ready() -> bool:
-                return (await http.get("/health/ready", headers=AUTH)).status_code == 200
+                r = await http.get("/health/ready", headers=AUTH)
+                return r.status_code == 200 and r.json()["state"] == "streaming"
 
+            async def copied() -> bool:
+                """The bootstrap's copies of the (empty) tables are over: ready also while they
+                run, and rows written meanwhile come through a copy, not as the inserts a test
+                counts (a loaded machine's copies ran past the first inserts)."""
+                marks = await asyncio.to_thread(_hash_fields, info.redis_url, resyncs)
+                tables = [(await http.get(f"/tables/{db}/{t}", headers=AUTH)).json() for t in "ab"]
+                return set(marks) <= {GENERATION_FIELD.encode()} and all(t["resync"] is None for t in tables)
+
+            resyncs = KeyLayout(settings.key_prefix).resync_key
             await until(ready, what="ready")
+            await until(copied, what="the first copies to end")
             yield run
     finally:
         if replicator is not None:
@@ -168,6 +180,12 @@ async def running(
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 async with asyncio.timeout(15):
                     await task
+
+
+def _hash_fields(redis_url: str, key: str) -> list[bytes]:
+    with redis_sync.Redis.from_url(redis_url) as r:
+        fields: list[bytes] = r.hkeys(key)
+        return fields
 
 
 def _samples(text: str) -> dict[str, float]:

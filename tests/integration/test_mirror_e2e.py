@@ -21,6 +21,7 @@ from tests.integration.mirror_helpers import (
     expected,
     master_position,
     mirror_settings,
+    settle,
     stop_replicator,
     unique_names,
     wait_applied,
@@ -79,10 +80,7 @@ async def test_random_workload_mirrors_exactly(
         wl.conn.commit()
         target = master_position(stack)
         await asyncio.to_thread(wait_applied, info.redis_url, prefix, target)
-        for _ in range(100):  # resyncs may still be running
-            if not any(t.resync for t in rep.status().tables):
-                break
-            await asyncio.sleep(0.1)
+        await settle(rep, stack)  # resyncs may still be running
         assert actual(info.redis_url, prefix, db) == expected(stack, db)
         assert "without whole rows" not in caplog.text  # no RowsMissing: settle windows, fences
         st = rep.status()

@@ -19,6 +19,7 @@ from tests.integration.mirror_helpers import (
     expected,
     master_position,
     mirror_settings,
+    settle,
     stop_replicator,
     unique_names,
     wait_applied,
@@ -104,11 +105,8 @@ async def test_partial_row_images_mirror_exactly(stack: LocalStack, image: str) 
     r = redis_sync.Redis.from_url(info.redis_url)
 
     try:
-        await asyncio.to_thread(wait_applied, info.redis_url, prefix, master_position(stack))
-        for _ in range(100):  # the (empty) tables' bootstrap copy
-            if not any(t.resync for t in rep.status().tables):
-                break
-            await asyncio.sleep(0.05)
+        # the (empty) tables' bootstrap copy is over: the rows below must come from the stream
+        await settle(rep, stack)
         # one statement per transaction, then all of them in one transaction
         for sql in WORKLOAD:
             await asyncio.to_thread(_run, stack, db, image, [sql])

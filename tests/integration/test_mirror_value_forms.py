@@ -18,6 +18,7 @@ from service.transactions import Transaction
 from tests.integration.mirror_helpers import (
     master_position,
     mirror_settings,
+    settle,
     stop_replicator,
     unique_names,
     wait_applied,
@@ -62,10 +63,7 @@ async def test_resync_and_stream_store_the_same_form(stack: LocalStack, mode: st
 
     try:
         await asyncio.to_thread(wait_applied, info.redis_url, prefix, master_position(stack))
-        for _ in range(200):
-            if r.exists(f"{prefix}:{db}:v:1") and not any(t.resync for t in rep.status().tables):
-                break
-            await asyncio.sleep(0.05)
+        await settle(rep, stack)  # row 1 copied: row 2 below comes from the binlog
         with conn.cursor() as cur:
             cur.execute(f"INSERT INTO {db}.v VALUES (2, {VALUES})")  # same values, from the binlog
         conn.commit()
