@@ -149,14 +149,13 @@ def entry_moves(
     expected record, new record, drops (kind, key), adds (kind, key, score), count changes); None
     when the member changes (a key template's field: the copy moves whole), a ttl, or a row
     without entries."""
-    d = _derivation_of(spec_text)
+    d, tag = _derivation_of(spec_text)
     if d.ttl is not None:
         return None
     member, old = d.entries(before, own_key)
     new_member, new = d.entries(after, own_key)
     if member is None or member != new_member:
         return None
-    tag = d.tag
     try:
         expected, record = encode_entries(tag, member, old), encode_entries(tag, member, new)
     except UnicodeEncodeError:  # (bytes in a text column's key part: the script derives it)
@@ -180,14 +179,16 @@ def entry_moves(
     return member, expected, record, tuple(drops), tuple(adds), changed
 
 
-_derivations: dict[str, Derivation] = {}
+_derivations: dict[str, tuple[Derivation, str]] = {}
 
 
-def _derivation_of(spec_text: str) -> Derivation:
-    d = _derivations.get(spec_text)
-    if d is None:
-        d = _derivations[spec_text] = Derivation.from_spec(spec_text)
-    return d
+def _derivation_of(spec_text: str) -> tuple[Derivation, str]:
+    """A spec text's derivation and tag, once (a Derivation's hash walks all its parts)."""
+    got = _derivations.get(spec_text)
+    if got is None:
+        d = Derivation.from_spec(spec_text)
+        got = _derivations[spec_text] = (d, d.tag)
+    return got
 
 
 def spec_tag(spec_text: str) -> str:
