@@ -42,6 +42,7 @@ __all__ = [
     "Part",
     "Ttl",
     "counts_field",
+    "derivation_of",
     "decode_entries",
     "encode_entries",
     "entry_moves",
@@ -128,7 +129,7 @@ def read_fields(spec_text: str) -> frozenset[str] | None:
     them leaves the entries where they are, and the copy takes the same changes (lua/derive.lua's
     `follow_copy`)."""
     if spec_text not in _reads:
-        d = Derivation.from_spec(spec_text)
+        d = derivation_of(spec_text)[0]
         parts = [*(d.key or ()), *(p for i in d.indexes for p in i.parts)]
         fields = {p.text for p in parts if p.field} | {i.score for i in d.indexes if i.score}
         _reads[spec_text] = frozenset(fields) if d.ttl is None else None
@@ -149,7 +150,7 @@ def entry_moves(
     expected record, new record, drops (kind, key), adds (kind, key, score), count changes); None
     when the member changes (a key template's field: the copy moves whole), a ttl, or a row
     without entries."""
-    d, tag = _derivation_of(spec_text)
+    d, tag = derivation_of(spec_text)
     if d.ttl is not None:
         return None
     member, old = d.entries(before, own_key)
@@ -182,7 +183,7 @@ def entry_moves(
 _derivations: dict[str, tuple[Derivation, str]] = {}
 
 
-def _derivation_of(spec_text: str) -> tuple[Derivation, str]:
+def derivation_of(spec_text: str) -> tuple[Derivation, str]:
     """A spec text's derivation and tag, once (a Derivation's hash walks all its parts)."""
     got = _derivations.get(spec_text)
     if got is None:

@@ -44,7 +44,7 @@ from typing import Any, Final, cast
 import hiredis
 
 from service.binlog.rowchange import Row
-from service.sink.derive import HIDDEN, Derivation, counts_field, encode_entries, read_fields
+from service.sink.derive import HIDDEN, Derivation, counts_field, derivation_of, encode_entries, read_fields
 from service.sink.ir import AddMember, ApplyCall, SetFields, TableKeys, WriteRow
 from service.sink.keys import DERIVED_COUNTS_SUFFIX, DERIVED_SUFFIX
 from service.sink.values import hash_text, row_fields
@@ -244,8 +244,7 @@ _derivations: dict[str, _Shaped | None] = {}
 def _derivation(spec: str) -> _Shaped | None:
     """A spec text's derivation, or None when its rows do not go in the plain form (a ttl)."""
     if spec not in _derivations:
-        d = Derivation.from_spec(spec)
-        tag = d.tag
+        d, tag = derivation_of(spec)
         fields = tuple(counts_field(tag, i) for i in range(len(d.indexes) + 1))
         reads = read_fields(spec)
         plain = reads is not None and d.json is None
