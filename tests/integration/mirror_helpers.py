@@ -127,11 +127,27 @@ def master_position(stack: LocalStack) -> BinlogPosition:
         cur.execute(f"SHOW BINLOG EVENTS IN '{file}'")
         events = [(str(e[2]), int(e[1]), int(e[4])) for e in cur.fetchall()]  # type, start, end
     conn.close()
-    while len(events) > 1 and events[-1][0] == "Binlog_checkpoint" and events[-1][2] == pos:
-        if events[-2][0] in ("Gtid_list", "Format_desc", "Binlog_checkpoint"):
-            break  # the head of a new file: the mirror's checkpoint moves past it on rotation
-        pos = events.pop()[1]
-    return BinlogPosition(file, pos)
+    if not events or events[-1][2] != pos:
+        return BinlogPosition(file, pos)
+    run = len(events)  # the trailing run of BINLOG_CHECKPOINTs (two when two files became durable)
+    while run > 1 and events[run - 1][0] == "Binlog_checkpoint":
+        run -= 1
+    if run == len(events) or events[run - 1][0] in ("Gtid_list", "Format_desc"):
+        return BinlogPosition(file, pos)  # none, or the head of a new file: passed on rotation
+    return BinlogPosition(file, events[run][1])
+
+
+def binlog_tail(stack: LocalStack, rep: Any) -> list[tuple[str, int, int, str]]:
+    """(type, start, end, info) of the source's events from the replicator's applied position on."""
+    applied = rep.status().applied
+    if applied is None:
+        return []
+    conn = root(stack)
+    with conn.cursor() as cur:
+        cur.execute(f"SHOW BINLOG EVENTS IN '{applied.position.file}' FROM {applied.position.pos}")
+        rows = [(str(e[2]), int(e[1]), int(e[4]), str(e[5])[:80]) for e in cur.fetchall()]
+    conn.close()
+    return rows
 
 
 class Workload:
@@ -334,7 +350,11 @@ def wait_applied(redis_url: str, prefix: str, target: BinlogPosition | None, tim
 
 async def settle(rep: Any, stack: LocalStack, timeout: float = 30.0) -> None:
     """Wait until the replicator has applied everything on the source and no resync runs."""
-    await wait_hooks(rep, master_position(stack), timeout)
+    target = master_position(stack)
+    try:
+        await wait_hooks(rep, target, timeout)
+    except AssertionError as exc:  # name the events the replicator did not get past
+        raise AssertionError(f"{exc}; the source's events after it: {binlog_tail(stack, rep)}") from None
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if not await rep.mirror.pending_resyncs() and not any(t.resync for t in rep.status().tables):
