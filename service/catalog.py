@@ -79,8 +79,7 @@ class Catalog:
 
     def derive_spec(self, schema: str, table: str) -> str:
         """The table's derived entries' spec for the scripts ("": none; service/sink/derive.py)."""
-        shape = self.shapes.get(schema, table)
-        return shape.derivation.spec_text() if shape is not None and shape.derivation is not None else ""
+        return self.shapes.derive_spec(schema, table)
 
     def shape(self, schema: str, table: str) -> Shape | None:
         """The table's shape (None: unshaped, every column as is), as of its loaded definition."""

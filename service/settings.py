@@ -25,6 +25,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from service.document_settings import DOCUMENT_NAME, DocumentSettings
 from service.errors import ConfigError
 from service.shaping import IndexSettings, SectionSettings, TtlSettings, parse_template, section_tag
 
@@ -358,6 +359,7 @@ class Settings(BaseSettings):
     # per-table shaping (docs/mirror.md, "Shaping"): `[table."schema.table"]` sections of the
     # config file, a glob allowed, the most specific match wins
     table: dict[str, TableShapeSettings] = {}
+    document: dict[str, DocumentSettings] = {}  # [document.NAME]: service/documents.py
 
     @model_validator(mode="before")
     @classmethod
@@ -410,6 +412,11 @@ class Settings(BaseSettings):
                 "verify_rows_per_second: the background verifier reads the single-node key layout "
                 "and does not run against a Redis Cluster (redis+cluster://) yet; set it to 0"
             )
+        if self.redis is not None and self.redis.cluster and self.document:
+            raise ValueError(
+                "document: documents are built across tables in one script call and do not run "
+                "against a Redis Cluster (redis+cluster://) yet; use one Redis node (or a Sentinel)"
+            )
         if self.redis is not None and self.redis.cluster:
             for pattern, section in self.table_sections().items():
                 # a table's rows, entries and bookkeeping are written by one call: one slot
@@ -424,15 +431,23 @@ class Settings(BaseSettings):
                     )
         return self
 
-    @field_validator("table", mode="before")
+    @field_validator("table", "document", mode="before")
     @classmethod
     def _table_json(cls, value: Any) -> Any:
-        """BINLOG_MIRROR_TABLE: the sections as one JSON object ({"shop.users": {"exclude": [...]}})."""
+        """BINLOG_MIRROR_TABLE / _DOCUMENT: the sections as one JSON object ({"shop.users": {...}})."""
         if isinstance(value, str):
             try:
                 return json.loads(value)
             except ValueError as exc:
                 raise ValueError(f"not a JSON object of sections ({exc})") from None
+        return value
+
+    @field_validator("document")
+    @classmethod
+    def _document_names(cls, value: dict[str, DocumentSettings]) -> dict[str, DocumentSettings]:
+        for name in value:
+            if not re.fullmatch(DOCUMENT_NAME, name):
+                raise ValueError(f"document name {name!r}: use letters, digits, '_' and '-'")
         return value
 
     @field_validator("table")

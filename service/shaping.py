@@ -21,8 +21,11 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any
 
+from service.document_settings import DocumentSettings
+from service.documents import DocumentError, Documents, Stored
 from service.errors import ConfigError
 from service.sink.derive import HIDDEN, Derivation, IndexSpec, Part, Ttl, visible
+from service.sink.keys import KeyLayout
 from service.table_info import ColumnStatus, TableInfo
 from service.templates import TemplatePart, may_collide, parse_template, segments, template_tag
 
@@ -404,26 +407,81 @@ class Shapes:
     table. `resolve` runs whenever a table's definition is read (start, after each DDL on it)."""
 
     def __init__(
-        self, sections: Mapping[str, SectionSettings], prefix: str = "mirror", json_mode: bool = False
+        self,
+        sections: Mapping[str, SectionSettings],
+        prefix: str = "mirror",
+        json_mode: bool = False,
+        documents: Mapping[str, DocumentSettings] | None = None,
     ) -> None:
         self.sections = dict(sections)
         self.prefix = prefix  # the mirror's own keys: no template may name one
         self.json_mode = json_mode  # rows are JSON documents (value_mode json): derive reads them so
         self._shapes: dict[tuple[str, str], Shape] = {}
+        self.documents = Documents(documents or {}, KeyLayout(prefix).table_base)
+        self._doc_tables = self.documents.tables()
+        self._specs: dict[tuple[str, str], str] = {}  # derive spec texts, until a table is read again
 
     def __bool__(self) -> bool:
-        return bool(self.sections)
+        return bool(self.sections) or bool(self.documents)
 
     def resolve(self, info: TableInfo) -> Shape | None:
         key = (info.schema, info.table)
         self._shapes.pop(key, None)
+        self._specs.clear()  # (a document's spec holds every one of its tables)
         pattern = section_for(self.sections, info.schema, info.table)
-        if pattern is None or not info.exists:
-            return None
-        shape = resolve(pattern, self.sections[pattern], info, self.json_of(info.schema, info.table))
-        self._check_templates(shape)
-        self._shapes[key] = shape
+        shape = None
+        if pattern is not None and info.exists:
+            shape = resolve(pattern, self.sections[pattern], info, self.json_of(info.schema, info.table))
+            self._check_templates(shape)
+            self._shapes[key] = shape
+        if key in self._doc_tables:
+            if pattern is not None and not self.documents.standalone(*key):
+                raise ShapeError(
+                    f'table {info.schema}.{info.table} [table."{pattern}"]: a document says standalone = '
+                    "false for it: remove one of the two"
+                )
+            stored = (
+                {c.name: c.name for c in info.columns} if shape is None else {**shape.fields, **shape.hidden}
+            )
+            self.documents.note(Stored(info, stored, self.json_of(*key)))
         return shape
+
+    def derive_spec(self, schema: str, table: str) -> str:
+        """The table's derived entries' spec for the scripts ("": none; service/sink/derive.py),
+        with its roles in documents (service/documents.py)."""
+        key = (schema, table)
+        text = self._specs.get(key)
+        if text is None:
+            shape = self._shapes.get(key)
+            d = shape.derivation if shape is not None else None
+            roles = self.documents.spec(schema, table) if key in self._doc_tables else None
+            if roles is not None:
+                d = d or Derivation(None, ())
+                docs = json.dumps(roles, separators=(",", ":"), ensure_ascii=False)
+                d = Derivation(d.key, d.indexes, d.ttl, d.json, d.hidden, docs)
+            text = self._specs[key] = d.spec_text() if d is not None else ""
+        return text
+
+    def check_documents(self, wanted: Iterable[tuple[str, str]]) -> None:
+        """Every document's tables are mirrored and its sections apply to them (DocumentError)."""
+        wanted = set(wanted)
+        for s, t in sorted(self._doc_tables):
+            if (s, t) not in wanted:
+                raise DocumentError(
+                    f"[document] table {s}.{t} is in a document but not mirrored: add it to `tables`"
+                )
+            self.derive_spec(s, t)
+        for setting, parts in self.documents.key_parts():
+            if may_collide(segments(parts)[0], [Part(self.prefix)]):
+                raise DocumentError(
+                    f"{setting}: its keys could start with {self.prefix}:, the mirror's own key prefix"
+                )
+            for other, theirs in [
+                *self.documents.key_parts(),
+                *((f"[table] {s}", p) for o in self._shapes.values() for s, p in _templates(o)),
+            ]:
+                if other != setting and may_collide(parts, theirs):
+                    raise DocumentError(f"{setting}: its keys could be the same as those of {other}")
 
     def _check_templates(self, shape: Shape) -> None:
         """No template can name one of the mirror's own keys, nor a key another template (of this
@@ -466,7 +524,8 @@ class Shapes:
         return any(s.ttl is not None for s in self.sections.values())
 
     def matches(self, schema: str, table: str) -> bool:
-        return section_for(self.sections, schema, table) is not None
+        """A section or a document applies to the table."""
+        return section_for(self.sections, schema, table) is not None or (schema, table) in self._doc_tables
 
     def tag(self, schema: str, table: str) -> str | None:
         """Redis Cluster: the hash tag the table's templates share (None: no template; its keys
@@ -479,7 +538,13 @@ class Shapes:
         the rows (`{prefix}:__shapes`): a start that finds another one copies the table again
         into the new shape. Of the settings, not of the table: a DDL re-copies by itself."""
         pattern = section_for(self.sections, schema, table)
-        return "" if pattern is None else section_fingerprint(self.sections[pattern])
+        section = "" if pattern is None else section_fingerprint(self.sections[pattern])
+        docs = self.documents.fingerprint(schema, table)
+        if not docs:
+            return section
+        digest = hashlib.sha256(f"{section}\n{docs}".encode()).hexdigest()[:16]
+        value = self.sections[pattern].value if pattern is not None else None
+        return f"{SHAPE_FORMAT}:{digest}" + (f":{value}" if value else "")
 
 
 SHAPE_FORMAT = 1  # bumped when the same settings come to mean other rows

@@ -200,10 +200,10 @@ def run_snapshot(
 ) -> SnapshotResult:
     if settings.mysql is None or settings.redis is None:
         raise ConfigError("snapshot needs --mysql and --redis (or their env vars / config file)")
-    if settings.table:
+    if settings.table or settings.document:
         raise ConfigError(
-            'table: the Spark snapshot does not apply [table."…"] sections by this version yet; '
-            "use the single-process command (or remove the sections)"
+            'table/document: the Spark snapshot does not apply [table."…"] or [document.…] sections by '
+            "this version yet; use the single-process command (or remove the sections)"
         )
     started = time.monotonic()
     layout = KeyLayout(settings.key_prefix)

@@ -130,10 +130,10 @@ def verify_mirror(
     """Compare the tables `settings` selects with the mirror; report to `out`; see the module doc."""
     if settings.mysql is None or settings.redis is None:
         raise ConfigError("verify needs --mysql and --redis (or their env vars / config file)")
-    if settings.table:
+    if settings.table or settings.document:
         raise ConfigError(
-            'table: the Spark verify does not apply [table."…"] sections by this version yet; '
-            "use the single-process command (or remove the sections)"
+            'table/document: the Spark verify does not apply [table."…"] or [document.…] sections by '
+            "this version yet; use the single-process command (or remove the sections)"
         )
     started = time.monotonic()
     layout = KeyLayout(settings.key_prefix)

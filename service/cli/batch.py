@@ -55,10 +55,10 @@ def _refuse_sentinel(settings: Settings, job: str) -> None:
     """Shaped tables and Sentinel: refused. The Spark jobs' workers connect with redis-py's sync
     client from the URL, which has no Sentinel form: one line with the way round instead of their
     traceback."""
-    if settings.table:  # the Spark jobs' writes and reads know no shaping (service/shaping.py)
+    if settings.table or settings.document:  # the Spark jobs know no shaping (service/shaping.py)
         raise fail(
-            f'table: {job} does not apply [table."…"] sections by this version yet; run the '
-            "single-process command, or remove the sections"
+            f'table/document: {job} does not apply [table."…"] or [document.…] sections by this '
+            "version yet; run the single-process command, or remove the sections"
         )
     if settings.redis is not None and settings.redis.sentinel:
         raise fail(

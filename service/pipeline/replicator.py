@@ -97,7 +97,10 @@ class Replicator:
         cluster = settings.redis.cluster  # applied per slot group (service/sink/cluster.py)
         self.layout = cluster_layout(settings.key_prefix) if cluster else KeyLayout(settings.key_prefix)
         self.catalog = Catalog(
-            self.filter, Shapes(settings.table_sections(), settings.key_prefix, settings.value_mode == "json")
+            self.filter,
+            Shapes(
+                settings.table_sections(), settings.key_prefix, settings.value_mode == "json", settings.document
+            ),
         )
         self.redis: Redis = redis_client(
             settings.redis.url.get_secret_value(),
@@ -372,10 +375,11 @@ class Replicator:
         mirrored.update(_tables(await self.mirror.mirrored_tables()))
         wanted = set(await definitions.wanted_tables())
         shapes = self.catalog.shapes
-        if shapes:  # a [table."…"] section that cannot apply stops the run here (ShapeError)
+        if shapes:  # a [table."…"] or [document] section that cannot apply stops the run here
             for s, t in sorted(wanted):
                 if shapes.matches(s, t):
                     await definitions.load(s, t)
+            shapes.check_documents(wanted)
             state = self.catalog.fk_state()  # read to check them only: the applier reads its own
             await definitions.foreign_keys()
             self.catalog.restore_fk_state(state)

@@ -7,12 +7,13 @@ writer starts meanwhile. Keys go in SCAN batches with UNLINK (freed in the backg
 
 from __future__ import annotations
 
+import orjson
 from redis.asyncio import Redis
 
 from service.errors import LeaseLost
 from service.sink.client import redis_client
 from service.sink.derive import Entry, decode_entries
-from service.sink.keys import DERIVED_SUFFIX, KeyLayout, glob_literal
+from service.sink.keys import DERIVED_SUFFIX, DOCREC_SUFFIX, KeyLayout, glob_literal
 from service.sink.mirror import MirrorOptions, RedisMirror, map_redis_errors
 
 __all__ = ["clear_prefix"]
@@ -58,6 +59,13 @@ async def clear_prefix(redis_url: str, prefix: str, lease_ttl: float = 10.0) -> 
                 async for _, raw in redis.hscan_iter(dkey, count=BATCH):
                     member, entries = _entries_of_any_layout(raw)
                     deleted += await _drop(redis, member, entries)
+                await mirror.renew_lease()
+            # documents (lua/document.lua): a root row's `__docrec` record names its document's key
+            for rkey in [k async for k in redis.scan_iter(match=f"{glob_literal(prefix)}:*:{DOCREC_SUFFIX}")]:
+                async for field, raw in redis.hscan_iter(rkey, count=BATCH):
+                    if field != b"__nodes":
+                        keys = [v[1] for v in orjson.loads(raw).values() if v[0] == "k"]
+                        deleted += await redis.unlink(*keys) if keys else 0
                 await mirror.renew_lease()
         with map_redis_errors(f"deleting {prefix}:*"):
             batch: list[bytes] = []

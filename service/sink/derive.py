@@ -132,7 +132,8 @@ def read_fields(spec_text: str) -> frozenset[str] | None:
         d = derivation_of(spec_text)[0]
         parts = [*(d.key or ()), *(p for i in d.indexes for p in i.parts)]
         fields = {p.text for p in parts if p.field} | {i.score for i in d.indexes if i.score}
-        _reads[spec_text] = frozenset(fields) if d.ttl is None else None
+        # (documents render every field: a row of theirs goes whole, through derive)
+        _reads[spec_text] = frozenset(fields) if d.ttl is None and d.documents is None else None
     return _reads[spec_text]
 
 
@@ -151,7 +152,7 @@ def entry_moves(
     when the member changes (a key template's field: the copy moves whole), a ttl, or a row
     without entries."""
     d, tag = derivation_of(spec_text)
-    if d.ttl is not None:
+    if d.ttl is not None or d.documents is not None:
         return None
     member, old = d.entries(before, own_key)
     new_member, new = d.entries(after, own_key)
@@ -324,6 +325,8 @@ class Derivation:
     # the hash text ("b": base64 -> bytes, "t": a TIMESTAMP's "…T…Z" -> "… …"); None: hash rows
     json: tuple[tuple[str, str], ...] | None = None
     hidden: bool = False  # rows hold hidden fields (HIDDEN + column), which the copy leaves out
+    # the table's roles in documents (service/documents.py: the JSON text lua/document.lua reads)
+    documents: str | None = None
 
     @property
     def tag(self) -> str:
@@ -352,6 +355,8 @@ class Derivation:
             spec["t"] = [t.seconds or 0, t.at or "", "t" if t.temporal else "n", t.offset]
         if self.json is not None:
             spec["j"] = dict(self.json)
+        if self.documents is not None:
+            spec["d"] = self.documents
         if self.hidden:
             spec["h"] = 1  # (last: `hides` reads the text's end)
         return json.dumps(spec, separators=(",", ":"), ensure_ascii=False)
@@ -373,7 +378,7 @@ class Derivation:
             seconds, at, kind, offset = spec["t"]
             ttl = Ttl(seconds or None, at or None, kind == "t", offset)
         json_fields = tuple(sorted(spec["j"].items())) if "j" in spec else None
-        return cls(key, indexes, ttl, json_fields, "h" in spec)
+        return cls(key, indexes, ttl, json_fields, "h" in spec, spec.get("d"))
 
     def stored_fields(self, value: bytes | Mapping[bytes, bytes]) -> dict[str, Stored]:
         """A stored row (HGETALL's fields, or a json row's document) as field -> hash text, as

@@ -45,6 +45,10 @@ from service.sink.values import key_text
 __all__ = [
     "DERIVED_COUNTS_SUFFIX",
     "DERIVED_SUFFIX",
+    "DOCHELD_SUFFIX",
+    "DOCKIDS_SUFFIX",
+    "DOCREC_SUFFIX",
+    "DOCREFUSED_SUFFIX",
     "EXPIRY_SUFFIX",
     "FKDEFS_SUFFIX",
     "GENERATION_FIELD",
@@ -80,6 +84,10 @@ FKDEFS_SUFFIX = "__fkdefs"  # a child table's foreign-key sets (fks.py)
 DERIVED_SUFFIX = "__derived"  # a shaped table's derived entries per row (derive.py)
 EXPIRY_SUFFIX = "__expiry"  # a ttl table's rows by expiry (ms), for the sweep (ttlsweep.py)
 DERIVED_COUNTS_SUFFIX = "__derivedcounts"  # and how many of them each index holds (derive.py)
+# documents (lua/document.lua): a table's rows' places, a parent's children, the parents with
+# children but no row, and a root table's documents refused for their size
+DOCREC_SUFFIX, DOCKIDS_SUFFIX = "__docrec", "__dockids"
+DOCHELD_SUFFIX, DOCREFUSED_SUFFIX = "__docheld", "__docrefused"
 GENERATION_FIELD = "__gen"  # the `__resync` field counting generations
 MARK_FENCED = "-"  # a fenced resync mark's generation: "- {reason}"
 
@@ -93,6 +101,10 @@ LUA_CONSTANTS = {
     "DERIVED_SUFFIX": DERIVED_SUFFIX,
     "EXPIRY_SUFFIX": EXPIRY_SUFFIX,
     "DERIVED_COUNTS_SUFFIX": DERIVED_COUNTS_SUFFIX,
+    "DOCREC_SUFFIX": DOCREC_SUFFIX,
+    "DOCKIDS_SUFFIX": DOCKIDS_SUFFIX,
+    "DOCHELD_SUFFIX": DOCHELD_SUFFIX,
+    "DOCREFUSED_SUFFIX": DOCREFUSED_SUFFIX,
     "GENERATION_FIELD": GENERATION_FIELD,
     "MARK_FENCED": MARK_FENCED,
 }

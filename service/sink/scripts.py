@@ -28,8 +28,8 @@ __all__ = [
 ]  # fmt: skip
 
 LUA_FILES = (
-    "common", "derive", "cascade", "apply", "resync_rows", "resync_finish", "resync_reread", "renew",
-    "release", "fence", "acquire", "guard", "sweep",
+    "common", "derive", "document", "cascade", "apply", "resync_rows", "resync_finish", "resync_reread",
+    "renew", "release", "fence", "acquire", "guard", "sweep",
 )  # fmt: skip
 
 
@@ -49,7 +49,8 @@ def _lua_string(text: str) -> str:
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-_COMMON = lua_prelude() + _load("common") + _load("derive")  # derive.lua: shaped tables' entries
+# derive.lua: shaped tables' entries; document.lua: documents (derive's doc_follow, doc_gone)
+_COMMON = lua_prelude() + _load("common") + _load("derive") + _load("document")
 
 ACQUIRE = _load("acquire")
 RENEW = _load("renew")

@@ -48,7 +48,10 @@ class Verifier:
         self.filter = TableFilter.from_lists(settings.tables, settings.exclude_tables)
         self.layout = KeyLayout(settings.key_prefix)
         self.catalog = Catalog(
-            self.filter, Shapes(settings.table_sections(), settings.key_prefix, settings.value_mode == "json")
+            self.filter,
+            Shapes(
+                settings.table_sections(), settings.key_prefix, settings.value_mode == "json", settings.document
+            ),
         )
         self.json_mode = settings.value_mode == "json"
 

@@ -343,8 +343,9 @@ while i <= n do
           local idx, from = ARGV[i + 4], ARGV[i + 5] .. ':'
           fk_clear_for(ARGV[i + 5])              -- after op FC: rows leave their sets (cascade.lua)
           local ms = redis.call('SPOP', idx, limit)
-          local dkey = from .. DERIVED_SUFFIX    -- a shaped table's entries go with its rows (a
-          if redis.call('EXISTS', dkey) == 1 then  -- RENAME's new name is copied again: derive.lua)
+          local dkey = from .. DERIVED_SUFFIX    -- a shaped table's entries (and documents) go with
+          -- its rows (a RENAME's new name is copied again: derive.lua)
+          if redis.call('EXISTS', dkey) == 1 or redis.call('EXISTS', from .. DOCREC_SUFFIX) == 1 then
             for _, m in ipairs(ms) do underive(dkey, m) end
           end
           if op == 'CU' then
@@ -401,6 +402,7 @@ while i <= n do
   end
 end
 flush()
+doc_flush()                              -- documents follow this call's rows (document.lua)
 if chunk > 0 and not final then
   redis.call('HSET', progress, 'txn', txn, 'rows', done + nseq, 'first', first)
 elseif chunk > 0 then

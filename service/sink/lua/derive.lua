@@ -5,6 +5,7 @@
 -- moved or removed from what the mirror stored, never from the image alone. `{table}:__derivedcounts`
 -- counts each index's entries ("{tag}:{index}": derive.counts_field), changed with them.
 local derive_specs = {}                  -- spec text -> decoded spec (once per call)
+local doc_follow, doc_gone, doc_flush     -- documents (document.lua, after this file)
 local function derive_spec(text)
   if text == nil or text == '' then return nil end
   local s = derive_specs[text]
@@ -201,7 +202,8 @@ local function expiry_of(derived)        -- `{table}:__expiry`: suffix -> expiry
   return string.sub(derived, 1, #derived - #DERIVED_SUFFIX) .. EXPIRY_SUFFIX
 end
 local function underive(derived, suffix)
-  -- the row `suffix` is gone (or moves away): its entries go
+  -- the row `suffix` is gone (or moves away): its entries go, and its places in documents
+  doc_gone(string.sub(derived, 1, #derived - #DERIVED_SUFFIX - 1), suffix)
   redis.call('ZREM', expiry_of(derived), suffix)
   local raw = redis.call('HGET', derived, suffix)
   if not raw then return end
@@ -242,8 +244,9 @@ local function follow_copy(spec, derived, suffix, flat, m, nulls, first, last)
   -- A stored hash row took the changes flat[1 .. 2m] and lost fields ARGV[first .. last]: when
   -- none of them is a field its entries read (and the table has no ttl, which a write may
   -- renew), its entries stay and its copy takes the same changes. true: done; false: derive the
-  -- row again (derive.py's twin does that: the same keys either way).
-  if spec.t then return false end
+  -- row again (derive.py's twin does that: the same keys either way). Documents render every
+  -- field: a row of theirs is derived again.
+  if spec.t or spec.d then return false end
   local f = reads(spec)
   for j = 1, m do if f[flat[2 * j - 1]] then return false end end
   for k = first, last do if f[nulls[k]] then return false end end
@@ -314,6 +317,10 @@ local function derive(spec, key, derived, suffix, flat, n)
   -- read back, after a merge or a move); json rows (spec.j): `flat` is the document. With a
   -- ttl the row (and its copy) get their expiry; a row whose expiry is already past leaves the
   -- mirror now: true, the caller drops it from `__keys`.
+  if spec.d then                         -- its places in documents follow (document.lua)
+    doc_follow(spec.d, string.sub(derived, 1, #derived - #DERIVED_SUFFIX - 1), suffix, false)
+    if #spec.k == 0 and #spec.i == 0 and not spec.t then return end
+  end
   local row = {}
   if spec.j then
     flat = flat or redis.call('GET', key)

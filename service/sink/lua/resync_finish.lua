@@ -19,6 +19,7 @@ for _, m in ipairs(redis.call('SPOP', stale, tonumber(ARGV[10]))) do
     removed = removed + 1
   end
 end
+doc_flush()
 local left, again = redis.call('SCARD', stale), redis.call('HLEN', partial)
 if left == 0 and again == 0 then
   redis.call('UNLINK', touched)

@@ -25,4 +25,5 @@ while i <= n do
   end
   i = i + 4 + 2 * c
 end
+doc_flush()
 return done

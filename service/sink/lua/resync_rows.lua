@@ -19,4 +19,5 @@ while i <= n do
   redis.call('SREM', stale, suffix)
   i = i + 2 + 2 * c
 end
+doc_flush()
 return written

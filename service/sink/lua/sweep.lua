@@ -19,4 +19,5 @@ for _, suffix in ipairs(due) do
     redis.call('ZADD', expiry, now_ms() + ttl, suffix)
   end
 end
+doc_flush()
 return {swept, #due}
