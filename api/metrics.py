@@ -267,8 +267,12 @@ def build_registry(
 
 def register_pipeline_metrics(registry: CollectorRegistry, pipeline: object) -> None:
     """Register the collectors a pipeline object owns (`apply_seconds`, the background
-    verifier's `drift_rows`, the ttl sweep's `ttl_swept`), once per registry."""
-    for name, kind in (("apply_seconds", Histogram), ("drift_rows", Counter), ("ttl_swept", Counter)):
+    verifier's `drift_rows`, the ttl sweep's `ttl_swept`, the documents' gauges), once per registry."""
+    collectors = (
+        ("apply_seconds", Histogram), ("drift_rows", Counter), ("ttl_swept", Counter),
+        ("documents_refused", Gauge), ("documents_held", Gauge),
+    )  # fmt: skip
+    for name, kind in collectors:
         collector = getattr(pipeline, name, None)
         if not isinstance(collector, kind):
             continue

@@ -367,6 +367,21 @@ class ShapeOut(BaseModel):
         )
 
 
+class DocumentRoleOut(BaseModel):
+    document: str = Field(description="The `[document.NAME]` the table is in.")
+    field: str | None = Field(description="Where its rows go in their parent's row; null: it is the root.")
+    held: int | None = Field(
+        default=None,
+        description="A child table: its rows whose parent row is not there, held until it comes "
+        "(never lost); null for a root, or when Redis did not answer.",
+    )
+    refused: int | None = Field(
+        default=None,
+        description="A root table: its documents over max_document_bytes, not written (a log line "
+        "names them); null for a child, or when Redis did not answer.",
+    )
+
+
 class TableSummaryOut(BaseModel):
     schema_: str = Field(alias="schema", serialization_alias="schema")
     table: str
@@ -388,6 +403,9 @@ class TableSummaryOut(BaseModel):
     shape: ShapeOut | None = Field(
         default=None,
         description="The table's shape when a [table] section applies; null: every column as is.",
+    )
+    documents: list[DocumentRoleOut] = Field(
+        default_factory=list, description='Its places in documents (docs/mirror.md, "Documents").'
     )
 
     model_config = {"populate_by_name": True}
@@ -431,6 +449,10 @@ def _table_fields(t: TableStatus) -> dict[str, Any]:
         "last_change_time": _time(t.last_change_ts),
         "verify": _verify(t),
         "shape": ShapeOut.from_domain(t.shape) if t.shape else None,
+        "documents": [
+            DocumentRoleOut(document=d.document, field=d.field, held=d.held, refused=d.refused)
+            for d in t.documents
+        ],
     }
 
 

@@ -134,6 +134,16 @@ class Documents:
                     roles.append([self._tree(name), i])
         return roles or None
 
+    def roles(self, schema: str, table: str) -> list[tuple[str, int, str | None]]:
+        """(document, node index, field: None for the root) of each place the table has."""
+        out = []
+        for name, nodes in self.trees.items():
+            for i, n in enumerate(nodes):
+                if n.table == (schema, table):
+                    s = n.settings
+                    out.append((name, i, s.field if isinstance(s, DocumentChildSettings) else None))
+        return out
+
     def fingerprint(self, schema: str, table: str) -> str:
         """The settings of the documents the table is in ("" for none): a change copies it again."""
         docs = [name for name, nodes in self.trees.items() if any(n.table == (schema, table) for n in nodes)]

@@ -41,6 +41,7 @@ from service.errors import (
 )
 from service.pipeline.applier import BATCH_MAX, BATCH_ROWS, AppliedHook, Applier
 from service.pipeline.control import Control
+from service.pipeline.documentwatch import DocumentWatch
 from service.pipeline.entrycounts import with_entry_counts
 from service.pipeline.failures import FailureLog
 from service.pipeline.lease import LeaseKeeper, sleep_unless, watch
@@ -99,7 +100,10 @@ class Replicator:
         self.catalog = Catalog(
             self.filter,
             Shapes(
-                settings.table_sections(), settings.key_prefix, settings.value_mode == "json", settings.document
+                settings.table_sections(),
+                settings.key_prefix,
+                settings.value_mode == "json",
+                settings.document,
             ),
         )
         self.redis: Redis = redis_client(
@@ -173,6 +177,9 @@ class Replicator:
             ["table"],
             registry=None,
         )  # registered by the API as apply_seconds is
+        self.documents = DocumentWatch()
+        self.documents_refused = self.documents.documents_refused
+        self.documents_held = self.documents.documents_held
         self._applier = Applier(
             self.mirror, self.catalog, self.filter, self.progress, self._resyncs, self.on_applied,
             self.apply_seconds, self.control, self._unmatched,
@@ -441,6 +448,9 @@ class Replicator:
             # a maxmemory-policy changed at runtime to allkeys-*: stop (and mark for a re-copy
             # when keys were evicted) now, not at the next start
             await self.mirror.check_server()
+            if self.catalog.shapes.documents:  # refused documents: a log line and a metric
+                with contextlib.suppress(ReplicatorError):
+                    await self.documents.check(self.mirror, self.catalog.shapes)
             # measured from the APPLIED checkpoint: what is still to read plus what is read
             # and not yet in Redis (the source's end of binlog is the other end)
             applied = self.progress.applied

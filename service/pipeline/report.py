@@ -11,7 +11,13 @@ from service.binlog.schema import TableSchema
 from service.catalog import Catalog
 from service.pipeline.progress import Progress, TableCounters
 from service.pipeline.sources import TransactionSource
-from service.pipeline.status import ReplicatorStatus, ShapeStatus, SourceStatus, TableStatus
+from service.pipeline.status import (
+    DocumentRoleStatus,
+    ReplicatorStatus,
+    ShapeStatus,
+    SourceStatus,
+    TableStatus,
+)
 from service.settings import Settings
 from service.shaping import TtlSettings
 from service.sink.mirror import RedisMirror
@@ -111,6 +117,9 @@ def build_status(
                 repaired=c.repaired,
                 verified_ts=c.verified_ts,
                 shape=_shape(catalog, *key),
+                documents=tuple(
+                    DocumentRoleStatus(doc, field) for doc, _, field in catalog.shapes.documents.roles(*key)
+                ),
             )
         )
     received = (source.received if source is not None else None) or progress.received

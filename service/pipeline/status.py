@@ -68,6 +68,17 @@ class ShapeStatus:
 
 
 @dataclass(frozen=True, slots=True)
+class DocumentRoleStatus:
+    """A table's place in a `[document.NAME]` (service/documents.py)."""
+
+    document: str
+    field: str | None  # where its rows go in their parent's; None: the root
+    # read from Redis on request (entrycounts.py); None: not read
+    held: int | None = None  # a child's rows whose parent row is not there (held until it comes)
+    refused: int | None = None  # a root's documents over max_document_bytes (not written)
+
+
+@dataclass(frozen=True, slots=True)
 class TableStatus:
     schema: str
     table: str
@@ -89,6 +100,7 @@ class TableStatus:
     repaired: int = 0
     verified_ts: float | None = None
     shape: ShapeStatus | None = None  # None: unshaped (every column, under its own name)
+    documents: tuple[DocumentRoleStatus, ...] = ()  # its places in documents
 
 
 @dataclass(frozen=True, slots=True)

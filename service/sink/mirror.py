@@ -36,7 +36,7 @@ from service.sink.channel import PlainSetup, ScriptChannel
 from service.sink.checkpoint_store import CheckpointStore, as_str
 from service.sink.codec import CallEncoder
 from service.sink.fks import ForeignKeys
-from service.sink.keys import KeyLayout
+from service.sink.keys import DOCHELD_SUFFIX, DOCKIDS_SUFFIX, DOCREFUSED_SUFFIX, KeyLayout
 from service.sink.lease import WriterLease, ping
 from service.sink.marks import TableMarks
 from service.sink.plan import KeyColumns, Planner, SkipCounter, TableAction
@@ -257,6 +257,26 @@ class RedisMirror:
         with map_redis_errors("reading the index entry counts"):
             raw = await self.redis.hgetall(self.layout.derived_counts_key(schema, table))
         return cast("dict[bytes, bytes]", raw)
+
+    async def document_counts(
+        self, schema: str, table: str, roles: list[tuple[str, int, str | None]]
+    ) -> list[int]:
+        """Per place of the table in documents (Documents.roles): a child's held rows (whose
+        parent row is not there), a root's refused documents (lua/document.lua's sets)."""
+        base = self.layout.table_base(schema, table)
+        out = []
+        with map_redis_errors("reading the documents' counts"):
+            for doc, node, field in roles:
+                if field is None:
+                    out.append(int(await self.redis.scard(f"{base}:{DOCREFUSED_SUFFIX}:{doc}")))
+                    continue
+                kids = f"{base}:{DOCKIDS_SUFFIX}:{doc}.{node}:"
+                parents = await self.redis.smembers(f"{base}:{DOCHELD_SUFFIX}:{doc}.{node}")
+                async with self.redis.pipeline(transaction=False) as pipe:
+                    for p in parents:
+                        pipe.scard(kids.encode() + (p if isinstance(p, bytes) else p.encode()))
+                    out.append(sum(await pipe.execute()) if parents else 0)
+        return out
 
     async def pending_resyncs(self) -> dict[str, str]:
         """table_id -> reason for every resync in flight (survives restarts)."""

@@ -50,7 +50,10 @@ class Verifier:
         self.catalog = Catalog(
             self.filter,
             Shapes(
-                settings.table_sections(), settings.key_prefix, settings.value_mode == "json", settings.document
+                settings.table_sections(),
+                settings.key_prefix,
+                settings.value_mode == "json",
+                settings.document,
             ),
         )
         self.json_mode = settings.value_mode == "json"

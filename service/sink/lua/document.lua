@@ -209,7 +209,7 @@ doc_follow = function(text, base, suffix, gone)
     else
       doc_marks[#doc_marks + 1] = {tree, nil, suffix, was, now}
     end
-    if (raw == nil) ~= (row == nil) then  -- the row came or went: its children are held or not
+    if (not raw) ~= (not row) then       -- the row came or went: its children are held or not
       for _, k in ipairs(nd.kids) do
         local kb, kid = tree.nodes[k + 1].base, doc_id(tree, k)
         if row then redis.call('SREM', held_key(kb, kid), suffix)
