@@ -113,7 +113,11 @@ class Documents:
         return list(out)
 
     def note(self, stored: Stored) -> None:
-        self._stored[(stored.info.schema, stored.info.table)] = stored
+        """A table's definition as read. A table dropped keeps the one it had: it has no rows, so
+        its place in the documents stays empty until it is created again."""
+        key = (stored.info.schema, stored.info.table)
+        if stored.info.exists or key not in self._stored:
+            self._stored[key] = stored
 
     def standalone(self, schema: str, table: str) -> bool:
         """False when a document says `standalone = false` for the table."""
@@ -150,6 +154,14 @@ class Documents:
         if not docs:
             return ""
         return json.dumps([[d, self.settings[d].model_dump(mode="json")] for d in docs], sort_keys=True)
+
+    def node_tables(self, name: str) -> list[tuple[str, str]]:
+        """The table of each node of a document, in its spec's order (the root first)."""
+        return [n.table for n in self.trees[name]]
+
+    def tree(self, name: str) -> dict[str, Any]:
+        """A document's spec (lua/document.lua's tree; verify renders it again in Python)."""
+        return self._tree(name)
 
     def _tree(self, name: str) -> dict[str, Any]:
         doc = self.settings[name]

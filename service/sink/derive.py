@@ -46,6 +46,7 @@ __all__ = [
     "decode_entries",
     "encode_entries",
     "entry_moves",
+    "has_documents",
     "hides",
     "json_fields",
     "key_part",
@@ -106,6 +107,11 @@ class Entry:
     key: str
     score: str = ""  # zset: '%.17g' of the score
     index: int = 0  # its index's number in the spec (1, 2, ...); 0: the row's copy
+
+
+def has_documents(spec_text: str) -> bool:
+    """Whether a spec names its table's roles in documents (spec "d")."""
+    return ',"d":"' in spec_text
 
 
 def hides(spec_text: str) -> bool:

@@ -15,7 +15,7 @@ from typing import Any
 from service.binlog.rowchange import Op, Row, RowChange
 from service.checkpoint import BinlogPosition
 from service.sink.cascades import CascadePlan
-from service.sink.derive import entry_moves, hides, read_fields, visible
+from service.sink.derive import entry_moves, has_documents, hides, read_fields, visible
 from service.sink.fks import ForeignKeys, defs_key
 from service.sink.ir import (
     AddMember,
@@ -125,6 +125,12 @@ class Planner:
     def table_keys(self, schema: str, table: str) -> TableKeys:
         """The keys of a table (built once per table: its row ops share the object)."""
         keys = self._table_keys.get((schema, table))
+        if keys is not None and keys.derive and has_documents(keys.derive) and self.derive_of is not None:
+            # a document's spec holds every table of it: another one's definition read again
+            # (a DDL) makes a new spec of this one's too
+            spec = self.derive_of(schema, table)
+            if spec is not keys.derive and spec != keys.derive:
+                keys = None
         if keys is None:
             lay = self.layout
             keys = self._table_keys[schema, table] = TableKeys(

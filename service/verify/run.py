@@ -223,6 +223,10 @@ class VerifyRun:
             target = position
         return suspects
 
+    async def settle(self, target: BinlogPosition) -> bool:
+        """`_settle` for the documents' check (service/verify/documents.py)."""
+        return await self._settle(target)
+
     async def _settle(self, target: BinlogPosition) -> bool:
         """Wait until the mirror's checkpoint is at or past `target`, or stops moving for
         `idle_seconds` (a stopped or idle service), or `settle_timeout`. True if it moved."""

@@ -19,6 +19,7 @@ from service.sink.mirror import MirrorOptions, RedisMirror
 from service.table_info import TableInfo
 from service.transactions import TableFilter
 from service.transport.connection import close_connection, connect, map_errors, server_info
+from service.verify.documents import DocumentCheck
 from service.verify.reading import binary_key_columns
 from service.verify.report import Difference, Suspect, TableReport, VerifyReport
 from service.verify.run import VerifyRun
@@ -69,7 +70,37 @@ class Verifier:
                 table_report, suspects = await run.check_table(t)
                 await self._finish(run, report, table_report, t, suspects, repair, on_difference)
             await self._orphans(run, report, set(tables), repair, on_difference)
+            if self.catalog.shapes.documents:
+                await self._documents(run, report, repair, on_difference)
         return report
+
+    async def _documents(
+        self,
+        run: VerifyRun,
+        report: VerifyReport,
+        repair: bool,
+        on_difference: Callable[[Difference], None] | None,
+    ) -> None:
+        """Each document built again from the source and compared (service/verify/documents.py);
+        what differs is read again once the mirror has passed the source's position."""
+        check = DocumentCheck(self.catalog.shapes, run.source, run.redis, self._info)
+        for name in sorted(self.catalog.shapes.documents.settings):
+            found, tree, expected = await check.differences(name)
+            if found and await run.settle(await run.source.position()):
+                found, tree, expected = await check.differences(name)
+            table_report = check.report(name, expected, found)
+            report.tables.append(table_report)
+            for d in table_report.differences:
+                if on_difference is not None:
+                    on_difference(d)
+            if repair and found:
+                report.repaired += await check.repair(tree, expected, found)
+
+    def _info(self, schema: str, table: str) -> TableInfo:
+        info = self.catalog.get(schema, table)
+        if info is None:
+            raise ConfigError(f"verify: {schema}.{table} is in a document but was not read")
+        return info
 
     async def confirm_suspects(
         self,

@@ -25,6 +25,9 @@ import redis as redis_sync
 from service.devtools.stack import LocalStack
 from service.errors import ConfigError
 from service.pipeline.replicator import Replicator
+from service.pipeline.status import State
+from service.sink.clear import clear_prefix
+from service.verify.verifier import Verifier
 from tests.integration.mirror_helpers import (
     master_position,
     mirror_settings,
@@ -106,21 +109,20 @@ def expected(stack: LocalStack, db: str, app: str, fmt: str) -> dict[str, Any]:
     conn = root(stack, db)
     with conn.cursor(pymysql.cursors.DictCursor) as cur:
         cur.execute("SET time_zone = '+00:00'")
-        cur.execute("SELECT id, customer, total, placed, big, weight FROM orders ORDER BY id")
-        orders = list(cur.fetchall())
-        cur.execute("SELECT id, order_id, sku, qty, tag FROM order_lines ORDER BY id")
-        lines = list(cur.fetchall())
-        cur.execute("SELECT id, line_id, name, price FROM line_options ORDER BY id")
-        options = list(cur.fetchall())
+        cur.execute("SELECT * FROM orders ORDER BY id")
+        orders = [{k: v for k, v in o.items() if k != "internal_note"} for o in cur.fetchall()]
+        cur.execute("SELECT * FROM order_lines ORDER BY id")
+        lines = [{k: v for k, v in ln.items() if k != "cost_price"} for ln in cur.fetchall()]
+        cur.execute("SHOW TABLES LIKE 'line_options'")
+        options = []
+        if cur.fetchall():
+            cur.execute("SELECT * FROM line_options ORDER BY id")
+            options = [{"amount" if k == "price" else k: v for k, v in o.items()} for o in cur.fetchall()]
     conn.close()
 
     def line_doc(line: dict[str, Any]) -> dict[str, Any]:
         doc = {k: _json_value(v) for k, v in line.items()}
-        doc["options"] = [
-            {"id": o["id"], "line_id": o["line_id"], "name": o["name"], "amount": o["price"]}
-            for o in options
-            if o["line_id"] == line["id"]
-        ]
+        doc["options"] = [o for o in options if o["line_id"] == line["id"]]
         return doc
 
     out: dict[str, Any] = {}
@@ -183,7 +185,8 @@ class Workload:
             op = rng.random()
             if op < 0.15:
                 cur.execute(
-                    "INSERT INTO orders VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                    "INSERT INTO orders (id, customer, total, internal_note, placed, big, weight)"
+                    " VALUES (%s, %s, %s, %s, %s, %s, %s)",
                     (
                         self._id("orders", fresh=True),
                         rng.choice(["ann", 'b"o\\b', "zoë\n", "x:y"]),
@@ -197,7 +200,8 @@ class Workload:
             elif op < 0.35:
                 fk_off = rng.random() < 0.5  # a line before its order (no FK: always allowed)
                 cur.execute(
-                    "INSERT INTO order_lines VALUES (%s, %s, %s, %s, %s, %s)",
+                    "INSERT INTO order_lines (id, order_id, sku, qty, cost_price, tag)"
+                    " VALUES (%s, %s, %s, %s, %s, %s)",
                     (
                         self._id("order_lines", fresh=True),
                         self._id("orders") if fk_off or rng.random() < 0.9 else None,
@@ -301,6 +305,24 @@ async def test_documents_follow_a_random_workload(stack: LocalStack, fmt: str) -
     finally:
         await stop_replicator(rep, task)
         wl.close()
+    # verify builds each document again from the source; --repair writes what differs
+    settings = _settings(stack, db, prefix, app, fmt)
+    assert (await Verifier(settings).run()).equal
+    r = redis_sync.Redis.from_url(info.redis_url)
+    first, second = sorted(want)[:2]
+    r.delete(first)
+    if fmt == "json":
+        r.set(second, b'{"id":0}')
+    else:
+        r.hset(second, "customer", "forged")
+    report = await Verifier(settings).run()
+    assert sorted((d.kind, d.key) for d in report.differences) == [
+        ("document differs", second),
+        ("document missing", first),
+    ]
+    assert (await Verifier(settings).run(repair=True)).repaired == 2
+    assert actual(info.redis_url, app, fmt) == want
+    r.close()
 
 
 def test_documents_survive_sigkills(stack: LocalStack, tmp_path: Path) -> None:
@@ -428,3 +450,74 @@ async def test_a_document_over_max_document_bytes_is_refused_not_truncated(
     finally:
         conn.close()
         await stop_replicator(rep, task)
+
+
+async def test_table_operations_a_changed_section_and_ctl_clear_rebuild_or_remove_documents(
+    stack: LocalStack,
+) -> None:
+    """ALTER (a resync), TRUNCATE and DROP of a child or the root; a restart whose section changed
+    (the format and the key template: the tables are copied again into the new documents, the old
+    keys go); `ctl clear` takes every document key."""
+    info = stack.load()
+    assert info is not None
+    db, prefix = new_database(stack, *SCHEMA)
+    app = f"app{prefix}"
+    wl = Workload(stack, db, seed=21)
+    for _ in range(40):
+        wl.step()
+    conn = root(stack, db)
+
+    async def same(rep: Replicator, fmt: str, name: str) -> None:
+        while rep.status().state is State.STARTING:  # (its bootstrap marks the copies to make)
+            await asyncio.sleep(0.02)
+        await settle(rep, stack)
+        assert actual(info.redis_url, name, fmt) == expected(stack, db, name, fmt)
+
+    rep = Replicator(mirror_settings(stack, db, prefix, document=document(db, app, "json")))
+    task = asyncio.create_task(rep.run())
+    try:
+        await same(rep, "json", app)
+        for sql in (
+            "ALTER TABLE order_lines ADD COLUMN note VARCHAR(10) NOT NULL DEFAULT 'n'",  # a resync
+            "TRUNCATE TABLE line_options",
+            "ALTER TABLE orders ADD COLUMN region CHAR(2) NULL DEFAULT 'eu' AFTER customer",
+        ):
+            with conn.cursor() as cur:
+                cur.execute(sql)
+            conn.commit()
+            for _ in range(10):
+                wl.step()
+            await same(rep, "json", app)
+    finally:
+        await stop_replicator(rep, task)
+    # a changed section: hash documents at another key template
+    rep = Replicator(mirror_settings(stack, db, prefix, document=document(db, f"{app}x", "hash")))
+    task = asyncio.create_task(rep.run())
+    try:
+        await same(rep, "hash", f"{app}x")
+        assert actual(info.redis_url, app, "json") == {}  # the old documents are gone
+        with conn.cursor() as cur:
+            cur.execute("DROP TABLE line_options")
+        conn.commit()
+        await same(rep, "hash", f"{app}x")
+        with conn.cursor() as cur:
+            cur.execute("TRUNCATE TABLE orders")
+        conn.commit()
+        await settle(rep, stack)
+        assert actual(info.redis_url, f"{app}x", "hash") == {}
+        tables = {t.table: t for t in (await rep.counted_status()).tables}
+        assert [d.held for d in tables["order_lines"].documents] == [held(stack, db)]
+        with conn.cursor() as cur:
+            cur.execute(
+                "INSERT INTO orders (id, customer) SELECT DISTINCT order_id, 'back' FROM order_lines"
+                " WHERE order_id IS NOT NULL"
+            )
+        conn.commit()
+        await same(rep, "hash", f"{app}x")  # the held lines are attached again
+    finally:
+        await stop_replicator(rep, task)
+        wl.close()
+        conn.close()
+    assert actual(info.redis_url, f"{app}x", "hash")
+    await clear_prefix(info.redis_url, prefix)
+    assert actual(info.redis_url, f"{app}x", "hash") == {}
