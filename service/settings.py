@@ -359,7 +359,7 @@ class Settings(BaseSettings):
     # per-table shaping (docs/mirror.md, "Shaping"): `[table."schema.table"]` sections of the
     # config file, a glob allowed, the most specific match wins
     table: dict[str, TableShapeSettings] = {}
-    document: dict[str, DocumentSettings] = {}  # [document.NAME]: service/documents.py
+    document: dict[str, DocumentSettings] = {}  # [document.NAME] sections: docs/mirror.md, "Documents"
 
     @model_validator(mode="before")
     @classmethod
