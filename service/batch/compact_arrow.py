@@ -144,8 +144,8 @@ def _carries(after_columns: pa.ChunkedArray, names: list[str]) -> np.ndarray:
 
 
 def _read_columns(cols: TableColumns, until: BinlogPosition | None) -> list[str]:
-    """The change log's columns the fold reads: of the before image only its key (half the log's
-    bytes not decoded: 6.2 -> ~4 s of reading for 2,000,000 changes)."""
+    """The change log's columns the fold reads: of the before image only its key (a 250,000-change
+    file: 0.65 -> 0.43 s of reading; 2,000,000 changes: 6.4 -> 0.6 sys CPU-s of allocation)."""
     wanted = ["seq", "op", "after", "after_columns", *(f"before.{k}" for k in cols.key)]
     return wanted + ["file", "end_file", "end_pos"] if until is not None else wanted
 
