@@ -3,7 +3,9 @@
 pyarrow converts a whole list of Python values in C (`pa.array(values, type=...)`): no per-value
 Python work for the types it takes as the decoder gives them (int, float, Decimal, date, datetime,
 str, bytes). Only the text-form kinds (TIME, JSON, ENUM, SET, ...) and values a column's type
-cannot hold (a zero date, a widened column's older values) go through Python per value.
+cannot hold (a zero date, a widened column's older values) go through Python per value. The
+replay's decoder gives DECIMAL (scale <= 6) and the temporal values as their text
+(DecodeOptions.stored_text): Arrow parses those a column at a time (`_from_text`).
 """
 
 from __future__ import annotations
@@ -70,22 +72,86 @@ def _coerce(kind: str, value: Any) -> Any:
     return value  # decimal: one value at a time below
 
 
+_ERRORS = (
+    pa.ArrowInvalid,
+    pa.ArrowTypeError,
+    pa.ArrowNotImplementedError,
+    TypeError,
+    ValueError,
+    OverflowError,
+)
+_PARSED = ("date", "timestamp_ntz", "timestamp_utc")  # and decimal(p,s)
+
+
+def _parse(texts: pa.Array, t: pa.DataType, utc: bool) -> pa.Array:
+    """Texts cast by Arrow; `utc`: a TIMESTAMP's "...T...Z" (UtcText), through a UTC timestamp
+    to its UTC wall time, as pyarrow stores an aware datetime."""
+    if utc:
+        return texts.cast(pa.timestamp("us", "UTC")).cast(t)
+    return texts.cast(t)
+
+
+def _from_text(values: Sequence[Any], t: pa.DataType) -> pa.Array | None:
+    """A DECIMAL / DATE / DATETIME / TIMESTAMP column the decoder gave as text
+    (DecodeOptions.stored_text, the replay's decoder): the texts parsed by Arrow in C, no
+    Decimal or datetime built per value. A text Arrow cannot parse into the type (MySQL's zero
+    date, an out-of-range decimal) becomes NULL, as the typed values' coercion does. None when
+    a value is not text (a Decimal of scale > 6): the caller converts the values."""
+    try:
+        texts = pa.array(values, type=pa.string())
+    except _ERRORS:
+        return None
+    # one batch is one table version: its TIMESTAMP texts all end with Z (else: value by value)
+    utc = pa.types.is_timestamp(t) and str(_first(values)).endswith("Z")
+    try:
+        return _parse(texts, t, utc)
+    except _ERRORS:
+        pass
+    out = []
+    for i in range(len(texts)):  # each value alone: one that does not parse becomes NULL
+        one = texts.slice(i, 1)
+        try:
+            out.append(_parse(one, t, pa.types.is_timestamp(t) and str(one[0]).endswith("Z"))[0].as_py())
+        except _ERRORS:
+            out.append(None)
+    return pa.array(out, type=t)
+
+
+def _one(v: Any, t: pa.DataType) -> Any:
+    """One value of a column whose others are not all text: a text parsed, else as it is."""
+    if isinstance(v, str):
+        parsed = _from_text([v], t)
+        return None if parsed is None else parsed[0].as_py()
+    return v
+
+
+def _first(values: Sequence[Any]) -> Any:
+    return next((v for v in values if v is not None), None)
+
+
 def column_array(values: Sequence[Any], kind: str) -> pa.Array:
     """One column's values (None for NULL) as an Arrow array of the kind's type."""
     t = arrow_type(kind)
     if kind == "text":
         return pa.array([v if v is None or type(v) is str else _text(v) for v in values], type=t)
+    parsed = kind in _PARSED or kind.startswith("decimal(")
+    if parsed and isinstance(_first(values), str) and (array := _from_text(values, t)) is not None:
+        return array
     try:
         return pa.array(values, type=t)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
+    except _ERRORS:
         pass
+    if parsed and (array := _from_text(values, t)) is not None:
+        return array
+    if parsed:
+        values = [_one(v, t) for v in values]
     fixed = [_coerce(kind, v) for v in values]
     if kind.startswith("decimal("):
         out = []
         for v in fixed:  # each value alone: one that does not fit becomes NULL
             try:
                 out.append(pa.array([v], type=t)[0].as_py())
-            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
+            except _ERRORS:
                 out.append(None)
         fixed = out
     return pa.array(fixed, type=t)

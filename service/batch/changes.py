@@ -54,6 +54,7 @@ __all__ = [
     "RANGE_SHIFT",
     "DDL_SCHEMA",
     "TXN_SCHEMA",
+    "PARQUET_OPTIONS",
     "LogTable",
     "RangeResult",
     "RangeTask",
@@ -68,6 +69,12 @@ __all__ = [
 FILE_SHIFT = 40  # up to 2^23 files
 RANGE_SHIFT = 30  # up to 1024 ranges per file, 2^30 records per range
 _BATCH_ROWS = 16384  # rows per table buffered before they become one Arrow batch (a row group)
+# How the change log's Parquet is written: dictionary pages only for the columns of few distinct
+# values (a batch's file names, ops, GTIDs): on the image columns a dictionary was a third of the
+# write's time and made the files larger (a 250,000-change range: 1.34 -> 0.93 µs a change,
+# 16.6 -> 11.4 MB); LZ4 (LZ4_RAW, which Spark's Parquet reader knows) as fast as snappy, smaller
+# (docs/BENCHMARKS.md, "Replay: the tasks' cost per change", issue 42)
+PARQUET_OPTIONS: dict[str, Any] = {"compression": "lz4", "use_dictionary": ["file", "end_file", "op", "gtid"]}
 
 DDL_SCHEMA = pa.schema(
     [("seq", pa.int64()), ("file", pa.string()), ("pos", pa.int64()), ("end_pos", pa.int64()),
@@ -159,18 +166,31 @@ def write_empty(out: str, relative: str, schema: pa.Schema) -> None:
     """An empty dataset (one file with the schema), so readers find the schema."""
     fs, root = output_root(out)
     fs.create_dir(f"{root}/{relative}", recursive=True)
-    pq.write_table(schema.empty_table(), f"{root}/{relative}/part-empty.parquet", filesystem=fs)
+    pq.write_table(
+        schema.empty_table(),
+        f"{root}/{relative}/part-empty.parquet",
+        filesystem=fs,
+        **PARQUET_OPTIONS,
+    )
 
 
 def decode_options(schema_file: str | None, columnar: bool = False) -> DecodeOptions:
+    """The replay's decoder options. Columnar (the change log without its canonical JSON images):
+    also DecodeOptions.stored_text, DECIMAL (scale <= 6) and the temporal values as their text,
+    which Arrow parses a column at a time (arrowlog.column_array): no Decimal, date or datetime
+    built per value, and none converted by pyarrow one by one."""
     if schema_file is None:
-        return DecodeOptions(columnar=columnar)
+        return DecodeOptions(columnar=columnar, stored_text=columnar)
     from service.transport.columns import ColumnNames  # pure: reads the export document only
 
     with open(schema_file, "rb") as fh:
         names = ColumnNames.from_export(orjson.loads(fh.read()))
     return DecodeOptions(
-        column_names=names, column_charsets=names.charsets, column_members=names.members, columnar=columnar
+        column_names=names,
+        column_charsets=names.charsets,
+        column_members=names.members,
+        columnar=columnar,
+        stored_text=columnar,
     )
 
 
@@ -373,7 +393,8 @@ class _Output:
         if self.fs is None:
             return _BlobWriter(relative, schema, self.blobs)
         self.fs.create_dir(f"{self.root}/{relative}", recursive=True)
-        return pq.ParquetWriter(f"{self.root}/{relative}/{self.part}", schema, filesystem=self.fs)
+        path = f"{self.root}/{relative}/{self.part}"
+        return pq.ParquetWriter(path, schema, filesystem=self.fs, **PARQUET_OPTIONS)
 
     def _version(self, schema: str, table: str, where: str) -> LogTable:
         t = self.tables.get((schema, table))

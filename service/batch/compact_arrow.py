@@ -60,9 +60,10 @@ def read_text(path: str) -> str:
         return bytes(fh.read()).decode()
 
 
-def _dataset(path: str) -> pa.Table | None:
+def _dataset(path: str, columns: list[str] | None = None) -> pa.Table | None:
     """A Parquet directory's rows (None: no such directory or no file), its files read one by one:
-    pyarrow.dataset would import pandas (1-3 s of a process that takes a few)."""
+    pyarrow.dataset would import pandas (1-3 s of a process that takes a few). `columns`: only
+    those (a dotted name reads one field of a struct, with the struct's NULLs)."""
     fs, root = output_root(path)
     if fs.get_file_info(root).type == pafs.FileType.NotFound:
         return None
@@ -79,7 +80,7 @@ def _dataset(path: str) -> pa.Table | None:
     tables = []
     for f in files:
         with fs.open_input_file(f) as fh:
-            tables.append(pq.ParquetFile(fh).read())
+            tables.append(pq.ParquetFile(fh).read(columns=columns))
     return pa.concat_tables(tables)
 
 
@@ -140,6 +141,13 @@ def _carries(after_columns: pa.ChunkedArray, names: list[str]) -> np.ndarray:
     found = idx >= 0
     out[parents[found], idx[found]] = True
     return out
+
+
+def _read_columns(cols: TableColumns, until: BinlogPosition | None) -> list[str]:
+    """The change log's columns the fold reads: of the before image only its key (a 250,000-change
+    file: 0.65 -> 0.43 s of reading; 2,000,000 changes: 6.4 -> 0.6 sys CPU-s of allocation)."""
+    wanted = ["seq", "op", "after", "after_columns", *(f"before.{k}" for k in cols.key)]
+    return wanted + ["file", "end_file", "end_pos"] if until is not None else wanted
 
 
 def _fold(changes: pa.Table, cols: TableColumns) -> pa.Table:
@@ -274,7 +282,7 @@ def arrow_compact(
             if not cols.key:
                 skipped.append((cols.schema, cols.table))
                 continue
-            changes = _dataset(f"{log}/changes/{cols.schema}/{cols.table}")
+            changes = _dataset(f"{log}/changes/{cols.schema}/{cols.table}", _read_columns(cols, until))
             assert changes is not None, f"{cols.schema}.{cols.table}: no changes dataset"
             if until is not None:
                 changes = changes.filter(_until_mask(changes, meta["files"], until, shift, end_file=True))

@@ -183,15 +183,21 @@ def load(
     master: Master = "local[*]",
 ) -> None:
     """Write a compacted state into an empty mirror with the checkpoint `run` continues from."""
-    from service.batch.load import load_mirror
     from service.batch.localfs import local_paths
-    from service.batch.session import spark_session
     from service.settings import load_settings
 
     with _job("load"):
         settings = load_settings(config, redis=redis, key_prefix=prefix, value_mode=value_mode)
         _refuse_sentinel(settings, "load")
-        if local_paths(master, state):  # this process writes the rows instead of Spark tasks
+        local = local_paths(master, state)
+        if local:  # this process writes the rows: pyarrow's first scalar would import pandas (0.2-0.7 s)
+            from service.batch.replay_local import refuse_pandas
+
+            refuse_pandas()
+        from service.batch.load import load_mirror
+        from service.batch.session import spark_session
+
+        if local:  # this process writes the rows instead of Spark tasks
             result = load_mirror(None, settings, state)
         else:
             spark = spark_session(master, "binlog-mirror load")

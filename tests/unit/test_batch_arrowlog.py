@@ -68,3 +68,38 @@ def test_the_batch_conversion_equals_the_column_at_a_time_one() -> None:
         assert got.type == want.type
         assert got.to_pylist() == want.to_pylist()
         assert names_array(images, version, got.is_valid()).equals(names_array(images, version))
+
+
+def test_values_the_decoder_gave_as_text_are_parsed_as_the_typed_ones_convert() -> None:
+    """The replay's decoder gives DECIMAL and temporal values as their stored text
+    (DecodeOptions.stored_text); Arrow parses them to what the typed values become, the values
+    a type cannot hold (MySQL's zero dates, a decimal too wide) to NULL."""
+    from service.binlog.utctext import UtcText
+
+    ts = [UtcText("2024-05-06T07:08:09.123Z"), None, "0000-00-00 00:00:00"]
+    assert column_array(ts, "timestamp_utc").to_pylist() == [
+        dt.datetime(2024, 5, 6, 7, 8, 9, 123000),
+        None,
+        None,
+    ]
+    naive = ["2024-01-02 03:04:05.000006", "2024-01-02 03:04:05", None, "0000-00-00 00:00:00"]
+    assert column_array(naive, "timestamp_ntz").to_pylist() == [
+        dt.datetime(2024, 1, 2, 3, 4, 5, 6), dt.datetime(2024, 1, 2, 3, 4, 5), None, None,
+    ]  # fmt: skip
+    assert column_array(["0999-12-31", "0000-00-00", None], "date").to_pylist() == [
+        dt.date(999, 12, 31),
+        None,
+        None,
+    ]
+    assert column_array(["-1.50", "123456789.5", "0.00"], "decimal(10,2)").to_pylist() == [
+        Decimal("-1.50"), None, Decimal("0.00"),
+    ]  # fmt: skip
+    # a column of texts and typed values (an old-format DATETIME beside a DATETIME2): each its way
+    mixed = [dt.datetime(2024, 1, 1), "2024-01-02 00:00:00.5", None]
+    assert column_array(mixed, "timestamp_ntz").to_pylist() == [
+        dt.datetime(2024, 1, 1), dt.datetime(2024, 1, 2, 0, 0, 0, 500000), None,
+    ]  # fmt: skip
+    assert column_array([Decimal("1.5"), "2.25"], "decimal(10,2)").to_pylist() == [
+        Decimal("1.50"),
+        Decimal("2.25"),
+    ]

@@ -52,3 +52,20 @@ def test_columnar_range_writes_what_the_row_changes_write(path: Path, split: int
             pq.ParquetFile(plain / f).metadata.num_row_groups
             == pq.ParquetFile(rows / f).metadata.num_row_groups
         )
+
+
+def test_the_change_log_is_lz4_with_dictionaries_only_on_the_few_valued_columns(tmp_path: Path) -> None:
+    """changes.PARQUET_OPTIONS on a real binlog's change log (Spark reads it: tests/spark)."""
+    path = BINLOGS / "mariadb-10.11" / "02-full.000002"
+    _replay(path, tmp_path, False, 1 << 30)
+    files = sorted((tmp_path / "changes").rglob("*.parquet"))
+    assert files
+    for f in files:
+        meta = pq.ParquetFile(f).metadata
+        for g in range(meta.num_row_groups):
+            for i in range(meta.num_columns):
+                column = meta.row_group(g).column(i)
+                assert column.compression == "LZ4", (f, column.path_in_schema)  # the file says LZ4_RAW
+                top = column.path_in_schema.split(".")[0]
+                dictionary = any("DICTIONARY" in e for e in column.encodings)
+                assert dictionary == (top in ("file", "end_file", "op", "gtid")), (f, column.path_in_schema)

@@ -48,6 +48,8 @@ def test_the_spark_jobs_refuse_a_sentinel_url_with_one_line(tmp_path: object) ->
         result = CliRunner().invoke(app, args)
         assert result.exit_code == 1, result.output
         assert "does not support Redis Sentinel" in result.output, result.output
+    # a refused `load` has not made this (test) process refuse pandas (replay_local.refuse_pandas)
+    assert not any(type(f).__name__ == "_NoPandas" for f in sys.meta_path)
 
 
 def test_a_plain_decode_skips_click_and_prints_the_same_bytes(tmp_path: object) -> None:
