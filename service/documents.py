@@ -104,14 +104,6 @@ class Documents:
     def tables(self) -> set[tuple[str, str]]:
         return {n.table for nodes in self.trees.values() for n in nodes}
 
-    def relatives(self, schema: str, table: str) -> list[tuple[str, str]]:
-        """Every table of the documents `schema.table` is in (their specs are built together)."""
-        out: dict[tuple[str, str], None] = {}
-        for nodes in self.trees.values():
-            if any(n.table == (schema, table) for n in nodes):
-                out.update((n.table, None) for n in nodes)
-        return list(out)
-
     def note(self, stored: Stored) -> None:
         """A table's definition as read. A table dropped keeps the one it had: it has no rows, so
         its place in the documents stays empty until it is created again."""
@@ -131,12 +123,7 @@ class Documents:
     def spec(self, schema: str, table: str) -> list[Any] | None:
         """The table's part of its derive spec ("d"): [[document tree, node index], ...]; None
         when it is in no document. DocumentError when a section cannot apply."""
-        roles = []
-        for name, nodes in self.trees.items():
-            for i, n in enumerate(nodes):
-                if n.table == (schema, table):
-                    roles.append([self._tree(name), i])
-        return roles or None
+        return [[self._tree(name), i] for name, i, _ in self.roles(schema, table)] or None
 
     def roles(self, schema: str, table: str) -> list[tuple[str, int, str | None]]:
         """(document, node index, field: None for the root) of each place the table has."""
