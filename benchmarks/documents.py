@@ -189,6 +189,8 @@ def case(stack: LocalStack, name: str, fmt: str | None, ids: list[int], log: Pat
     wait_for(stack, prefix)
     seconds = time.monotonic() - started
     stop(proc)
+    if config is not None:
+        config.unlink()
     return {
         "case": name,
         "updates": len(ids),
