@@ -30,6 +30,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from service.batch.arrowlog import ImageColumns, column_array, image_array, key_array, names_array
+from service.batch.outputs import output_root, pyarrow_writes
 from service.batch.ranges import FileRange
 from service.batch.tableversion import table_version
 from service.binlog import BinlogDecoder, scan_binlog_file
@@ -140,26 +141,6 @@ class RangeResult:
     versions: list[tuple[int, str, str, str]] = field(default_factory=list)  # seq, schema, table, version
     end: dict[str, Any] | None = None  # the last resume point in the range
     blobs: list[tuple[str, bytes]] = field(default_factory=list)  # via_spark: (output, IPC batch)
-
-
-def pyarrow_writes(path: str) -> bool:
-    """Whether pyarrow can write under `path` (local, file:, and what its filesystems know: s3://,
-    gs://, hdfs:// with libhdfs); else the output goes through Spark's Hadoop writers."""
-    if "://" not in path:
-        return True
-    try:
-        pafs.FileSystem.from_uri(path)
-    except (pa.ArrowException, OSError):  # an unknown scheme, or a filesystem this build lacks
-        return False
-    return True
-
-
-def output_root(path: str) -> tuple[pafs.FileSystem, str]:
-    """pyarrow's filesystem for an output path: local paths (and file:), or hdfs://, s3://, gs://."""
-    if "://" not in path:
-        path = os.path.abspath(path.removeprefix("file:"))
-    fs, root = pafs.FileSystem.from_uri(path)
-    return fs, str(root)
 
 
 def write_empty(out: str, relative: str, schema: pa.Schema) -> None:
