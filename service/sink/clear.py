@@ -52,20 +52,25 @@ async def clear_prefix(redis_url: str, prefix: str, lease_ttl: float = 10.0) -> 
         deleted = 0
         lease = layout.lease_key.encode()
         with map_redis_errors(f"deleting the derived keys of {prefix}:*"):
-            # first the keys shaped tables' templates name (outside the prefix): the `__derived`
-            # hashes under it say which they are
-            derived = [k async for k in redis.scan_iter(match=f"{glob_literal(prefix)}:*:{DERIVED_SUFFIX}")]
-            for dkey in derived:
-                async for _, raw in redis.hscan_iter(dkey, count=BATCH):
-                    member, entries = _entries_of_any_layout(raw)
-                    deleted += await _drop(redis, member, entries)
+            # first the keys shaped tables' templates and documents name (outside the prefix): the
+            # `__derived` hashes under it say which they are, and for documents (lua/document.lua)
+            # the root rows' `__docrec` records. One SCAN for both, the lease renewed as it goes.
+            ends = (f":{DERIVED_SUFFIX}".encode(), f":{DOCREC_SUFFIX}".encode())
+            books = []
+            async for key in redis.scan_iter(match=f"{glob_literal(prefix)}:*:__d*", count=BATCH):
+                if key.endswith(ends):
+                    books.append(key)
                 await mirror.renew_lease()
-            # documents (lua/document.lua): a root row's `__docrec` record names its document's key
-            for rkey in [k async for k in redis.scan_iter(match=f"{glob_literal(prefix)}:*:{DOCREC_SUFFIX}")]:
-                async for field, raw in redis.hscan_iter(rkey, count=BATCH):
-                    if field != b"__nodes":
-                        keys = [v[1] for v in orjson.loads(raw).values() if v[0] == "k"]
-                        deleted += await redis.unlink(*keys) if keys else 0
+            for key in books:
+                documents = key.endswith(ends[1])
+                async for field, raw in redis.hscan_iter(key, count=BATCH):
+                    if not documents:
+                        member, entries = _entries_of_any_layout(raw)
+                        deleted += await _drop(redis, member, entries)
+                    elif field != b"__nodes" and (
+                        docs := [v[1] for v in orjson.loads(raw).values() if v[0] == "k"]
+                    ):
+                        deleted += await redis.unlink(*docs)
                 await mirror.renew_lease()
         with map_redis_errors(f"deleting {prefix}:*"):
             batch: list[bytes] = []
