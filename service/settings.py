@@ -27,7 +27,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from service.document_settings import DOCUMENT_NAME, DocumentSettings
 from service.errors import ConfigError
-from service.shaping import IndexSettings, SectionSettings, TtlSettings, parse_template, section_tag
+from service.shaping import IndexSettings, SectionSettings, Shapes, TtlSettings, parse_template, section_tag
 
 __all__ = ["MySQLUrl", "RedisUrl", "Settings", "cluster_nodes", "load_settings", "sentinel_target"]
 
@@ -461,6 +461,10 @@ class Settings(BaseSettings):
     def table_sections(self) -> dict[str, SectionSettings]:
         """The `[table."…"]` sections, for service.shaping.Shapes."""
         return {pattern: t.section() for pattern, t in self.table.items()}
+
+    def shapes(self) -> Shapes:
+        """The tables' shapes and documents these settings ask for (service/shaping.py)."""
+        return Shapes(self.table_sections(), self.key_prefix, self.value_mode == "json", self.document)
 
     @field_validator("redis_tls_ca_file", "redis_tls_cert_file", "redis_tls_key_file")
     @classmethod

@@ -60,7 +60,7 @@ from service.pipeline.status import ReplicatorStatus, State
 from service.pipeline.unmatched import UnmatchedPatterns
 from service.pipeline.verifier import BackgroundVerifier, drift_counter
 from service.settings import Settings
-from service.shaping import Shapes, value_of
+from service.shaping import value_of
 from service.sink.client import redis_client
 from service.sink.cluster import ClusterMirror, cluster_layout
 from service.sink.keys import KeyLayout, split_key
@@ -97,15 +97,7 @@ class Replicator:
         self.control = Control()  # pause/resume, resync on request (POST /control/..., `ctl`)
         cluster = settings.redis.cluster  # applied per slot group (service/sink/cluster.py)
         self.layout = cluster_layout(settings.key_prefix) if cluster else KeyLayout(settings.key_prefix)
-        self.catalog = Catalog(
-            self.filter,
-            Shapes(
-                settings.table_sections(),
-                settings.key_prefix,
-                settings.value_mode == "json",
-                settings.document,
-            ),
-        )
+        self.catalog = Catalog(self.filter, settings.shapes())
         self.redis: Redis = redis_client(
             settings.redis.url.get_secret_value(),
             cluster_ok=True,

@@ -12,7 +12,6 @@ from service.checkpoint import BinlogPosition
 from service.errors import ConfigError
 from service.rowcompare import key_values
 from service.settings import Settings
-from service.shaping import Shapes
 from service.sink.client import redis_client
 from service.sink.keys import KeyLayout
 from service.sink.mirror import MirrorOptions, RedisMirror
@@ -48,15 +47,7 @@ class Verifier:
         self.idle_seconds = idle_seconds
         self.filter = TableFilter.from_lists(settings.tables, settings.exclude_tables)
         self.layout = KeyLayout(settings.key_prefix)
-        self.catalog = Catalog(
-            self.filter,
-            Shapes(
-                settings.table_sections(),
-                settings.key_prefix,
-                settings.value_mode == "json",
-                settings.document,
-            ),
-        )
+        self.catalog = Catalog(self.filter, settings.shapes())
         self.json_mode = settings.value_mode == "json"
 
     async def run(
