@@ -8,7 +8,8 @@
 -- children, `{child table}:__docheld:{node id}` the parents that have children but no row
 -- (their children are held). Changes are marked per row and applied once per call (doc_flush:
 -- the scripts call it last): a json document is rendered whole, a hash one field by field.
-local doc_roles_of = {}                  -- roles text -> decoded; base -> roles text or false
+local doc_roles_of = {}                  -- roles text -> decoded (once per call)
+local doc_text_of = {}                   -- base -> its roles text, or false: in no document
 local doc_saved = {}                     -- base -> the roles text its `__nodes` holds (this call)
 local doc_marks = {}
 local function doc_id(tree, i) return tree.name .. '.' .. i end
@@ -175,7 +176,7 @@ doc_follow = function(text, base, suffix, gone)
   if not gone and doc_saved[base] ~= text then
     if redis.call('HGET', rkey, '__nodes') ~= text then redis.call('HSET', rkey, '__nodes', text) end
     doc_saved[base] = text
-    doc_roles_of[base] = text
+    doc_text_of[base] = text
   end
   local raw = redis.call('HGET', rkey, suffix)
   local old = raw and cjson.decode(raw) or {}
@@ -235,10 +236,10 @@ doc_follow = function(text, base, suffix, gone)
   end
 end
 doc_gone = function(base, suffix)    -- underive: a row of a table in documents is gone
-  local text = doc_roles_of[base]
+  local text = doc_text_of[base]
   if text == nil then
     text = redis.call('HGET', docrec_key(base), '__nodes') or false
-    doc_roles_of[base] = text
+    doc_text_of[base] = text
   end
   if text then doc_follow(text, base, suffix, true) end
 end
