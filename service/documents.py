@@ -18,7 +18,7 @@ from service.document_settings import DocumentChildSettings, DocumentSettings
 from service.errors import ConfigError
 from service.sink.derive import HIDDEN, Part
 from service.table_info import TableInfo
-from service.templates import parse_template
+from service.templates import parse_template, template_tag
 
 __all__ = ["DocumentError", "Documents", "json_kind"]
 
@@ -26,6 +26,11 @@ __all__ = ["DocumentError", "Documents", "json_kind"]
 class DocumentError(ConfigError):
     """A `[document.…]` section that cannot apply to its tables (one line naming what is wrong)."""
 
+
+CLUSTER_WAY = (
+    "on a Redis Cluster give each document's key a literal hash tag before any placeholder "
+    "(key = 'app:{{orders}}:order:{id}'), the same for every document and [table] template of its tables"
+)
 
 INTEGER = frozenset({"TINYINT", "SMALLINT", "MEDIUMINT", "INT", "BIGINT", "YEAR", "BIT"})
 BINARY = frozenset({"BINARY", "VARBINARY", "TINYBLOB", "BLOB", "MEDIUMBLOB", "LONGBLOB", "UUID", "INET6"})
@@ -103,6 +108,37 @@ class Documents:
 
     def tables(self) -> set[tuple[str, str]]:
         return {n.table for nodes in self.trees.values() for n in nodes}
+
+    def tags(self, section_tag: Callable[[str, str], str | None], prefix: str) -> dict[tuple[str, str], str]:
+        """Redis Cluster: each table's slot, the hash tag of its documents' keys. A document's
+        rows, bookkeeping and key are written by one script call, so DocumentError for a key
+        without a tag, a table in documents of two tags, or a table whose own `[table]` templates
+        (`section_tag`) carry another tag."""
+        out: dict[tuple[str, str], str] = {}
+        for name, nodes in self.trees.items():
+            key = self.settings[name].key
+            try:
+                tag = template_tag(key)
+            except ValueError as exc:
+                raise DocumentError(f"[document.{name}] key: {key!r} {exc}; {CLUSTER_WAY}") from None
+            if tag == prefix:
+                raise DocumentError(
+                    f"[document.{name}] key: hash tag {{{tag}}} is the slot of the mirror's global keys "
+                    f"({{{prefix}}}:...); give it another tag"
+                )
+            for n in nodes:
+                theirs = [
+                    ("another [document] key", out.get(n.table)),
+                    ("its [table] key/index", section_tag(*n.table)),
+                ]
+                for what, other in theirs:
+                    if other is not None and other != tag:
+                        raise DocumentError(
+                            f"[document.{name}] table {n.name}: {what} has hash tag {{{other}}}, this "
+                            f"document's key {{{tag}}}: a document's tables share its slot; {CLUSTER_WAY}"
+                        )
+                out[n.table] = tag
+        return out
 
     def note(self, stored: Stored) -> None:
         """A table's definition as read. A table dropped keeps the one it had: it has no rows, so

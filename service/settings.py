@@ -412,11 +412,6 @@ class Settings(BaseSettings):
                 "verify_rows_per_second: the background verifier reads the single-node key layout "
                 "and does not run against a Redis Cluster (redis+cluster://) yet; set it to 0"
             )
-        if self.redis is not None and self.redis.cluster and self.document:
-            raise ValueError(
-                "document: documents are built across tables in one script call and do not run "
-                "against a Redis Cluster (redis+cluster://) yet; use one Redis node (or a Sentinel)"
-            )
         if self.redis is not None and self.redis.cluster:
             for pattern, section in self.table_sections().items():
                 # a table's rows, entries and bookkeeping are written by one call: one slot
@@ -429,6 +424,10 @@ class Settings(BaseSettings):
                         f'table: [table."{pattern}"]: key/index: hash tag {{{tag}}} is the slot of the '
                         f"mirror's global keys ({{{self.key_prefix}}}:...); give its templates another tag"
                     )
+            try:  # a document's tables in its key's slot (Shapes.placement)
+                self.shapes()
+            except ConfigError as exc:
+                raise ValueError(f"document: {exc}") from None
         return self
 
     @field_validator("table", "document", mode="before")
@@ -464,7 +463,10 @@ class Settings(BaseSettings):
 
     def shapes(self) -> Shapes:
         """The tables' shapes and documents these settings ask for (service/shaping.py)."""
-        return Shapes(self.table_sections(), self.key_prefix, self.value_mode == "json", self.document)
+        cluster = self.redis is not None and self.redis.cluster
+        return Shapes(
+            self.table_sections(), self.key_prefix, self.value_mode == "json", self.document, cluster
+        )
 
     @field_validator("redis_tls_ca_file", "redis_tls_cert_file", "redis_tls_key_file")
     @classmethod

@@ -25,7 +25,7 @@ from service.document_settings import DocumentSettings
 from service.documents import DocumentError, Documents, Stored
 from service.errors import ConfigError
 from service.sink.derive import HIDDEN, Derivation, IndexSpec, Part, Ttl, visible
-from service.sink.keys import KeyLayout
+from service.sink.keys import DOCUMENT_GROUP, KeyLayout, placed_layout
 from service.table_info import ColumnStatus, TableInfo
 from service.templates import TemplatePart, may_collide, parse_template, segments, template_tag
 
@@ -412,13 +412,19 @@ class Shapes:
         prefix: str = "mirror",
         json_mode: bool = False,
         documents: Mapping[str, DocumentSettings] | None = None,
+        cluster: bool = False,
     ) -> None:
+        """`cluster`: a Redis Cluster, where a document's tables are in one slot group, that of
+        its key's hash tag (`placement`): their rows' keys are that group's."""
         self.sections = dict(sections)
         self.prefix = prefix  # the mirror's own keys: no template may name one
         self.json_mode = json_mode  # rows are JSON documents (value_mode json): derive reads them so
         self._shapes: dict[tuple[str, str], Shape] = {}
-        self.documents = Documents(documents or {}, KeyLayout(prefix).table_base)
+        base_of = self._cluster_base if cluster else KeyLayout(prefix).table_base
+        self.documents = Documents(documents or {}, base_of)
         self._doc_tables = self.documents.tables()
+        # (DocumentError: a key without a hash tag, or tables of one document in two slots)
+        self._doc_tags = self.documents.tags(self.tag, prefix) if cluster else {}
         self._specs: dict[tuple[str, str], str] = {}  # derive spec texts, until a table is read again
 
     def __bool__(self) -> bool:
@@ -532,6 +538,17 @@ class Shapes:
         are in its own slot group). Checked when the settings were read (section_tag)."""
         pattern = section_for(self.sections, schema, table)
         return None if pattern is None else section_tag(self.sections[pattern])
+
+    def placement(self, schema: str, table: str) -> str | None:
+        """Redis Cluster: the slot group of the table (keys.placed_layout): a document's tables
+        share the group of its key's hash tag; else its templates' tag, or its own group."""
+        tag = self._doc_tags.get((schema, table))
+        return DOCUMENT_GROUP + tag if tag is not None else self.tag(schema, table)
+
+    def _cluster_base(self, schema: str, table: str) -> str:
+        return placed_layout(self.prefix, schema, table, self.placement(schema, table)).table_base(
+            schema, table
+        )
 
     def fingerprint(self, schema: str, table: str) -> str:
         """The identity of the section that applies to the table ("" for none), recorded with

@@ -123,7 +123,7 @@ class Replicator:
                 foreign_keys=fks,
                 shape_of=shapes.fingerprint,
                 derive_of=self.catalog.derive_spec,
-                tag_of=shapes.tag,  # a shaped table's group: in its templates' slot
+                place_of=shapes.placement,  # its slot group: its templates' or its documents' tag
                 json_of=shapes.json_of,
             )
             if cluster

@@ -174,6 +174,7 @@ async def add_fk_members(mirror: RedisMirror, schema: str, table: str, rows: lis
     values, before the copy writes them: the sets are candidates that a cascade checks against
     the stored row, so a member whose row the copy then does not write (the stream did) is
     harmless, while a row without its member would be missed."""
+    mirror = await mirror.fk_mirror(schema, table)
     sets = mirror.planner.cascades.members(schema, table, rows)
     if not sets:
         return
@@ -188,19 +189,21 @@ async def write_fk_defs(mirror: RedisMirror) -> None:
     """Store each child table's `__fkdefs` (its sets and their columns) after the foreign keys
     were read: what DROP, TRUNCATE and RENAME read to take the rows out of their sets
     (lua/cascade.lua, op FC). Metadata only: a definition more than needed costs an SREM."""
-    defs = mirror.planner.cascades.defs()
-    if not defs:
-        return
-    with map_redis_errors("storing the tables' foreign-key sets (__fkdefs)"):
-        async with mirror.redis.pipeline(transaction=False) as pipe:
-            for key, mapping in defs.items():
-                pipe.hset(key, mapping=mapping)  # type: ignore[arg-type]
-            await pipe.execute()
+    for m in await mirror.fk_mirrors():
+        defs = m.planner.cascades.defs()
+        if not defs:
+            continue
+        with map_redis_errors("storing the tables' foreign-key sets (__fkdefs)"):
+            async with m.redis.pipeline(transaction=False) as pipe:
+                for key, mapping in defs.items():
+                    pipe.hset(key, mapping=mapping)  # type: ignore[arg-type]
+                await pipe.execute()
 
 
 async def fk_sets_ready(mirror: RedisMirror, schema: str, table: str, known: ForeignKeys) -> None:
     """After a whole copy of a table: the sets of the foreign keys it knew from its start hold
     every row (`__fkready`; a constraint the graph gained meanwhile waits for another copy)."""
+    mirror = await mirror.fk_mirror(schema, table)
     now = mirror.planner.cascades.foreign_keys().by_child.get((schema, table), ())
     fks = [fk for fk in now if fk in known.by_child.get((schema, table), ())]
     if fks:
@@ -211,12 +214,15 @@ async def fk_sets_ready(mirror: RedisMirror, schema: str, table: str, known: For
 
 async def fk_sets_missing(mirror: RedisMirror) -> list[tuple[str, str]]:
     """The child tables with a constraint whose sets were never filled by a copy (`__fkready`)."""
-    fks = mirror.planner.cascades.foreign_keys()
-    if not fks.keys:
-        return []
-    with map_redis_errors("reading which foreign-key sets are whole (__fkready)"):
-        ready = {_text(k) for k in await mirror.redis.hkeys(ready_key(mirror.layout))}
-    return sorted({fk.child for fk in fks.keys if set_prefix(mirror.layout, fk) not in ready})
+    out: set[tuple[str, str]] = set()
+    for m in await mirror.fk_mirrors():
+        fks = m.planner.cascades.foreign_keys()
+        if not fks.keys:
+            continue
+        with map_redis_errors("reading which foreign-key sets are whole (__fkready)"):
+            ready = {_text(k) for k in await m.redis.hkeys(ready_key(m.layout))}
+        out |= {fk.child for fk in fks.keys if set_prefix(m.layout, fk) not in ready}
+    return sorted(out)
 
 
 def _text(v: bytes | str) -> str:

@@ -58,6 +58,9 @@ class CascadePlan:
     # (schema, table) -> its derived entries' spec ("": none): a child row a cascade deletes or
     # changes has its entries follow (lua/derive.lua, called by cascade.lua)
     derive_of: Callable[[str, str], str] | None = None
+    # whole-table work clears the foreign-key sets even before the graph is read (a Redis
+    # Cluster's start dropping a table its document group no longer holds: cluster.py `_regroup`)
+    always_clear: bool = False
     # the FkGraph op of a graph (built once per graph) and its constraint ids; whether the call has it
     _graph: tuple[ForeignKeys | None, FkGraph | None, dict[ForeignKey, str]] = field(
         default=(None, None, {}), repr=False
@@ -189,7 +192,7 @@ class CascadePlan:
         moves away) leave the sets their table's `__fkdefs` names. Read in Redis, not from the
         graph: the catalog reads the source's present, where a renamed or dropped table is gone
         already. () when the source has no foreign keys between mirrored tables."""
-        if not self.foreign_keys().keys:
+        if not self.always_clear and not self.foreign_keys().keys:
             return ()
         return (ClearFkMemberships(self.json_mode),)
 

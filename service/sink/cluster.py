@@ -9,9 +9,12 @@ A script call may only touch keys of one hash slot, so a transaction is split by
     with the group's checkpoint chain, chunking and table work exactly as on one node;
   * a shaped table with key templates or indexes is in the slot of its templates' literal hash tag
     instead (`{prefix}:{{tag}}:__table:{schema}:{table}`, shaping.section_tag): its rows, entries
-    and the application's keys it writes are one call. `{prefix}:__groups` records each such
-    table's tag: a start that finds the tag changed drops the table in its old group and copies
-    it into the new one (`_regroup`);
+    and the application's keys it writes are one call;
+  * the tables of documents whose keys carry one hash tag share one group in that slot
+    (`{prefix}:{{tag}}:__docs`, id `__docs:{tag}`): a transaction's rows, the documents and the
+    cascades between their tables are one call. `{prefix}:__groups` records each table's
+    placement (shaping.Shapes.placement): a start that finds it changed drops the table in its
+    old group and copies it into the new one (`_regroup`);
   * the **global group** (`KeyLayout("{prefix}")`, one slot) holds the writer lease, the fencing
     counter, the checkpoint a restart resumes from, `__seq`, the change log `__changes`, the
     mirrored `__tables` and `__heads` (each group's last applied transaction). Its call for a batch
@@ -25,7 +28,7 @@ when a newer writer already wrote that group (common.lua `fence`).
 
 RENAME moves rows between slots, which no script can do atomically: here it is a DROP of the old
 name and a resync (a copy from the source) of the new one. FK cascades (child rows in other slots)
-are not applied across groups.
+are not applied across groups (within a document group they are).
 """
 
 from __future__ import annotations
@@ -42,10 +45,10 @@ from redis.asyncio.cluster import RedisCluster
 
 from service.binlog.rowchange import RowChange
 from service.checkpoint import BinlogPosition, Checkpoint
-from service.errors import ConfigError
 from service.sink.checkpoints import checkpoint_fields, decode_checkpoint
+from service.sink.clusterfks import check_cluster_cascades, group_foreign_keys
 from service.sink.clustergroup import ClusterChannel, GroupMirror, as_text
-from service.sink.fks import ACTING, ForeignKeys
+from service.sink.fks import ForeignKeys
 from service.sink.ir import (
     AddMember,
     AppendChange,
@@ -55,7 +58,7 @@ from service.sink.ir import (
     SkipSequence,
     Text,
 )
-from service.sink.keys import KeyLayout, group_layout, split_key
+from service.sink.keys import DOCREC_SUFFIX, DOCS_MARK, DOCUMENT_GROUP, KeyLayout, placed_layout, split_key
 from service.sink.mirror import MirrorOptions, RedisMirror
 from service.sink.plan import ActionKind, IrOp, KeyColumns, TableAction, checkpoint_op
 from service.sink.replies import SentBatch, map_redis_errors
@@ -100,11 +103,11 @@ class ClusterMirror(RedisMirror):
         *,
         shape_of: Callable[[str, str], str] | None = None,
         derive_of: Callable[[str, str], str] | None = None,
-        tag_of: Callable[[str, str], str | None] | None = None,
+        place_of: Callable[[str, str], str | None] | None = None,
         json_of: Callable[[str, str], bool] | None = None,
     ) -> None:
-        """`shape_of`, `derive_of`, `json_of`: as RedisMirror's, for each group's table; `tag_of`: a shaped
-        table's hash tag (shaping.Shapes.tag): its group is in the slot of its templates' keys."""
+        """`shape_of`, `derive_of`, `json_of`: as RedisMirror's, for each group's table; `place_of`:
+        a table's placement (shaping.Shapes.placement): the slot group its keys are in."""
         layout = cluster_layout(prefix)
         super().__init__(
             cast(Redis, cluster),
@@ -112,7 +115,8 @@ class ClusterMirror(RedisMirror):
             key_columns,
             options,
             token,
-            foreign_keys=foreign_keys,
+            # the constraints inside document groups (their sets are in the groups: fk_mirror)
+            foreign_keys=group_foreign_keys(foreign_keys, None, self._group_of),
             json_of=json_of,
         )
         self.cluster = cluster
@@ -128,8 +132,11 @@ class ClusterMirror(RedisMirror):
         self._tids: dict[tuple[str, str], str] = {}
         self._loading = asyncio.Lock()
         self._shape_of, self._derive_of, self._json_of = shape_of, derive_of, json_of
-        self._tag_of = tag_of or (lambda schema, table: None)
+        self._place_of = place_of or (lambda schema, table: None)
+        self._foreign_keys = foreign_keys
         self._recorded: dict[str, str] = {}  # `__groups` as this session wrote or found it
+        self._gids: dict[str, str] = {}  # table id -> its group's id
+        self._placed: set[str] = set()  # the tables whose placement this session recorded
 
     @property
     def groups_key(self) -> str:
@@ -139,29 +146,27 @@ class ClusterMirror(RedisMirror):
         its keys are, even after a crash before the global call."""
         return f"{self.layout.prefix}:__groups"
 
-    def _tag(self, tid: str) -> str | None:
+    def _placement(self, tid: str) -> str | None:
         parts = split_key(tid)
         if len(parts) != 2:
             raise ValueError(f"not a table id: {tid!r}")
-        return self._tag_of(parts[0], parts[1])
+        return self._place_of(parts[0], parts[1])
+
+    def _gid(self, tid: str) -> str:
+        gid = self._gids.get(tid)
+        if gid is None:
+            gid = self._gids[tid] = _group_id(tid, self._placement(tid))
+        return gid
+
+    def _group_of(self, table: tuple[str, str]) -> str:
+        return self._gid(self._tid(*table))
 
     @property
     def heads_key(self) -> str:
         return f"{self.layout.prefix}:__heads"
 
     def check_foreign_keys(self, fks: ForeignKeys) -> None:
-        """A cascade changes rows of other tables, which live in other slot groups: one script
-        cannot apply it with the parent's change, so it is refused, never skipped."""
-        acting = [fk for fk in fks.keys if fk.on_delete in ACTING or fk.on_update in ACTING]
-        if acting and not fks.logged:
-            fk = acting[0]
-            raise ConfigError(
-                f"foreign key {fk.name} of {fk.schema}.{fk.table} (ON DELETE {fk.on_delete} ON UPDATE "
-                f"{fk.on_update}) changes rows the binlog does not log, and on a Redis Cluster the "
-                "mirror cannot apply such cascades (the child rows are in other slots). Leave "
-                f"{fk.schema}.{fk.table} or {fk.ref_schema}.{fk.ref_table} out of --tables, or mirror "
-                "into a single Redis (docs/mirror.md, Redis Cluster)"
-            )
+        check_cluster_cascades(fks, self._group_of)
 
     # -- server, lease ---------------------------------------------------------------------------
     async def check_server(self) -> None:
@@ -202,28 +207,31 @@ class ClusterMirror(RedisMirror):
 
     # -- checkpoint ------------------------------------------------------------------------------
     async def _group(self, tid: str) -> GroupMirror:
-        g = self._groups.get(tid)
-        if g is not None:
+        g = self._groups.get(self._gid(tid))
+        if g is not None and tid in self._placed:
             return g
         # one instance per group: the applier and a resync task may ask for it at once
         async with self._loading:
             return await self._load_group(tid)
 
     async def _load_group(self, tid: str) -> GroupMirror:
-        g = self._groups.get(tid)
+        place, gid = self._placement(tid), self._gid(tid)
+        if place is not None and self._recorded.get(tid) != place:
+            with map_redis_errors(f"recording the slot group of {tid}"):
+                await self.redis.hset(self.groups_key, tid, place)
+            self._recorded[tid] = place
+        self._placed.add(tid)
+        g = self._groups.get(gid)
         if g is None:
-            tag = self._tag(tid)
-            if tag is not None and self._recorded.get(tid) != tag:
-                with map_redis_errors(f"recording the slot group of {tid}"):
-                    await self.redis.hset(self.groups_key, tid, tag)
-                self._recorded[tid] = tag
-            g = await self._open_group(tid, tag)
-            self._groups[tid] = g
+            fks = group_foreign_keys(self._foreign_keys, gid, self._group_of)
+            g = self._groups[gid] = await self._open_group(tid, place, fks)
         return g
 
-    async def _open_group(self, tid: str, tag: str | None) -> GroupMirror:
+    async def _open_group(
+        self, tid: str, place: str | None, fks: Callable[[], ForeignKeys] | None
+    ) -> GroupMirror:
         parts = split_key(tid)
-        layout = group_layout(self.prefix, parts[0], parts[1], tag)
+        layout = placed_layout(self.prefix, parts[0], parts[1], place)
         g = GroupMirror(
             self.cluster,
             layout,
@@ -233,6 +241,7 @@ class ClusterMirror(RedisMirror):
             self._shape_of,
             self._derive_of,
             self._json_of,
+            fks,
         )
         g.token = f"#{self._fence or 0}"
         g.at = await g.load_checkpoint()
@@ -250,33 +259,51 @@ class ClusterMirror(RedisMirror):
         recorded = {as_text(k): as_text(v) for k, v in raw.items()}
         self._recorded = dict(recorded)
         for tid in sorted(set(recorded) | await self.mirrored_tables()):
-            was, now = recorded.get(tid), self._tag(tid)
+            was, now = recorded.get(tid), self._placement(tid)
             if was == now:
                 continue
-            old = await self._open_group(tid, was)
             schema, table = split_key(tid)
+            old = await self._open_group(tid, was, None)
+            old.planner.cascades.always_clear = _group_id(tid, was) != tid  # (its sets, if any)
             log.warning(
                 "table %s: its [table] section moved its keys from slot group %s to %s: its keys "
                 "there are removed and it is copied again",
                 tid,
                 old.layout.prefix,
-                group_layout(self.prefix, schema, table, now).prefix,
+                placed_layout(self.prefix, schema, table, now).prefix,
             )
             if old.at is not None:
                 drop = TableAction(ActionKind.DROP, schema, table, reason="slot group changed")
                 await (await old.send([(Transaction((), (), None, old.at.ts, old.at), [drop])])).replies()
             await old.close()
             with map_redis_errors(f"forgetting the slot group of {tid}"):
+                await self.redis.delete(f"{old.layout.table_base(schema, table)}:{DOCREC_SUFFIX}")  # (roles)
                 await self.redis.srem(self.layout.tables_key, tid)
                 await self.redis.hdel(self.heads_key, tid)
                 await self.redis.hdel(self.groups_key, tid)
             self._recorded.pop(tid, None)
 
-    async def table_shapes(self) -> dict[str, str]:
-        """Each group's `__shapes` (a group records its own table's shape, in its slot)."""
-        out: dict[str, str] = {}
+    async def fk_mirror(self, schema: str, table: str) -> RedisMirror:
+        return await self._group(self._tid(schema, table))
+
+    async def fk_mirrors(self) -> list[RedisMirror]:  # the document groups with constraints
+        out: dict[str, RedisMirror] = {}
+        for fk in self.planner.cascades.foreign_keys().keys:
+            tid = self._tid(*fk.child)
+            out.setdefault(self._gid(tid), await self._group(tid))
+        return list(out.values())
+
+    async def _mirrored_groups(self) -> list[GroupMirror]:
+        out: dict[str, GroupMirror] = {}
         for tid in sorted(await self.mirrored_tables()):
-            out.update(await (await self._group(tid)).table_shapes())
+            out.setdefault(self._gid(tid), await self._group(tid))
+        return list(out.values())
+
+    async def table_shapes(self) -> dict[str, str]:
+        """Each group's `__shapes` (a group records its own tables' shapes, in its slot)."""
+        out: dict[str, str] = {}
+        for g in await self._mirrored_groups():
+            out.update(await g.table_shapes())
         return out
 
     def _tid(self, schema: str, table: str) -> str:
@@ -302,21 +329,29 @@ class ClusterMirror(RedisMirror):
         self._global_gtid = stored.gtid or "" if stored else ""
         heads = {as_text(k): BinlogPosition.parse(as_text(v)) for k, v in raw_heads.items()}
         resume = checkpoint
-        for tid in sorted(set(heads) | await self.mirrored_tables()):
-            g = await self._group(tid)
-            head = heads.get(tid)
+        members: dict[str, list[str]] = {}  # group id -> its mirrored tables
+        for tid in sorted(await self.mirrored_tables()):
+            members.setdefault(self._gid(tid), []).append(tid)
+        for gid in sorted(set(heads) | set(members)):
+            tids = members.get(gid, [gid])
+            head = heads.get(gid)
+            if gid not in members and gid.startswith(DOCS_MARK):  # no table of it is placed there now
+                with map_redis_errors(f"forgetting the slot group {gid}"):
+                    await self.redis.hdel(self.heads_key, gid)
+                continue
+            g = await self._group(tids[0])
             if head is None or (g.at is not None and not g.at.position < head):
                 continue
             if g.at is None:
-                log.warning("slot group %s lost its keys (its node lost its data): copying it again", tid)
-                with map_redis_errors(f"forgetting the lost slot group {tid}"):
-                    await self.redis.srem(self.layout.tables_key, tid)
-                    await self.redis.hdel(self.heads_key, tid)
+                log.warning("slot group %s lost its keys (its node lost its data): copying it again", gid)
+                with map_redis_errors(f"forgetting the lost slot group {gid}"):
+                    await self.redis.srem(self.layout.tables_key, *tids)
+                    await self.redis.hdel(self.heads_key, gid)
                 continue
             log.warning(
                 "slot group %s is at %s, behind %s, which it had applied (its node lost writes): "
                 "resuming from there; the other groups skip what they hold",
-                tid,
+                gid,
                 g.at.position,
                 head,
             )
@@ -326,8 +361,8 @@ class ClusterMirror(RedisMirror):
 
     async def pending_resyncs(self) -> dict[str, str]:
         out: dict[str, str] = {}
-        for tid in sorted(await self.mirrored_tables()):
-            out.update(await (await self._group(tid)).pending_resyncs())
+        for g in await self._mirrored_groups():
+            out.update(await g.pending_resyncs())
         return out
 
     async def moved_to_tables(self, applied: Checkpoint | None) -> set[str]:
@@ -343,24 +378,30 @@ class ClusterMirror(RedisMirror):
         """Apply each group's part of `batch` (the groups concurrently, each in order), then write
         the global call; `replies()` waits for that one."""
         units = [(txn, _without_renames(actions)) for txn, actions in batch]
-        parts: dict[str, list[Unit]] = {}
+        parts: dict[str, list[Unit]] = {}  # by group id
+        tables: dict[str, str] = {}  # group id -> a table of it, to find it by
         for txn, actions in units:
-            for tid, part in self._split(txn, actions).items():
-                parts.setdefault(tid, []).append(part)
+            for gid, (tid, part) in self._split(txn, actions).items():
+                tables.setdefault(gid, tid)
+                parts.setdefault(gid, []).append(part)
         results = await asyncio.gather(
-            *(self._apply_group(tid, part) for tid, part in parts.items()), return_exceptions=True
+            *(self._apply_group(tables[gid], part) for gid, part in parts.items()), return_exceptions=True
         )
         for r in results:
             if isinstance(r, BaseException):
                 raise r
         return await self._send_global(units, list(parts))
 
-    def _split(self, txn: Transaction, actions: Sequence[TableAction]) -> dict[str, Unit]:
-        """The part of `txn` (and its table actions) of each table: changes of tables without a
-        usable key are counted as skipped and go nowhere."""
+    def _split(self, txn: Transaction, actions: Sequence[TableAction]) -> dict[str, tuple[str, Unit]]:
+        """The part of `txn` (and its table actions) of each slot group, by group id, with a
+        table of the group: changes of tables without a usable key are counted as skipped and go
+        nowhere."""
         acts: dict[str, list[TableAction]] = {}
+        first: dict[str, str] = {}
         for a in actions:
-            acts.setdefault(self._tid(a.schema, a.table), []).append(a)
+            tid = self._tid(a.schema, a.table)
+            first.setdefault(self._gid(tid), tid)
+            acts.setdefault(self._gid(tid), []).append(a)
         rows: dict[str, list[int]] = {}
         keyed: dict[tuple[str, str], bool] = {}
         for i, ch in enumerate(txn.changes):
@@ -371,13 +412,16 @@ class ClusterMirror(RedisMirror):
             if not k:
                 self.planner.skipped.add(*key)
                 continue
-            rows.setdefault(self._tid(*key), []).append(i)
-        out: dict[str, Unit] = {}
-        for tid in dict.fromkeys([*acts, *rows]):
-            idx = rows.get(tid, [])
+            tid = self._tid(*key)
+            first.setdefault(self._gid(tid), tid)
+            rows.setdefault(self._gid(tid), []).append(i)
+        out: dict[str, tuple[str, Unit]] = {}
+        for gid in dict.fromkeys([*acts, *rows]):
+            idx = rows.get(gid, [])
             partial = frozenset(j for j, i in enumerate(idx) if i in txn.partial)
             changes = tuple(txn.changes[i] for i in idx)
-            out[tid] = (Transaction(changes, txn.ddl, txn.gtid, txn.ts, txn.end, partial), acts.get(tid, []))
+            part = Transaction(changes, txn.ddl, txn.gtid, txn.ts, txn.end, partial)
+            out[gid] = (first[gid], (part, acts.get(gid, [])))
         return out
 
     async def _apply_group(self, tid: str, part: Sequence[Unit]) -> None:
@@ -456,10 +500,10 @@ class ClusterMirror(RedisMirror):
     ) -> None:
         end, gtid, ts = last
         heads: list[tuple[str, Text]] = []
-        for tid in groups:
-            at = self._groups[tid].at
+        for gid in groups:
+            at = self._groups[gid].at
             if at is not None:
-                heads.append((tid, str(at.position)))
+                heads.append((gid, str(at.position)))
         tail: list[IrOp] = [SetFields(self.heads_key, tuple(heads))] if heads else []
         txn_id = str(end.position)
         values = "json" if self.options.json_mode else "hash"
@@ -528,6 +572,19 @@ class ClusterMirror(RedisMirror):
 
     async def derived_counts(self, schema: str, table: str) -> dict[bytes, bytes]:
         return await (await self._group(self._tid(schema, table))).derived_counts(schema, table)
+
+    async def document_counts(
+        self, schema: str, table: str, roles: list[tuple[str, int, str | None]]
+    ) -> list[int]:
+        return await (await self._group(self._tid(schema, table))).document_counts(schema, table, roles)
+
+
+def _group_id(tid: str, place: str | None) -> str:
+    """A slot group's id (`__heads`, `_groups`): its table's id, or `__docs:{tag}` for a document
+    group (no table id starts with `__`)."""
+    if place is not None and place.startswith(DOCUMENT_GROUP):
+        return f"{DOCS_MARK}:{place[1:]}"
+    return tid
 
 
 def _without_renames(actions: Sequence[TableAction]) -> list[TableAction]:

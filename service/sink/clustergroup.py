@@ -16,6 +16,7 @@ from redis.asyncio.cluster import RedisCluster
 from service.checkpoint import Checkpoint
 from service.sink.channel import ScriptChannel
 from service.sink.codec import Arg, CallEncoder
+from service.sink.fks import ForeignKeys
 from service.sink.ir import ApplyCall
 from service.sink.keys import GroupLayout
 from service.sink.mirror import MirrorOptions, RedisMirror
@@ -74,7 +75,8 @@ class ClusterChannel(ScriptChannel):
 
 
 class GroupMirror(RedisMirror):
-    """One table's slot group: the single-node mirror on the table's `GroupLayout` keys."""
+    """One slot group: the single-node mirror on its `GroupLayout` keys (one table's, or a
+    document group's tables')."""
 
     def __init__(
         self,
@@ -86,6 +88,7 @@ class GroupMirror(RedisMirror):
         shape_of: Callable[[str, str], str] | None = None,
         derive_of: Callable[[str, str], str] | None = None,
         json_of: Callable[[str, str], bool] | None = None,
+        foreign_keys: Callable[[], ForeignKeys] | None = None,
     ) -> None:
         # the change log and `__seq` are the global group's (a group's own `__seq` only counts)
         opts = replace(options, changelog_maxlen=None, plain_inserts=False)  # one script per call
@@ -99,6 +102,7 @@ class GroupMirror(RedisMirror):
             shape_of=shape_of,
             derive_of=derive_of,
             json_of=json_of,
+            foreign_keys=foreign_keys,  # a document group's own cascades
         )
         self.chain.channel = ClusterChannel(cluster, APPLY, layout.checkpoint_key, self.encoder)
         self.resyncs.route = [layout.checkpoint_key]

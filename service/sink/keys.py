@@ -57,6 +57,8 @@ __all__ = [
     "MARK_FENCED",
     "PARTIAL_SUFFIX",
     "STALE_SUFFIX",
+    "DOCS_MARK",
+    "DOCUMENT_GROUP",
     "TAGGED_MARK",
     "TOUCHED_SUFFIX",
     "GroupLayout",
@@ -64,6 +66,7 @@ __all__ = [
     "escape",
     "glob_literal",
     "group_layout",
+    "placed_layout",
     "parse_mark",
     "resync_mark",
     "row_suffix_of",
@@ -306,6 +309,29 @@ class GroupLayout(KeyLayout):
 
 
 TAGGED_MARK = "__table"  # a tagged slot group's keys: {prefix}:{{tag}}:__table:{schema}:{table}:...
+
+
+@dataclass(frozen=True, slots=True)
+class DocumentGroupLayout(GroupLayout):
+    """Redis Cluster: the slot group of the tables of documents whose keys carry hash tag `tag`
+    (`{prefix}:{{tag}}:__docs`): a document's rows, its bookkeeping and its key are written by
+    one call, so every table of it is in the group, each under a base of its own
+    (`{prefix}:{{tag}}:__docs:{schema}:{table}`), as on one node."""
+
+    def table_base(self, schema: str, table: str) -> str:
+        return f"{self.prefix}:{escape(schema)}:{escape(table)}"
+
+
+DOCS_MARK = "__docs"  # a document slot group's keys: {prefix}:{{tag}}:__docs:{schema}:{table}:...
+DOCUMENT_GROUP = "}"  # a placement naming a document slot group: "}" + its tag (a tag holds no "}")
+
+
+def placed_layout(prefix: str, schema: str, table: str, placement: str | None) -> GroupLayout:
+    """The slot group a table's placement names (shaping.Shapes.placement): its own (None), its
+    templates' hash tag, or the document group of a tag (`DOCUMENT_GROUP` + the tag)."""
+    if placement is not None and placement.startswith(DOCUMENT_GROUP):
+        return DocumentGroupLayout(f"{prefix}:{{{placement[1:]}}}:{DOCS_MARK}")
+    return group_layout(prefix, schema, table, placement)
 
 
 def group_layout(prefix: str, schema: str, table: str, tag: str | None = None) -> GroupLayout:

@@ -278,6 +278,15 @@ class RedisMirror:
                     out.append(sum(await pipe.execute()) if parents else 0)
         return out
 
+    async def fk_mirror(self, schema: str, table: str) -> RedisMirror:
+        """The mirror whose keys hold the table's foreign-key sets (on a Redis Cluster: its slot
+        group's, service/sink/cluster.py)."""
+        return self
+
+    async def fk_mirrors(self) -> list[RedisMirror]:
+        """The mirrors whose keys hold foreign-key sets."""
+        return [self]
+
     async def pending_resyncs(self) -> dict[str, str]:
         """table_id -> reason for every resync in flight (survives restarts)."""
         return await self.resyncs.pending()

@@ -13,7 +13,7 @@ from service.errors import ConfigError
 from service.settings import load_settings
 from service.shaping import IndexSettings, SectionSettings, Shapes, section_tag, template_tag
 from service.sink.derive import Derivation, Part
-from service.sink.keys import KeyLayout, group_layout
+from service.sink.keys import KeyLayout, group_layout, placed_layout
 
 
 @pytest.mark.parametrize(
@@ -146,3 +146,66 @@ def test_the_single_node_and_untagged_layouts_are_unchanged() -> None:
     assert one.row_key("shop", "users", [7]) == "mirror:shop:users:7"
     assert one.derived_key("shop", "users") == "mirror:shop:users:__derived"
     assert group_layout("mirror", "shop", "users").row_key("shop", "users", [7]) == "mirror:{shop:users}:7"
+
+
+DOC = (
+    '[document.orders]\nroot = "shop.orders"\nkey = "{key}"\n'
+    '[[document.orders.child]]\ntable = "shop.lines"\non = {{ order_id = "id" }}\nfield = "lines"\n'
+)
+
+
+@pytest.mark.parametrize(
+    "key,extra,message",
+    [
+        ("app:order:{id}", "", "[document.orders] key: 'app:order:{id}' has no hash tag"),
+        (
+            "app:{{{id}}}",
+            "",
+            "[document.orders] key: 'app:{{{id}}}' has placeholder {id} inside its hash tag",
+        ),
+        ("app:{{mirror}}:o:{id}", "", "hash tag {mirror} is the slot of the mirror's global keys"),
+        (  # a child's own [table] templates in another slot than its document's
+            "app:{{orders}}:o:{id}",
+            '[table."shop.lines"]\nkey = "app:{{lines}}:line:{id}"\n',
+            "[document.orders] table shop.lines: its [table] key/index has hash tag {lines}, this "
+            "document's key {orders}",
+        ),
+        (  # one table in two documents of two tags
+            "app:{{orders}}:o:{id}",
+            '[document.other]\nroot = "shop.lines"\nkey = "app:{{other}}:l:{id}"\n',
+            "[document.orders] table shop.lines: another [document] key has hash tag {other}, this "
+            "document's key {orders}",
+        ),
+    ],
+)
+def test_documents_refused_on_a_cluster_with_one_line(
+    tmp_path: Path, key: str, extra: str, message: str
+) -> None:
+    path = tmp_path / "c.toml"
+    doc = DOC.format(key=key)
+    path.write_text(f'redis = "redis+cluster://127.0.0.1:7000"\n{extra}{doc}')
+    with pytest.raises(ConfigError) as caught:
+        load_settings(path)
+    text = str(caught.value)
+    assert message in text and "\n" not in text
+    # on one Redis no tag is needed
+    path.write_text(f'redis = "redis://127.0.0.1:6379/0"\n{extra}{doc}')
+    assert load_settings(path).document
+
+
+def test_a_documents_tables_share_its_keys_slot(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(
+        'redis = "redis+cluster://127.0.0.1:7000"\n[table."shop.lines"]\nkey = "app:{{orders}}:line:{id}"\n'
+        + DOC.format(key="app:{{orders}}:o:{id}")
+    )
+    shapes = load_settings(path).shapes()
+    assert shapes.placement("shop", "orders") == shapes.placement("shop", "lines") == "}orders"
+    assert shapes.placement("shop", "other") is None
+    bases = [shapes.documents.base_of("shop", t) for t in ("orders", "lines")]
+    assert bases == ["mirror:{orders}:__docs:shop:orders", "mirror:{orders}:__docs:shop:lines"]
+    g = placed_layout("mirror", "shop", "lines", "}orders")
+    keys = [g.checkpoint_key, g.row_key("shop", "lines", [7]), g.derived_key("shop", "orders"), *bases]
+    assert {key_slot(k.encode()) for k in keys} == {key_slot(b"orders")}
+    # apart from the tagged group of a table whose templates carry the same tag
+    assert g.checkpoint_key != group_layout("mirror", "shop", "lines", "orders").checkpoint_key

@@ -85,10 +85,26 @@ def test_a_transaction_splits_by_table_in_order() -> None:
     changes = (_change("a", 1), _change("b", 2), _change("nokey", 3), _change("a", 4))
     end = Checkpoint(BinlogPosition("f.000001", 100), "", 0)
     txn = Transaction(changes, (), None, 1, end, frozenset({3}))
-    parts = mirror._split(txn, [TableAction(ActionKind.TRUNCATE, "db", "c")])
+    parts = {
+        gid: unit
+        for gid, (_, unit) in mirror._split(txn, [TableAction(ActionKind.TRUNCATE, "db", "c")]).items()
+    }
     assert list(parts) == ["db:c", "db:a", "db:b"]
     a_txn, a_actions = parts["db:a"]
     assert [ch.after for ch in a_txn.changes] == [{"id": 1}, {"id": 4}]
     assert a_txn.partial == frozenset({1}) and a_txn.end is end and not a_actions
     assert [a.table for a in parts["db:c"][1]] == ["c"] and not parts["db:c"][0].changes
     assert mirror.planner.skipped.rows == {("db", "nokey"): 1}
+    # the tables of a document group are one part, their changes in the transaction's order
+    docs = ClusterMirror(
+        cluster_client("redis+cluster://127.0.0.1:7000"),
+        "m",
+        lambda s, t: ("id",),
+        place_of=lambda s, t: "}orders" if t in ("a", "b") else None,
+    )
+    split = docs._split(txn, [TableAction(ActionKind.TRUNCATE, "db", "b")])
+    assert list(split) == ["__docs:orders", "db:nokey"]
+    first, (g_txn, g_actions) = split["__docs:orders"]
+    assert first == "db:b"  # (the group is found by one of its tables)
+    assert [ch.after for ch in g_txn.changes] == [{"id": 1}, {"id": 2}, {"id": 4}]
+    assert g_txn.partial == frozenset({2}) and [a.table for a in g_actions] == ["b"]
