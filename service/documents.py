@@ -267,16 +267,21 @@ class Documents:
             assert isinstance(s, DocumentChildSettings)
             parent = nodes[n.parent]
             pst = self._stored_of(where, parent.table)
-            pkey = pst.info.key or ()
+            pkey = tuple(pst.info.key or ())
             pcols = {c.name: c for c in pst.info.columns}
-            if sorted(s.on.values()) != sorted(pkey):
+            named = sorted(s.on.values())
+            # the parent's key the child names: its primary key, or a unique key (then the rows
+            # of the parent are found by it: "pl", the text a parent row is named by)
+            link = next((u for u in (pkey, *pst.info.uniques) if sorted(u) == named), None)
+            if link is None:
                 raise DocumentError(
-                    f"{where}: on: {', '.join(s.on.values())} is not the key of {parent.name} "
-                    f"({', '.join(pkey)}); a child names its parent by the parent's primary key"
+                    f"{where}: on: {', '.join(s.on.values())} is neither the primary key of {parent.name} "
+                    f"({', '.join(pkey)}) nor one of its unique keys; a child names its parent by one of them"
                 )
             by_parent = {p: c for c, p in s.on.items()}
-            ups = []
-            for pcol in pkey:
+            ups: list[str] = []
+            pl: list[str] = []
+            for pcol in link:
                 col = by_parent[pcol]
                 f = stored_field("on", col)
                 ctype = columns[col].type
@@ -285,8 +290,17 @@ class Documents:
                         f"{where}: on: {col} is {ctype} and {parent.name}.{pcol} is "
                         f"{pcols[pcol].type}: their values are not written alike"
                     )
-                ups.append(("#" if ctype in BINARY else "@") + f)
+                if pcol not in pst.fields:
+                    raise DocumentError(
+                        f"{where}: on: column {pcol} is left out by {parent.name}'s [table] section; "
+                        "documents are built from the mirror's row of the table: keep it there"
+                    )
+                sep = ["=:"] if ups else []  # (a key's parts joined as in a row's key suffix)
+                ups += [*sep, ("#" if ctype in BINARY else "@") + f]
+                pl += [*sep, ("#" if pcols[pcol].type in BINARY else "@") + pst.fields[pcol]]
             out["up"] = [n.parent, ups]
+            if link != pkey:
+                out["pl"] = pl
             out["f"] = s.field
             if s.shape == "array":
                 out["a"] = 1

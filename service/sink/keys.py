@@ -90,6 +90,7 @@ DERIVED_COUNTS_SUFFIX = "__derivedcounts"  # and how many of them each index hol
 # documents (lua/document.lua): a table's rows' places, a parent's children, the parents with
 # children but no row, and a root table's documents refused for their size
 DOCREC_SUFFIX, DOCKIDS_SUFFIX = "__docrec", "__dockids"
+DOCLINKS_SUFFIX = "__doclinks"  # a parent table's unique-key text -> row, per child node naming it
 DOCHELD_SUFFIX, DOCREFUSED_SUFFIX = "__docheld", "__docrefused"
 GENERATION_FIELD = "__gen"  # the `__resync` field counting generations
 MARK_FENCED = "-"  # a fenced resync mark's generation: "- {reason}"
@@ -105,6 +106,7 @@ LUA_CONSTANTS = {
     "EXPIRY_SUFFIX": EXPIRY_SUFFIX,
     "DERIVED_COUNTS_SUFFIX": DERIVED_COUNTS_SUFFIX,
     "DOCREC_SUFFIX": DOCREC_SUFFIX,
+    "DOCLINKS_SUFFIX": DOCLINKS_SUFFIX,
     "DOCKIDS_SUFFIX": DOCKIDS_SUFFIX,
     "DOCHELD_SUFFIX": DOCHELD_SUFFIX,
     "DOCREFUSED_SUFFIX": DOCREFUSED_SUFFIX,

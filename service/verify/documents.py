@@ -63,13 +63,18 @@ def render_documents(tree: dict[str, Any], rows: list[dict[str, dict[str, Any]]]
         for items in by_parent.values():
             items.sort(key=lambda item: item[0])
 
+    def children(k: int, suffix: str, row: Mapping[str, Any]) -> list[tuple[Any, str, dict[str, Any]]]:
+        """Node k's rows under the row `suffix`: named by its key, or by the unique key "pl" renders."""
+        link = _render(nodes[k]["pl"], row) if "pl" in nodes[k] else suffix
+        return kids[k].get(link, []) if link is not None else []
+
     def doc(i: int, suffix: str, row: Mapping[str, Any]) -> dict[str, Any]:
         out = {
             name: value_to_json(row[field]) if row.get(field) is not None else None
             for field, name, _ in nodes[i]["c"]
         }
         for k in nodes[i]["kids"]:
-            items = kids[k].get(suffix, [])
+            items = children(k, suffix, row)
             if "a" in nodes[k]:
                 out[nodes[k]["f"]] = [doc(k, s, r) for _, s, r in items]
             else:
@@ -93,7 +98,7 @@ def render_documents(tree: dict[str, Any], rows: list[dict[str, dict[str, Any]]]
                 fv = field_value(v)
                 fields[name.encode()] = fv if isinstance(fv, bytes) else fv.encode()
         for k in root["kids"]:
-            for _, s, r in kids[k].get(suffix, []):
+            for _, s, r in children(k, suffix, row):
                 fields[f"{nodes[k]['f']}:{s}".encode()] = orjson.dumps(doc(k, s, r))
         expected[key] = fields
     return expected

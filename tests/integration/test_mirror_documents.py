@@ -386,7 +386,7 @@ def _toml(docs: dict[str, Any]) -> str:
     [
         (
             {"child": [{"table": "{db}.order_lines", "on": {"order_id": "customer"}, "field": "lines"}]},
-            "is not the key of",
+            "is neither the primary key of",
         ),
         ({"key": "app:order:{customer}"}, "lacks key column {id}"),
         ({"key": "app:order:{placed}:{id}"}, "nullable"),

@@ -6,7 +6,9 @@
 -- what each role placed (cjson: node id -> {"k", document key} for a root, {"p", parent suffix}
 -- for a child); `{child table}:__dockids:{node id}:{parent suffix}` is the set of a parent's
 -- children, `{child table}:__docheld:{node id}` the parents that have children but no row
--- (their children are held). Changes are marked per row and applied once per call (doc_flush:
+-- (their children are held). A child node whose `on` names a unique key of its parent ("pl": the
+-- text a parent row is named by) has its sets by that text, `{parent table}:__doclinks:{node id}`
+-- maps the text to the parent row, and the parent's record keeps its texts (`{node id}>`). Changes are marked per row and applied once per call (doc_flush:
 -- the scripts call it last): a json document is rendered whole, a hash one field by field.
 local doc_roles_of = {}                  -- roles text -> decoded (once per call)
 local doc_text_of = {}                   -- base -> its roles text, or false: in no document
@@ -16,6 +18,16 @@ local function doc_id(tree, i) return tree.name .. '.' .. i end
 local function docrec_key(base) return base .. ':' .. DOCREC_SUFFIX end
 local function kids_key(base, id, parent) return base .. ':' .. DOCKIDS_SUFFIX .. ':' .. id .. ':' .. parent end
 local function held_key(base, id) return base .. ':' .. DOCHELD_SUFFIX .. ':' .. id end
+local function links_key(base, id) return base .. ':' .. DOCLINKS_SUFFIX .. ':' .. id end
+local function kid_link(kn, row, suffix)  -- the text node kn's rows name the parent row by
+  if not kn.pl then return suffix end
+  return row and render(kn.pl, row)
+end
+local function link_parent(tree, k, link)  -- the parent row's suffix that node k's link names
+  local kn = tree.nodes[k + 1]
+  if not kn.pl or not link then return link end
+  return redis.call('HGET', links_key(tree.nodes[kn.up[1] + 1].base, doc_id(tree, k)), link) or nil
+end
 local function doc_record(base, suffix)  -- a row's record (nil: the row is not there)
   local raw = redis.call('HGET', docrec_key(base), suffix)
   return raw and cjson.decode(raw)
@@ -93,11 +105,16 @@ local function pk_less(x, y)             -- children in the order of their keys
   return false
 end
 local render_node
-local function render_kids(tree, nd, suffix, parts)
+local function kid_rows(tree, k, row, suffix)  -- node k's rows under the parent row
+  local link = kid_link(tree.nodes[k + 1], row, suffix)
+  if not link then return {} end
+  return redis.call('SMEMBERS', kids_key(tree.nodes[k + 1].base, doc_id(tree, k), link))
+end
+local function render_kids(tree, nd, suffix, parts, row)
   for _, k in ipairs(nd.kids) do
     local kn = tree.nodes[k + 1]
     local items = {}
-    for _, m in ipairs(redis.call('SMEMBERS', kids_key(kn.base, doc_id(tree, k), suffix))) do
+    for _, m in ipairs(kid_rows(tree, k, row, suffix)) do
       local text, pk = render_node(tree, k, m)
       if text then items[#items + 1] = {m = m, text = text, pk = pk, int = kn.int} end
     end
@@ -121,7 +138,7 @@ render_node = function(tree, i, suffix)  -- a row with its children as JSON, and
     if vals then v = vals[json_string(c[1])] else v = row[c[1]]; v = v and json_value(v, c[3]) end
     parts[#parts + 1] = json_string(c[2]) .. ':' .. (v or 'null')
   end
-  render_kids(tree, nd, suffix, parts)
+  render_kids(tree, nd, suffix, parts, row)
   local pk = {}
   for k, p in ipairs(nd.pk) do pk[k] = row[p[1]] or '' end
   return '{' .. table.concat(parts, ',') .. '}', pk
@@ -151,7 +168,7 @@ local function write_whole(tree, dkey, suffix)
   end
   for _, k in ipairs(root.kids) do
     local kn = tree.nodes[k + 1]
-    for _, m in ipairs(redis.call('SMEMBERS', kids_key(kn.base, doc_id(tree, k), suffix))) do
+    for _, m in ipairs(kid_rows(tree, k, row, suffix)) do
       local text = render_node(tree, k, m)
       if text then flat[#flat + 1] = kn.f .. ':' .. m; flat[#flat + 1] = text end
     end
@@ -202,24 +219,43 @@ doc_follow = function(text, base, suffix, gone)
         end
         if now then
           redis.call('SADD', kids_key(base, id, now), suffix)
-          if redis.call('EXISTS', pbase .. ':' .. now) == 0 then redis.call('SADD', held_key(base, id), now) end
+          local there
+          if nd.pl then there = redis.call('HEXISTS', links_key(pbase, id), now)
+          else there = redis.call('EXISTS', pbase .. ':' .. now) end
+          if there == 0 then redis.call('SADD', held_key(base, id), now) end
         end
       end
       if was then doc_marks[#doc_marks + 1] = {tree, nd.up[1], was, i, suffix} end
       if now and now ~= was then doc_marks[#doc_marks + 1] = {tree, nd.up[1], now, i, suffix} end
-    else
-      doc_marks[#doc_marks + 1] = {tree, nil, suffix, was, now}
     end
-    if (not raw) ~= (not row) then       -- the row came or went: its children are held or not
-      for _, k in ipairs(nd.kids) do
-        local kb, kid = tree.nodes[k + 1].base, doc_id(tree, k)
-        if row then redis.call('SREM', held_key(kb, kid), suffix)
-        elseif redis.call('SCARD', kids_key(kb, kid, suffix)) > 0 then redis.call('SADD', held_key(kb, kid), suffix) end
+    -- the texts its children name it by: the row came or went, or a unique key changed; the
+    -- children of a text no row has are held
+    local lid, oldl, newl, relinked = id .. '>', old[id .. '>'] and old[id .. '>'][2] or {}, {}, false
+    live[lid] = true
+    for _, k in ipairs(nd.kids) do
+      local kn, kid = tree.nodes[k + 1], doc_id(tree, k)
+      local ol, nl = raw and suffix or nil, row and suffix or nil
+      if kn.pl then ol, nl = oldl[tostring(k)], kid_link(kn, row, suffix) or nil end
+      if kn.pl and nl then newl[tostring(k)] = nl end
+      if ol ~= nl then
+        relinked = true
+        if ol then
+          if kn.pl and redis.call('HGET', links_key(base, kid), ol) == suffix then
+            redis.call('HDEL', links_key(base, kid), ol)
+          end
+          if redis.call('SCARD', kids_key(kn.base, kid, ol)) > 0 then redis.call('SADD', held_key(kn.base, kid), ol) end
+        end
+        if nl then
+          if kn.pl then redis.call('HSET', links_key(base, kid), nl, suffix) end
+          redis.call('SREM', held_key(kn.base, kid), nl)
+        end
       end
     end
+    if next(newl) then new[lid] = {'l', newl} end
+    if not nd.up then doc_marks[#doc_marks + 1] = {tree, nil, suffix, was, now, relinked} end
   end
   for id, v in pairs(old) do             -- a role of a former shape: what it placed goes
-    if not live[id] then
+    if not live[id] and v[1] ~= 'l' then
       if v[1] == 'k' then redis.call('DEL', v[2])
       else
         local ks = kids_key(base, id, v[2])
@@ -251,24 +287,25 @@ doc_flush = function()               -- the marked documents follow their rows, 
     if m[2] == nil then                  -- a root row: {tree, nil, suffix, old key, new key}
       local suffix, was, now = m[3], m[4], m[5]
       if was and was ~= now then gone[was] = true end
-      if now and (was ~= now or tree.fmt == 'j') then whole[now] = {tree, suffix}
+      if now and (was ~= now or tree.fmt == 'j' or m[6]) then whole[now] = {tree, suffix}
       elseif now then roots[now] = {tree, suffix} end
-    else                                 -- below (node, suffix), through its child (kid, ksuffix)
-      local idx, s, kid, ks = m[2], m[3], m[4], m[5]
-      while idx and tree.nodes[idx + 1].up do
+    else                                 -- below (node, link), through its child (kid, ksuffix)
+      local idx, link, kid, ks = m[2], m[3], m[4], m[5]
+      local s = link_parent(tree, kid, link)
+      while idx and s and tree.nodes[idx + 1].up do
         local nd = tree.nodes[idx + 1]
         local rec = doc_record(nd.base, s)
         local up = rec and rec[doc_id(tree, idx)]
         kid, ks = idx, s
-        if up then idx, s = nd.up[1], up[2] else idx = nil end
+        if up then idx, link = nd.up[1], up[2]; s = link_parent(tree, kid, link) else idx = nil end
       end
-      local rec = idx and doc_record(tree.nodes[1].base, s)
+      local rec = idx and s and doc_record(tree.nodes[1].base, s)
       local dkey = rec and rec[doc_id(tree, 0)] and rec[doc_id(tree, 0)][2]
       if dkey then
         if tree.fmt == 'j' then whole[dkey] = {tree, s}
         else
           fields[dkey] = fields[dkey] or {}
-          fields[dkey][tree.nodes[kid + 1].f .. ':' .. ks] = {tree, kid, ks, s}
+          fields[dkey][tree.nodes[kid + 1].f .. ':' .. ks] = {tree, kid, ks, link}
         end
       end
     end
