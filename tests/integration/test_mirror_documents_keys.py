@@ -17,6 +17,7 @@ import pytest
 
 from service.devtools.stack import LocalStack
 from service.pipeline.replicator import Replicator
+from service.verify.verifier import Verifier
 from tests.integration.mirror_helpers import mirror_settings, new_database, root, settle, stop_replicator
 from tests.integration.test_mirror_documents import actual
 
@@ -193,7 +194,8 @@ async def test_children_named_by_a_unique_key_or_a_composite_key(stack: LocalSta
             conn.commit()
 
     work(20)  # rows before the first start: the first copy builds their documents
-    rep = Replicator(mirror_settings(stack, db, prefix, document=document(db, app, fmt), chunk_rows=3))
+    settings = mirror_settings(stack, db, prefix, document=document(db, app, fmt), chunk_rows=3)
+    rep = Replicator(settings)
     task = asyncio.create_task(rep.run())
     try:
         await settle(rep, stack)
@@ -213,3 +215,5 @@ async def test_children_named_by_a_unique_key_or_a_composite_key(stack: LocalSta
     finally:
         conn.close()
         await stop_replicator(rep, task)
+    # verify's twin of the rendering builds the same documents from the source
+    assert (await Verifier(settings).run()).equal
