@@ -2,16 +2,30 @@
 
 Called as `convert(raw)` on the value's own bytes, or as `convert(buf, at)` on a row image at
 the value's offset: the compiled row reader (imagereader.py) skips a slice per value that way.
+
+`InPlace` is the base of the converters written as classes (the text converters of decimal.py
+and temporaltext.py): in the compiled build the row reader calls their `read` natively, a C call
+instead of the Python call protocol (argument parsing, a bound call) for every value.
 """
 
 from __future__ import annotations
 
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
-__all__ = ["InPlaceConverter"]
+__all__ = ["InPlace", "InPlaceConverter"]
 
 T_co = TypeVar("T_co", covariant=True)
 
 
 class InPlaceConverter(Protocol[T_co]):
     def __call__(self, raw: bytes, at: int = 0, /) -> T_co: ...
+
+
+class InPlace:
+    """An InPlaceConverter as a class: subclasses define `read(raw, at)`."""
+
+    def read(self, raw: bytes, at: int) -> Any:
+        raise NotImplementedError
+
+    def __call__(self, raw: bytes, at: int = 0) -> Any:
+        return self.read(raw, at)
