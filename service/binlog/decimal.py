@@ -128,6 +128,8 @@ class DecimalText(InPlace):
         )
         self.frac_layout = layout[n_int:]
         self.zeros = "0" * scale
+        # Up to 4 fraction digits, every fraction's text made once: no str() and no padding a value
+        self.fractions = [f"{i:0{scale}d}" for i in range(10**scale)] if 0 < scale <= 4 else []
         self.sign_bit = 1 << (size * 8 - 1)
         self.negative_flip = self.sign_bit ^ ((1 << size * 8) - 1)
 
@@ -156,8 +158,12 @@ class DecimalText(InPlace):
                 if group > limit:
                     self._bad(group, ndig)
                 frac += group * weight
-            digits = str(frac)
-            text = f"{text}.{self.zeros[len(digits) :]}{digits}"
+            fractions = self.fractions
+            if fractions:
+                text = f"{text}.{fractions[frac]}"
+            else:
+                digits = str(frac)
+                text = f"{text}.{self.zeros[len(digits) :]}{digits}"
         # a negative zero keeps its sign, as format(Decimal("-0.00"), "f") does
         return "-" + text if negative else text
 

@@ -17,7 +17,7 @@ import struct
 from collections.abc import Callable
 from typing import Any, Final
 
-from service.binlog.inplace import InPlace, InPlaceConverter
+from service.binlog.inplace import InPlace, InPlaceConverter, IntConvert
 from service.binlog.values import FixedSpec, VarSpec
 
 __all__ = ["COMPILED", "ColumnStep", "StepReader"]
@@ -35,8 +35,8 @@ VAR: Final = 4  # 1- to 4-byte length prefix, then text `codec` / `convert` / ra
 class ColumnStep:
     """How to read one column of one row-image pattern."""
 
-    __slots__ = ("name", "kind", "size", "signed", "wrap", "convert", "in_place", "native", "unpack", "codec",
-                 "keyed")  # fmt: skip
+    __slots__ = ("name", "kind", "size", "signed", "wrap", "convert", "int_native", "in_place", "native",
+                 "unpack", "codec", "keyed")  # fmt: skip
 
     def __init__(self, name: str, spec: FixedSpec | VarSpec | None) -> None:
         self.name = name
@@ -45,6 +45,7 @@ class ColumnStep:
         self.signed = False
         self.wrap = 0  # a signed integer whose top bit is set is negative: value - wrap
         self.convert: Callable[[Any], Any] | None = None
+        self.int_native: IntConvert | None = None  # `convert` when a class: `apply` called natively
         self.in_place: InPlaceConverter[Any] | None = None  # BYTES converted without a slice
         self.native: InPlace | None = None  # the same, when a class whose `read` is called natively
         self.unpack: Callable[[bytes, int], tuple[Any, ...]] | None = None
@@ -61,6 +62,8 @@ class ColumnStep:
                 self.kind, self.unpack = FLOAT, struct.Struct("<" + spec.code).unpack_from
             else:
                 self.kind = INT
+                if isinstance(spec.convert, IntConvert):
+                    self.int_native = spec.convert
                 if spec.code.islower():
                     self.signed, self.wrap = True, 1 << (self.size * 8)
             self.keyed = spec.convert is not None  # fixed-width values are all immutable
@@ -170,7 +173,11 @@ class StepReader:
                 except UnicodeDecodeError:
                     pass
             convert = step.convert
-            row[step.name] = value if convert is None else convert(value)
+            if convert is None:
+                row[step.name] = value
+            else:
+                int_native = step.int_native
+                row[step.name] = convert(value) if int_native is None else int_native.apply(value)
         return row, pos
 
 

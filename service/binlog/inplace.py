@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol, TypeVar
 
-__all__ = ["InPlace", "InPlaceConverter"]
+__all__ = ["InPlace", "InPlaceConverter", "IntConvert"]
 
 T_co = TypeVar("T_co", covariant=True)
 
@@ -29,3 +29,14 @@ class InPlace:
 
     def __call__(self, raw: bytes, at: int = 0) -> Any:
         return self.read(raw, at)
+
+
+class IntConvert:
+    """An integer column's converter as a class (ENUM's member names): the compiled row reader
+    calls `apply` natively, as InPlace's `read`."""
+
+    def apply(self, value: int) -> Any:
+        raise NotImplementedError
+
+    def __call__(self, value: int) -> Any:
+        return self.apply(value)
