@@ -1,21 +1,16 @@
-"""The `binlog-mirror` command line: thin wrappers that build settings and call the service.
-
-The CLI is the composition root: the only package that imports both `api` and `service`
-(import-linter contracts in pyproject.toml). One module per command group; `common` holds what
-they share, so no command module imports this one.
-"""
+"""The typer app of `binlog-mirror`: every command group, the global options. Imported by the
+package's `main` for anything but a plain `decode FILE...`, and through `service.cli.app` (the
+package's lazy attribute) by whoever needs the app itself (the tests)."""
 
 from __future__ import annotations
 
-import os
 import sys
 from enum import StrEnum
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from service.cli import batch, ctl, decode, run, schema, stack, stream, verify
+from service.cli import batch, ctl, decode, plain_decode, run, run_plain_decode, schema, stack, stream, verify
 from service.cli.options import GlobalOptionsGroup
 from service.logsetup import configure
 
@@ -31,31 +26,10 @@ class _App(typer.Typer):
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if not args and set(kwargs) <= {"prog_name"}:  # the console script, python -m service
-            files = _plain_decode(sys.argv[1:])
+            files = plain_decode(sys.argv[1:])
             if files is not None:
-                return _run_plain_decode(files)
+                return run_plain_decode(files)
         return super().__call__(*args, **kwargs)
-
-
-def _plain_decode(argv: list[str]) -> list[Path] | None:
-    """The files of `decode FILE...` when that is all the command line says, else None."""
-    if len(argv) < 2 or argv[0] != "decode" or any(a.startswith("-") for a in argv[1:]):
-        return None
-    if any(os.environ.get(f"BINLOG_MIRROR_LOG_{name}") for name in ("LEVEL", "FORMAT")):
-        return None
-    return [Path(a) for a in argv[1:]]
-
-
-def _run_plain_decode(files: list[Path]) -> None:
-    # What typer does around the command: the global options' defaults (main), then the
-    # standalone mode's exits (typer.Exit's code, 130 on Ctrl-C).
-    configure("info", "text")
-    try:
-        decode.decode(files)
-    except typer.Exit as exc:
-        sys.exit(exc.exit_code)
-    except KeyboardInterrupt:
-        sys.exit(130)
 
 
 app = _App(
