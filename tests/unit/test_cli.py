@@ -1,5 +1,5 @@
-"""The command line's shape: the `binlog-mirror` entry point (`service.cli:main`, the app `service.cli.app`) and
-`python -m service` reach every command group of the service/cli package."""
+"""The command line's shape: the `binlog-mirror` entry point (`service.cli:main`, whose typer app is
+`service.cli.app`) and `python -m service` reach every command group of the service/cli package."""
 
 from __future__ import annotations
 
