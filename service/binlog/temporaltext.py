@@ -40,6 +40,7 @@ __all__ = [
 ]
 
 _2D: Final = tuple(f"{i:02d}" for i in range(100))  # "00".."99": no format spec per field
+_3D: Final = tuple(f"{i:03d}" for i in range(1000))  # a fraction's two halves, likewise
 _DAYS: Final = (0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
 
 
@@ -110,7 +111,9 @@ class Datetime2Text(InPlace):
         if intpart > 0 and s <= 59:
             minute = intpart >> 6
             if minute == self.last_minute:
-                return f"{self.last_prefix}{_2D[s]}{_frac_text(us)}"
+                if us:  # _frac_text's digits, without str() and padding
+                    return f"{self.last_prefix}{_2D[s]}.{_3D[us // 1000]}{_3D[us % 1000]}"
+                return f"{self.last_prefix}{_2D[s]}"
             prefixes = self.prefixes
             prefix = prefixes.get(minute)
             if prefix is None:
@@ -189,7 +192,10 @@ class Timestamp2Text(InPlace):
                 found = prefixes[minute] = _utc_prefix(minute)
             prefix = self.last_prefix = found
             self.last_minute = minute
-        text = f"{prefix}{_2D[sec - minute * 60]}{_frac_text(us)}Z"
+        if us:  # _frac_text's digits, without str() and padding
+            text = f"{prefix}{_2D[sec - minute * 60]}.{_3D[us // 1000]}{_3D[us % 1000]}Z"
+        else:
+            text = f"{prefix}{_2D[sec - minute * 60]}Z"
         return UtcText(text) if self.tagged else text
 
     def __call__(self, raw: bytes, at: int = 0) -> str:
