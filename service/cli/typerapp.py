@@ -10,8 +10,9 @@ from typing import Annotated, Any
 
 import typer
 
-from service.cli import batch, ctl, decode, plain_decode, run, run_plain_decode, schema, stack, stream, verify
+from service.cli import batch, ctl, decode, run, schema, stack, stream, verify
 from service.cli.options import GlobalOptionsGroup
+from service.cli.plain import plain_decode, run_plain_decode
 from service.logsetup import configure
 
 __all__ = ["app"]
