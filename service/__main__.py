@@ -1,5 +1,5 @@
 from __future__ import annotations
 
-from service.cli import app
+from service.cli import main
 
-app(prog_name="binlog-mirror")
+main()

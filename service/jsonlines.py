@@ -27,7 +27,7 @@ import orjson
 
 from service.binlog.canonical import row_change_to_dict, value_to_json
 from service.binlog.constants import ColumnType
-from service.binlog.rowchange import Row, RowChange
+from service.binlog.rowchange import RowChange
 from service.binlog.schema import TableSchema
 from service.binlog.utctext import UtcText
 
@@ -100,12 +100,6 @@ _ROW_OPTIONS = (
 )
 
 
-def _row_bytes(row: Row, documents: bool) -> bytes:
-    if documents:
-        return row_json(row)
-    return orjson.dumps(row, default=_default, option=_ROW_OPTIONS)
-
-
 def row_change_lines(changes: Sequence[RowChange], documents: bool = True) -> bytes:
     """The JSON lines (each ending in a newline) of these row changes, in order.
 
@@ -114,6 +108,10 @@ def row_change_lines(changes: Sequence[RowChange], documents: bool = True) -> by
     would not print in canonical form to _default: no loop over the values here."""
     parts: list[bytes] = []
     append = parts.append
+    # Bound once: a compiled module's globals and orjson's attribute are dict lookups per use
+    dumps = orjson.dumps
+    default: Any = _default
+    option: Any = _ROW_OPTIONS  # Any: kept boxed, not converted to a native int and back
     last: RowChange | None = None
     head = mid = tail = null_mid = null_tail = b""
     for c in changes:
@@ -138,11 +136,11 @@ def row_change_lines(changes: Sequence[RowChange], documents: bool = True) -> by
             append(null_mid)
         else:
             append(head)
-            append(_row_bytes(before, documents))
+            append(row_json(before) if documents else dumps(before, default=default, option=option))
             append(mid)
         if after is None:  # a delete
             append(null_tail)
         else:
-            append(_row_bytes(after, documents))
+            append(row_json(after) if documents else dumps(after, default=default, option=option))
             append(tail)
     return b"".join(parts)

@@ -13,10 +13,16 @@ from __future__ import annotations
 
 from decimal import Context, Decimal
 
-from service.binlog.inplace import InPlaceConverter
+from service.binlog.inplace import InPlace, InPlaceConverter
 from service.errors import InvalidValue, TruncatedEvent
 
-__all__ = ["decimal_size", "decode_decimal", "make_decimal_converter", "make_decimal_text_converter"]
+__all__ = [
+    "DecimalText",
+    "decimal_size",
+    "decode_decimal",
+    "make_decimal_converter",
+    "make_decimal_text_converter",
+]
 
 _DIG2BYTES = (0, 1, 1, 2, 2, 3, 3, 4, 4, 4)
 _MAX = (0, 9, 99, 999, 9999, 99999, 999999, 9999999, 99999999, 999999999)
@@ -103,47 +109,69 @@ def make_decimal_text_converter(precision: int, scale: int) -> InPlaceConverter[
     (canonical.py): the integer part, and the fraction zero-padded to `scale` digits, cut from the
     digit groups without building the Decimal (`binlog-mirror decode`; DecodeOptions.text_values).
     The same checks and errors as make_decimal_converter."""
-    size = decimal_size(precision, scale)
-    layout = _layout(precision, scale)
-    intg = precision - scale
-    n_int = intg // 9 + (1 if intg % 9 else 0)  # the integer part's groups come first
-    unit = 10**scale
-    int_layout = tuple((sh, mask, lim, nd, weight // unit) for sh, mask, lim, nd, weight in layout[:n_int])
-    frac_layout = layout[n_int:]
-    zeros = "0" * scale
-    sign_bit = 1 << (size * 8 - 1)
-    negative_flip = sign_bit ^ ((1 << size * 8) - 1)
-    from_bytes = int.from_bytes
+    return DecimalText(precision, scale)
 
-    def convert(raw: bytes, at: int = 0) -> str:
+
+class DecimalText(InPlace):
+    """make_decimal_text_converter's converter: a class, so the compiled row reader calls it
+    natively (inplace.py)."""
+
+    def __init__(self, precision: int, scale: int) -> None:
+        size = decimal_size(precision, scale)
+        layout = _layout(precision, scale)
+        intg = precision - scale
+        n_int = intg // 9 + (1 if intg % 9 else 0)  # the integer part's groups come first
+        unit = 10**scale
+        self.precision, self.scale, self.size = precision, scale, size
+        self.int_layout = tuple(
+            (sh, mask, lim, nd, weight // unit) for sh, mask, lim, nd, weight in layout[:n_int]
+        )
+        self.frac_layout = layout[n_int:]
+        self.zeros = "0" * scale
+        # Up to 4 fraction digits, every fraction's text made once: no str() and no padding a value
+        self.fractions = [f"{i:0{scale}d}" for i in range(10**scale)] if 0 < scale <= 4 else []
+        self.sign_bit = 1 << (size * 8 - 1)
+        self.negative_flip = self.sign_bit ^ ((1 << size * 8) - 1)
+
+    def read(self, raw: bytes, at: int) -> str:
+        size = self.size
         if size <= 7:
             value = 0
             for i in range(at, at + size):
                 value = value << 8 | raw[i]
         else:
-            value = from_bytes(raw[at : at + size], "big")
+            value = int.from_bytes(raw[at : at + size], "big")
+        sign_bit = self.sign_bit
         negative = value < sign_bit
-        value ^= negative_flip if negative else sign_bit
+        value ^= self.negative_flip if negative else sign_bit
         whole = 0
-        for shift, mask, limit, ndig, weight in int_layout:
+        for shift, mask, limit, ndig, weight in self.int_layout:
             group = value >> shift & mask
             if group > limit:
-                raise InvalidValue(f"DECIMAL({precision},{scale}) group {group} exceeds {ndig} digits")
+                self._bad(group, ndig)
             whole += group * weight
         text = str(whole)
-        if scale:
+        if self.scale:
             frac = 0
-            for shift, mask, limit, ndig, weight in frac_layout:
+            for shift, mask, limit, ndig, weight in self.frac_layout:
                 group = value >> shift & mask
                 if group > limit:
-                    raise InvalidValue(f"DECIMAL({precision},{scale}) group {group} exceeds {ndig} digits")
+                    self._bad(group, ndig)
                 frac += group * weight
-            digits = str(frac)
-            text = f"{text}.{zeros[len(digits) :]}{digits}"
+            fractions = self.fractions
+            if fractions:
+                text = f"{text}.{fractions[frac]}"
+            else:
+                digits = str(frac)
+                text = f"{text}.{self.zeros[len(digits) :]}{digits}"
         # a negative zero keeps its sign, as format(Decimal("-0.00"), "f") does
         return "-" + text if negative else text
 
-    return convert
+    def __call__(self, raw: bytes, at: int = 0) -> str:
+        return self.read(raw, at)
+
+    def _bad(self, group: int, ndig: int) -> None:
+        raise InvalidValue(f"DECIMAL({self.precision},{self.scale}) group {group} exceeds {ndig} digits")
 
 
 def decode_decimal(raw: bytes, precision: int, scale: int) -> Decimal:

@@ -17,7 +17,7 @@ import struct
 from collections.abc import Callable
 from typing import Any, Final
 
-from service.binlog.inplace import InPlaceConverter
+from service.binlog.inplace import InPlace, InPlaceConverter, IntConvert
 from service.binlog.values import FixedSpec, VarSpec
 
 __all__ = ["COMPILED", "ColumnStep", "StepReader"]
@@ -35,7 +35,8 @@ VAR: Final = 4  # 1- to 4-byte length prefix, then text `codec` / `convert` / ra
 class ColumnStep:
     """How to read one column of one row-image pattern."""
 
-    __slots__ = ("name", "kind", "size", "signed", "wrap", "convert", "in_place", "unpack", "codec", "keyed")
+    __slots__ = ("name", "kind", "size", "signed", "wrap", "convert", "int_native", "in_place", "native",
+                 "unpack", "codec", "keyed")  # fmt: skip
 
     def __init__(self, name: str, spec: FixedSpec | VarSpec | None) -> None:
         self.name = name
@@ -44,7 +45,9 @@ class ColumnStep:
         self.signed = False
         self.wrap = 0  # a signed integer whose top bit is set is negative: value - wrap
         self.convert: Callable[[Any], Any] | None = None
+        self.int_native: IntConvert | None = None  # `convert` when a class: `apply` called natively
         self.in_place: InPlaceConverter[Any] | None = None  # BYTES converted without a slice
+        self.native: InPlace | None = None  # the same, when a class whose `read` is called natively
         self.unpack: Callable[[bytes, int], tuple[Any, ...]] | None = None
         self.codec = ""
         # an UPDATE compares this column's raw form between its images (StepReader.read)
@@ -53,10 +56,14 @@ class ColumnStep:
             self.size, self.convert = spec.size, spec.convert
             if spec.code.endswith("s"):
                 self.kind, self.in_place = BYTES, spec.in_place
+                if isinstance(spec.in_place, InPlace):
+                    self.native = spec.in_place
             elif spec.code in ("f", "d"):
                 self.kind, self.unpack = FLOAT, struct.Struct("<" + spec.code).unpack_from
             else:
                 self.kind = INT
+                if isinstance(spec.convert, IntConvert):
+                    self.int_native = spec.convert
                 if spec.code.islower():
                     self.signed, self.wrap = True, 1 << (self.size * 8)
             self.keyed = spec.convert is not None  # fixed-width values are all immutable
@@ -130,11 +137,17 @@ class StepReader:
                 end = pos + step.size
                 if end > len(buf):
                     raise IndexError("fixed-width value runs past the row data")
-                in_place = step.in_place
-                if in_place is not None and keys is None and before_keys is None:
-                    row[step.name] = in_place(buf, pos)  # no raw form needed: no slice
-                    pos = end
-                    continue
+                if keys is None and before_keys is None:  # no raw form needed: no slice
+                    native = step.native
+                    if native is not None:
+                        row[step.name] = native.read(buf, pos)
+                        pos = end
+                        continue
+                    in_place = step.in_place
+                    if in_place is not None:
+                        row[step.name] = in_place(buf, pos)
+                        pos = end
+                        continue
                 value = buf[pos:end]
                 pos = end
                 if step.keyed:
@@ -160,7 +173,11 @@ class StepReader:
                 except UnicodeDecodeError:
                     pass
             convert = step.convert
-            row[step.name] = value if convert is None else convert(value)
+            if convert is None:
+                row[step.name] = value
+            else:
+                int_native = step.int_native
+                row[step.name] = convert(value) if int_native is None else int_native.apply(value)
         return row, pos
 
 

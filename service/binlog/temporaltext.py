@@ -15,7 +15,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Final
 
-from service.binlog.inplace import InPlaceConverter
+from service.binlog.inplace import InPlace, InPlaceConverter
 from service.binlog.temporal import (
     _FRAC_MUL,
     FRAC_BYTES,
@@ -29,6 +29,10 @@ from service.binlog.utctext import UtcText
 from service.errors import InvalidValue
 
 __all__ = [
+    "DateText",
+    "Datetime2Text",
+    "Time2Text",
+    "Timestamp2Text",
     "make_date_text_converter",
     "make_datetime2_text_converter",
     "make_time2_text_converter",
@@ -36,6 +40,7 @@ __all__ = [
 ]
 
 _2D: Final = tuple(f"{i:02d}" for i in range(100))  # "00".."99": no format spec per field
+_3D: Final = tuple(f"{i:03d}" for i in range(1000))  # a fraction's two halves, likewise
 _DAYS: Final = (0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
 
 
@@ -82,18 +87,34 @@ def _datetime2_prefix(minute: int) -> str | None:
 
 def make_datetime2_text_converter(fsp: int) -> InPlaceConverter[str]:
     """DATETIME2(fsp) bytes -> "YYYY-MM-DD HH:MM:SS[.ffffff]" (temporal.make_datetime2_converter)."""
-    frac_len, frac_mul = FRAC_BYTES[fsp], _FRAC_MUL[fsp]
-    typed = make_datetime2_converter(fsp)
-    prefixes: dict[int, str] = {}
+    return Datetime2Text(fsp)
 
-    def convert(raw: bytes, at: int = 0) -> str:
+
+class Datetime2Text(InPlace):
+    """make_datetime2_text_converter's converter, a class the compiled row reader calls natively
+    (inplace.py). The last minute's prefix is kept apart from the dict: consecutive rows mostly
+    share it, and a dict lookup by int boxes the int first."""
+
+    def __init__(self, fsp: int) -> None:
+        self.frac_len, self.frac_mul = FRAC_BYTES[fsp], _FRAC_MUL[fsp]
+        self.typed = make_datetime2_converter(fsp)
+        self.prefixes: dict[int, str] = {}
+        self.last_minute = -1
+        self.last_prefix = ""
+
+    def read(self, raw: bytes, at: int) -> str:
         intpart = (
             raw[at] << 32 | raw[at + 1] << 24 | raw[at + 2] << 16 | raw[at + 3] << 8 | raw[at + 4]
         ) - 0x8000000000
-        us = _fraction_us(raw, at + 5, frac_len, frac_mul)
+        us = _fraction_us(raw, at + 5, self.frac_len, self.frac_mul)
         s = intpart & 63
         if intpart > 0 and s <= 59:
             minute = intpart >> 6
+            if minute == self.last_minute:
+                if us:  # _frac_text's digits, without str() and padding
+                    return f"{self.last_prefix}{_2D[s]}.{_3D[us // 1000]}{_3D[us % 1000]}"
+                return f"{self.last_prefix}{_2D[s]}"
+            prefixes = self.prefixes
             prefix = prefixes.get(minute)
             if prefix is None:
                 prefix = _datetime2_prefix(minute)
@@ -102,13 +123,15 @@ def make_datetime2_text_converter(fsp: int) -> InPlaceConverter[str]:
                         prefixes.clear()
                     prefixes[minute] = prefix
             if prefix is not None:
+                self.last_minute, self.last_prefix = minute, prefix
                 return f"{prefix}{_2D[s]}{_frac_text(us)}"
-        value = typed(raw, at)  # MySQL's text of a zero/partial date, or InvalidValue
+        value = self.typed(raw, at)  # MySQL's text of a zero/partial date, or InvalidValue
         if isinstance(value, str):
             return value
         return _datetime_text(value)  # not reached: the checks above are datetime()'s
 
-    return convert
+    def __call__(self, raw: bytes, at: int = 0) -> str:
+        return self.read(raw, at)
 
 
 def _datetime_text(v: datetime) -> str:
@@ -139,32 +162,60 @@ def make_timestamp2_text_converter(fsp: int, tagged: bool = False) -> InPlaceCon
     """TIMESTAMP2(fsp) bytes -> "YYYY-MM-DDTHH:MM:SS[.ffffff]Z" in UTC, or MySQL's zero
     "0000-00-00 00:00:00" (temporal.make_timestamp2_converter, temporal.utc_datetime).
     `tagged`: the UTC text as a UtcText (DecodeOptions.stored_text)."""
-    frac_len, frac_mul = FRAC_BYTES[fsp], _FRAC_MUL[fsp]
-    prefixes: dict[int, str] = {}
+    return Timestamp2Text(fsp, tagged)
 
-    def convert(raw: bytes, at: int = 0) -> str:
+
+class Timestamp2Text(InPlace):
+    """make_timestamp2_text_converter's converter (a class: see Datetime2Text)."""
+
+    def __init__(self, fsp: int, tagged: bool) -> None:
+        self.frac_len, self.frac_mul = FRAC_BYTES[fsp], _FRAC_MUL[fsp]
+        self.tagged = tagged
+        self.prefixes: dict[int, str] = {}
+        self.last_minute = -1
+        self.last_prefix = ""
+
+    def read(self, raw: bytes, at: int) -> str:
         sec = raw[at] << 24 | raw[at + 1] << 16 | raw[at + 2] << 8 | raw[at + 3]
-        us = _fraction_us(raw, at + 4, frac_len, frac_mul)
+        us = _fraction_us(raw, at + 4, self.frac_len, self.frac_mul)
         if sec == 0 and us == 0:
             return ZERO_DATETIME
         minute = sec // 60
-        prefix = prefixes.get(minute)
-        if prefix is None:
-            if len(prefixes) >= _PREFIXES:
-                prefixes.clear()
-            prefix = prefixes[minute] = _utc_prefix(minute)
-        text = f"{prefix}{_2D[sec - minute * 60]}{_frac_text(us)}Z"
-        return UtcText(text) if tagged else text
+        if minute == self.last_minute:
+            prefix = self.last_prefix
+        else:
+            prefixes = self.prefixes
+            found = prefixes.get(minute)
+            if found is None:
+                if len(prefixes) >= _PREFIXES:
+                    prefixes.clear()
+                found = prefixes[minute] = _utc_prefix(minute)
+            prefix = self.last_prefix = found
+            self.last_minute = minute
+        if us:  # _frac_text's digits, without str() and padding
+            text = f"{prefix}{_2D[sec - minute * 60]}.{_3D[us // 1000]}{_3D[us % 1000]}Z"
+        else:
+            text = f"{prefix}{_2D[sec - minute * 60]}Z"
+        return UtcText(text) if self.tagged else text
 
-    return convert
+    def __call__(self, raw: bytes, at: int = 0) -> str:
+        return self.read(raw, at)
 
 
 def make_time2_text_converter(fsp: int) -> InPlaceConverter[str]:
     """TIME2(fsp) bytes -> "[-]HH:MM:SS[.ffffff]" (temporal.decode_time2, canonical's TIME)."""
-    size = 3 + FRAC_BYTES[fsp]
+    return Time2Text(fsp)
 
-    def convert(raw: bytes, at: int = 0) -> str:
-        packed = time2_packed(raw[at : at + size], fsp)
+
+class Time2Text(InPlace):
+    """make_time2_text_converter's converter (a class: see Datetime2Text)."""
+
+    def __init__(self, fsp: int) -> None:
+        self.fsp = fsp
+        self.size = 3 + FRAC_BYTES[fsp]
+
+    def read(self, raw: bytes, at: int) -> str:
+        packed = time2_packed(raw[at : at + self.size], self.fsp)
         negative = packed < 0
         if negative:
             packed = -packed
@@ -176,13 +227,19 @@ def make_time2_text_converter(fsp: int) -> InPlaceConverter[str]:
         hours = _2D[h] if h < 100 else str(h)
         return f"{sign}{hours}:{_2D[mi]}:{_2D[s]}{_frac_text(us)}"
 
-    return convert
+    def __call__(self, raw: bytes, at: int = 0) -> str:
+        return self.read(raw, at)
 
 
 def make_date_text_converter() -> InPlaceConverter[str]:
     """DATE (3 bytes) -> "YYYY-MM-DD" (temporal.decode_date; zero and partial dates as they are)."""
+    return DateText()
 
-    def convert(raw: bytes, at: int = 0) -> str:
+
+class DateText(InPlace):
+    """make_date_text_converter's converter (a class: see Datetime2Text)."""
+
+    def read(self, raw: bytes, at: int) -> str:
         v = raw[at] | raw[at + 1] << 8 | raw[at + 2] << 16
         y, m, d = v >> 9, (v >> 5) & 15, v & 31
         if _valid_date(y, m, d):
@@ -192,4 +249,5 @@ def make_date_text_converter() -> InPlaceConverter[str]:
             return value
         return _date_text(value.year, value.month, value.day)  # not reached: as date() checks
 
-    return convert
+    def __call__(self, raw: bytes, at: int = 0) -> str:
+        return self.read(raw, at)

@@ -17,7 +17,7 @@ from service.binlog.charsets import codec_for_collation, decode_latin1
 from service.binlog.compress import mariadb_uncompress_value
 from service.binlog.constants import ColumnType as T
 from service.binlog.decimal import decimal_size, make_decimal_converter, make_decimal_text_converter
-from service.binlog.inplace import InPlaceConverter
+from service.binlog.inplace import InPlaceConverter, IntConvert
 from service.binlog.jsonb import decode_json, decode_json_diffs
 from service.binlog.schema import Column
 from service.binlog.stats import DecoderStats
@@ -40,7 +40,16 @@ from service.binlog.temporaltext import (
 )
 from service.errors import InvalidValue, UnknownColumnType
 
-__all__ = ["FixedSpec", "Geometry", "Reader", "VarSpec", "column_spec", "float32_value", "text_decoder"]
+__all__ = [
+    "EnumMembers",
+    "FixedSpec",
+    "Geometry",
+    "Reader",
+    "VarSpec",
+    "column_spec",
+    "float32_value",
+    "text_decoder",
+]
 
 Reader = Callable[[bytes, int], tuple[Any, int]]
 _F = struct.Struct("<f")
@@ -156,13 +165,20 @@ def _prefixed(nbytes: int, convert: Callable[[bytes], Any]) -> Reader:
 def _enum(values: tuple[str, ...] | None) -> Callable[[int], Any]:
     if values is None:
         return lambda i: i
+    return EnumMembers(values)
 
-    def conv(i: int) -> Any:
-        if 1 <= i <= len(values):
-            return values[i - 1]
-        return "" if i == 0 else i
 
-    return conv
+class EnumMembers(IntConvert):
+    """An ENUM's index -> its member's name ("" for 0, the index itself when out of range)."""
+
+    def __init__(self, values: tuple[str, ...]) -> None:
+        self.values = values
+        self.count = len(values)
+
+    def apply(self, value: int) -> Any:
+        if 1 <= value <= self.count:
+            return self.values[value - 1]
+        return "" if value == 0 else value
 
 
 def _set(values: tuple[str, ...] | None) -> Callable[[bytes], Any]:

@@ -1,128 +1,42 @@
 """The `binlog-mirror` command line: thin wrappers that build settings and call the service.
-
 The CLI is the composition root: the only package that imports both `api` and `service`
 (import-linter contracts in pyproject.toml). One module per command group; `common` holds what
 they share, so no command module imports this one.
+
+This package itself is light. `main`, the console script, runs a plain `binlog-mirror decode
+FILE...` (no option, no log setting in the environment) with service/cli/decodefiles.py alone:
+no typer, click or other command's modules, which were a twentieth of decoding a 300 MB binlog
+as a whole process (issue 42). Anything else (an option, --help, another command) goes to the
+typer app (service/cli/typerapp.py), imported only then; `service.cli.app` is that app, imported on
+first use.
 """
 
 from __future__ import annotations
 
-import os
 import sys
-from enum import StrEnum
-from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Any
 
-import typer
+from service.cli.plain import plain_decode, run_plain_decode
 
-from service.cli import batch, ctl, decode, run, schema, stack, stream, verify
-from service.cli.options import GlobalOptionsGroup
-from service.logsetup import configure
+if TYPE_CHECKING:
+    from service.cli.typerapp import app
 
-__all__ = ["app"]
+__all__ = ["app", "main", "plain_decode", "run_plain_decode"]
 
 
-class _App(typer.Typer):
-    """The app, with one shortcut: a plain `binlog-mirror decode FILE...` (no option, no log
-    setting in the environment) runs the command without click's parsing. Building the parameters
-    imports typer's pydantic adapters: about 0.1-0.2 s, a twentieth of decoding a 300 MB binlog,
-    paid by every offline decode (issue 42: decode timed as whole processes). Anything else (an
-    option, --help, another command) goes through typer as before."""
+def main() -> Any:
+    """The `binlog-mirror` console script and `python -m service`."""
+    files = plain_decode(sys.argv[1:])
+    if files is not None:
+        return run_plain_decode(files)
+    from service.cli.typerapp import app
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if not args and set(kwargs) <= {"prog_name"}:  # the console script, python -m service
-            files = _plain_decode(sys.argv[1:])
-            if files is not None:
-                return _run_plain_decode(files)
-        return super().__call__(*args, **kwargs)
+    return app(prog_name="binlog-mirror")
 
 
-def _plain_decode(argv: list[str]) -> list[Path] | None:
-    """The files of `decode FILE...` when that is all the command line says, else None."""
-    if len(argv) < 2 or argv[0] != "decode" or any(a.startswith("-") for a in argv[1:]):
-        return None
-    if any(os.environ.get(f"BINLOG_MIRROR_LOG_{name}") for name in ("LEVEL", "FORMAT")):
-        return None
-    return [Path(a) for a in argv[1:]]
+def __getattr__(name: str) -> Any:
+    if name == "app":  # the typer app, imported on first use
+        from service.cli.typerapp import app
 
-
-def _run_plain_decode(files: list[Path]) -> None:
-    # What typer does around the command: the global options' defaults (main), then the
-    # standalone mode's exits (typer.Exit's code, 130 on Ctrl-C).
-    configure("info", "text")
-    try:
-        decode.decode(files)
-    except typer.Exit as exc:
-        sys.exit(exc.exit_code)
-    except KeyboardInterrupt:
-        sys.exit(130)
-
-
-app = _App(
-    cls=GlobalOptionsGroup,  # global options work before or after the subcommand
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,  # a bug prints a plain traceback, not an 80-column box
-    rich_markup_mode=None,  # usage errors as click's one "Error: ..." line, not a wrapped box
-    help="Keep a Redis mirror of MySQL tables in sync.",
-)
-app.add_typer(stack.stack_app, name="stack")
-app.add_typer(ctl.ctl_app, name="ctl")
-app.add_typer(schema.schema_app, name="schema")
-app.command("stream")(stream.stream)
-app.command("decode")(decode.decode)
-app.command("run")(run.run)
-app.command("demo")(run.demo)
-app.command("snapshot")(batch.snapshot)
-app.command("replay")(batch.replay)
-app.command("compact")(batch.compact)
-app.command("load")(batch.load)
-app.command("verify")(verify.verify)
-
-
-def _version(value: bool) -> None:
-    if value:
-        from service.version import compiled, version
-
-        typer.echo(f"binlog-mirror {version()} ({'compiled' if compiled() else 'pure Python'} decoder)")
-        raise typer.Exit()
-
-
-class LogLevel(StrEnum):
-    debug = "debug"
-    info = "info"
-    warning = "warning"
-    error = "error"
-
-
-class LogFormatChoice(StrEnum):
-    text = "text"
-    json = "json"
-
-
-@app.callback()
-def main(
-    verbose: Annotated[
-        bool, typer.Option("--verbose", "-v", help="Debug logging (= --log-level debug).")
-    ] = False,
-    log_level: Annotated[
-        LogLevel, typer.Option("--log-level", envvar="BINLOG_MIRROR_LOG_LEVEL", case_sensitive=False)
-    ] = LogLevel.info,
-    log_format: Annotated[
-        LogFormatChoice,
-        typer.Option(
-            "--log-format",
-            envvar="BINLOG_MIRROR_LOG_FORMAT",
-            case_sensitive=False,
-            help="json: one object per line (time, level, logger, message and the record's fields).",
-        ),
-    ] = LogFormatChoice.text,
-    _show_version: Annotated[
-        bool,
-        typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit."),
-    ] = False,
-) -> None:
-    """Global options may come before or after the subcommand."""
-    configure(
-        "debug" if verbose else log_level.value, "json" if log_format is LogFormatChoice.json else "text"
-    )
+        return app
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

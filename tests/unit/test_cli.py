@@ -1,5 +1,5 @@
-"""The command line's shape: the `binlog-mirror` entry point (`service.cli:app`) and
-`python -m service` reach every command group of the service/cli package."""
+"""The command line's shape: the `binlog-mirror` entry point (`service.cli:main`, whose typer app is
+`service.cli.app`) and `python -m service` reach every command group of the service/cli package."""
 
 from __future__ import annotations
 
@@ -58,11 +58,11 @@ def test_a_plain_decode_skips_click_and_prints_the_same_bytes(tmp_path: object) 
     import os
     from pathlib import Path
 
-    from service.cli import _plain_decode
+    from service.cli import plain_decode
 
-    assert _plain_decode(["decode", "a", "b"]) == [Path("a"), Path("b")]
+    assert plain_decode(["decode", "a", "b"]) == [Path("a"), Path("b")]
     for argv in (["decode"], ["decode", "--events", "a"], ["decode", "a", "-v"], ["stream", "a"], []):
-        assert _plain_decode(argv) is None, argv
+        assert plain_decode(argv) is None, argv
     vector = Path(__file__).parents[1] / "fixtures/binlog/vectors/mysql-5.7/mysql-bin.checksum-none"
     run = [sys.executable, "-m", "service", "decode", str(vector), str(vector)]
     env = {k: v for k, v in os.environ.items() if not k.startswith("BINLOG_MIRROR_LOG_")}
