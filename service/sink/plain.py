@@ -44,7 +44,7 @@ from typing import Any, Final, cast
 import hiredis
 
 from service.binlog.rowchange import Row
-from service.sink.derive import HIDDEN, Derivation, counts_field, derivation_of, encode_entries, read_fields
+from service.sink.derive import HIDDEN, Derivation, counts_field, derivation_of, encode_raw, read_fields
 from service.sink.ir import AddMember, ApplyCall, SetFields, TableKeys, WriteRow
 from service.sink.keys import DERIVED_COUNTS_SUFFIX, DERIVED_SUFFIX
 from service.sink.values import hash_text, row_fields
@@ -279,32 +279,32 @@ class _Entries:
         d = shaped.derivation
         row = op.row
         # (the caller packed the row: each value's text is a str or bytes)
-        member, found = d.entries(
+        member, found = d.raw_entries(
             {k: hash_text(v) for k in shaped.reads if (v := row.get(k)) is not None}, key
         )
         if member is None:
             return True  # no entries yet (derive.lua's underive of a row without any: nothing)
         try:
-            record = encode_entries(shaped.tag, member, found)
+            record = encode_raw(shaped.tag, member, found)
         except UnicodeEncodeError:  # bytes in a text column's key part: left to the script
             return False
         counts = f"{t.base}:{DERIVED_COUNTS_SUFFIX}"
-        for e in found:
-            if e.kind == "k":
-                self.copies.append(e.key)
+        for kind, ekey, score, index in found:
+            if kind == "k":
+                self.copies.append(ekey)
                 if d.hidden:
                     shown = {k: v for k, v in row.items() if not k.startswith(HIDDEN)}
-                    self.copy_hsets += pack_hset(self.copy_writes, e.key, shown) > 0
+                    self.copy_hsets += pack_hset(self.copy_writes, ekey, shown) > 0
                 elif packed:  # the row's HSET, another key
-                    self.copy_writes += (packed[0], packed[1], _bulk(e.key.encode()), *packed[3:])
+                    self.copy_writes += (packed[0], packed[1], _bulk(ekey.encode()), *packed[3:])
                     self.copy_hsets += 1
-            elif e.kind == "u":
-                self.unique += (e.key, member)
-            elif e.kind == "s":
-                self.sets.setdefault(e.key, []).append(member)
+            elif kind == "u":
+                self.unique += (ekey, member)
+            elif kind == "s":
+                self.sets.setdefault(ekey, []).append(member)
             else:
-                self.zsets.setdefault(e.key, []).extend((e.score, member))
-            field = (counts, shaped.counted[e.index])
+                self.zsets.setdefault(ekey, []).extend((score, member))
+            field = (counts, shaped.counted[index])
             self.counts[field] = self.counts.get(field, 0) + 1
         suffixes += (op.suffix, record)
         return True
