@@ -264,18 +264,30 @@ class _Entries:
         self.sets: dict[str, list[str]] = {}  # set key -> members
         self.zsets: dict[str, list[str]] = {}  # zset key -> score member ...
         self.records: dict[str, list[str]] = {}  # `__derived` -> suffix record ...
-        self.counts: dict[tuple[str, str], int] = {}  # (`__derivedcounts`, field) -> increment
-        self.rows: set[tuple[str, str]] = set()  # (`__derived`, suffix) of the rows noted
+        # (`__derivedcounts`, tag) -> (each index's field, its increment)
+        self.tallies: dict[tuple[str, str], tuple[tuple[str, ...], list[int]]] = {}
+        self.rows: set[str] = set()  # the keys of the rows noted
+        # the last row's table and shape: its `__derived` record list and its tally
+        self._table: TableKeys | None = None
+        self._shaped: _Shaped | None = None
+        self._records: list[str] = []
+        self._tally: list[int] = []
 
     def add(self, t: TableKeys, shaped: _Shaped, op: WriteRow, key: str, packed: list[bytes]) -> bool:
         """Note the entries of row `op` (stored at `key`, by the HSET `packed`: pack_hset's
         pieces); False when the call cannot take them in this form (the same row twice: its
         second write moves the first one's entries)."""
-        derived = f"{t.base}:{DERIVED_SUFFIX}"
-        if (derived, op.suffix) in self.rows:
+        if key in self.rows:
             return False
-        self.rows.add((derived, op.suffix))
-        suffixes = self.records.setdefault(derived, [])
+        self.rows.add(key)
+        if t is not self._table or shaped is not self._shaped:
+            self._table, self._shaped = t, shaped
+            self._records = self.records.setdefault(f"{t.base}:{DERIVED_SUFFIX}", [])
+            counts = (f"{t.base}:{DERIVED_COUNTS_SUFFIX}", shaped.tag)
+            tally = self.tallies.get(counts)
+            if tally is None:
+                tally = self.tallies[counts] = (shaped.counted, [0] * len(shaped.counted))
+            self._tally = tally[1]
         d = shaped.derivation
         row = op.row
         # (the caller packed the row: each value's text is a str or bytes)
@@ -288,7 +300,7 @@ class _Entries:
             record = encode_raw(shaped.tag, member, found)
         except UnicodeEncodeError:  # bytes in a text column's key part: left to the script
             return False
-        counts = f"{t.base}:{DERIVED_COUNTS_SUFFIX}"
+        counted = self._tally
         for kind, ekey, score, index in found:
             if kind == "k":
                 self.copies.append(ekey)
@@ -304,9 +316,8 @@ class _Entries:
                 self.sets.setdefault(ekey, []).append(member)
             else:
                 self.zsets.setdefault(ekey, []).extend((score, member))
-            field = (counts, shaped.counted[index])
-            self.counts[field] = self.counts.get(field, 0) + 1
-        suffixes += (op.suffix, record)
+            counted[index] += 1
+        self._records += (op.suffix, record)
         return True
 
     def commands(self, out: list[Command | bytes]) -> int:
@@ -320,7 +331,8 @@ class _Entries:
         out.extend(("SADD", key, *ms) for key, ms in self.sets.items())
         out.extend(("ZADD", key, *ms) for key, ms in self.zsets.items())
         out.extend(("HSET", key, *rs) for key, rs in self.records.items() if rs)
-        out.extend(("HINCRBY", key, field, n) for (key, field), n in self.counts.items())
+        for (key, _), (fields, ns) in self.tallies.items():
+            out.extend(("HINCRBY", key, field, n) for field, n in zip(fields, ns, strict=True) if n)
         return self.copy_hsets
 
     def checks(self) -> list[str | int]:
