@@ -302,13 +302,18 @@ local function move_entries(spec, derived, suffix, flat, m, nulls, first, last, 
     else redis.call('ZADD', ikey, ARGV[k + 2], member) end
   end
   if #spec.k > 0 then                    -- the copy: the changes less the hidden fields
-    local shown, n = visible_fields(flat, 2 * m)
-    if n > 0 then batched('HSET', member, 1, n, shown) end
-    local gone = {}
-    for k = first, last do
-      if string.byte(nulls[k], 1) ~= 0 then gone[#gone + 1] = nulls[k] end
+    if not spec.h then                   -- (rows without hidden fields: the changes as they are)
+      if m > 0 then batched('HSET', member, 1, 2 * m, flat) end
+      if last >= first then batched('HDEL', member, first, last, nulls) end
+    else
+      local shown, n = visible_fields(flat, 2 * m)
+      if n > 0 then batched('HSET', member, 1, n, shown) end
+      local gone = {}
+      for k = first, last do
+        if string.byte(nulls[k], 1) ~= 0 then gone[#gone + 1] = nulls[k] end
+      end
+      if #gone > 0 then batched('HDEL', member, 1, #gone, gone) end
     end
-    if #gone > 0 then batched('HDEL', member, 1, #gone, gone) end
   end
   redis.call('HSET', derived, suffix, record)
   -- the counts change at the end of the call (derive_flush): a count read only between calls
