@@ -307,17 +307,22 @@ class _Entries:
                 if d.hidden:
                     shown = {k: v for k, v in row.items() if not k.startswith(HIDDEN)}
                     self.copy_hsets += pack_hset(self.copy_writes, ekey, shown) > 0
-                elif packed:  # the row's HSET, another key
-                    self.copy_writes += (packed[0], packed[1], _bulk(ekey.encode()), *packed[3:])
+                elif packed:  # the row's HSET, another key (its pieces copied, the key replaced)
+                    writes = self.copy_writes
+                    at = len(writes) + 2
+                    writes.extend(packed)
+                    writes[at] = _bulk(ekey.encode())
                     self.copy_hsets += 1
             elif kind == "u":
-                self.unique += (ekey, member)
+                self.unique.append(ekey)
+                self.unique.append(member)
             elif kind == "s":
                 self.sets.setdefault(ekey, []).append(member)
             else:
                 self.zsets.setdefault(ekey, []).extend((score, member))
             counted[index] += 1
-        self._records += (op.suffix, record)
+        self._records.append(op.suffix)
+        self._records.append(record)
         return True
 
     def commands(self, out: list[Command | bytes]) -> int:
