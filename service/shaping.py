@@ -150,6 +150,12 @@ class Shape:
         """`row` (whole or partial image) as the mirror stores it: the kept columns under their
         field names, then the hidden ones."""
         fields, hidden = self.fields, self.hidden
+        if not self.renames and not hidden:  # (most sections: a copy less the dropped columns)
+            kept = dict(row)
+            for k in self.dropped:
+                kept.pop(k, None)
+            if kept.keys() <= fields.keys():  # (else a column unknown when shaped: filtered below)
+                return kept
         out = {fields[k]: v for k, v in row.items() if k in fields}
         if hidden:
             out.update((hidden[k], v) for k, v in row.items() if k in hidden)

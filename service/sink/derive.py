@@ -40,11 +40,13 @@ __all__ = [
     "Entry",
     "IndexSpec",
     "Part",
+    "RawEntry",
     "Ttl",
     "counts_field",
     "derivation_of",
     "decode_entries",
     "encode_entries",
+    "encode_raw",
     "entry_moves",
     "has_documents",
     "hides",
@@ -109,6 +111,11 @@ class Entry:
     index: int = 0  # its index's number in the spec (1, 2, ...); 0: the row's copy
 
 
+# An entry as the per-row paths keep it (kind, key, score, index): Entry's fields, without an
+# object per entry (a dataclass's __init__ is interpreted code even in the compiled build)
+RawEntry = tuple[str, str, str, int]
+
+
 def has_documents(spec_text: str) -> bool:
     """Whether a spec names its table's roles in documents (spec "d")."""
     return ',"d":"' in spec_text
@@ -156,35 +163,91 @@ def entry_moves(
     `read_fields` names) does to a row's entries, as lua/derive.lua's `derive` would: (member,
     expected record, new record, drops (kind, key), adds (kind, key, score), count changes); None
     when the member changes (a key template's field: the copy moves whole), a ttl, or a row
-    without entries."""
+    without entries. (An index whose fields the update leaves keeps its entry: rendered and
+    encoded once for both records.)"""
     d, tag = derivation_of(spec_text)
     if d.ttl is not None or d.documents is not None:
         return None
-    member, old = d.entries(before, own_key)
-    new_member, new = d.entries(after, own_key)
-    if member is None or member != new_member:
-        return None
+    member: str | None = own_key
+    if d.key is not None:
+        member = d.render(d.key, before)
+        if member is None:
+            return None
+        if _reads_changed(d.key, None, before, after) and d.render(d.key, after) != member:
+            return None
+    assert member is not None
+    old: list[RawEntry] = []
+    new: list[RawEntry] = []
+    old_pieces: list[str] = []
+    new_pieces: list[str] = []
     try:
-        expected, record = encode_entries(tag, member, old), encode_entries(tag, member, new)
+        old_pieces.append(_lv(tag) + _lv(member))
+        if d.key is not None:
+            piece = "k" + _lv(member)
+            old.append(("k", member, "", 0))
+            new.append(("k", member, "", 0))
+            old_pieces.append(piece)
+            new_pieces.append(piece)
+        for number, ix in enumerate(d.indexes, 1):
+            o = _index_entry(ix, number, before)
+            if o is not None:
+                old.append(o)
+                old_pieces.append(_piece(o))
+            if not _reads_changed(ix.parts, ix.score, before, after):
+                if o is not None:
+                    new.append(o)
+                    new_pieces.append(old_pieces[-1])
+                continue
+            n = _index_entry(ix, number, after)
+            if n is not None:
+                new.append(n)
+                new_pieces.append(_piece(n))
     except UnicodeEncodeError:  # (bytes in a text column's key part: the script derives it)
         return None
-    before_ids = {(e.kind, e.key, e.score) for e in old}
-    after_ids = {(e.kind, e.key, e.score) for e in new}
+    expected = "".join(old_pieces)
+    record = old_pieces[0] + "".join(new_pieces)
+    before_ids = {e[:3] for e in old}
+    after_ids = {e[:3] for e in new}
     counts: dict[str, int] = {}
     drops: list[tuple[str, str]] = []
     adds: list[tuple[str, str, str]] = []
     for e in old:
-        if (e.kind, e.key, e.score) not in after_ids:
-            drops.append((e.kind, e.key))
-            f = counts_field(tag, e.index)
+        if e[:3] not in after_ids:
+            drops.append((e[0], e[1]))
+            f = counts_field(tag, e[3])
             counts[f] = counts.get(f, 0) - 1
     for e in new:
-        if (e.kind, e.key, e.score) not in before_ids:
-            adds.append((e.kind, e.key, e.score))
-            f = counts_field(tag, e.index)
+        if e[:3] not in before_ids:
+            adds.append((e[0], e[1], e[2]))
+            f = counts_field(tag, e[3])
             counts[f] = counts.get(f, 0) + 1
     changed = tuple((f, n) for f, n in counts.items() if n)
     return member, expected, record, tuple(drops), tuple(adds), changed
+
+
+def _reads_changed(
+    parts: Sequence[Part], score: str | None, before: Mapping[str, Stored], after: Mapping[str, Stored]
+) -> bool:
+    """Whether a template's fields (and a score's) differ between two rows."""
+    for p in parts:
+        if p.field and before.get(p.text) != after.get(p.text):
+            return True
+    return score is not None and before.get(score) != after.get(score)
+
+
+def _index_entry(ix: IndexSpec, number: int, row: Mapping[str, Stored]) -> RawEntry | None:
+    """The entry of index `ix` (its number `number`) for a stored row; None: NULL, no entry."""
+    key = Derivation.render(ix.parts, row)
+    if key is None:
+        return None
+    if ix.kind == "z":
+        assert ix.score is not None
+        value = row.get(ix.score)
+        score = score_of(value, ix.temporal) if value is not None else None
+        if score is None:
+            return None
+        return ("z", key, score, number)
+    return (ix.kind, key, "", number)
 
 
 _derivations: dict[str, tuple[Derivation, str]] = {}
@@ -279,17 +342,32 @@ def json_fields(doc: bytes, conv: Mapping[str, str]) -> dict[str, Stored]:
 
 
 def _lv(text: str) -> str:
-    return f"{len(text.encode())}:{text}"
+    n = len(text) if text.isascii() else len(text.encode())
+    return f"{n}:{text}"
+
+
+def _piece(e: RawEntry) -> str:
+    """One entry's part of a `__derived` value (encode_entries)."""
+    kind = e[0]
+    if kind == "k":
+        return "k" + _lv(e[1])
+    number = str(e[3])
+    piece = f"{kind}{len(number)}:{number}{_lv(e[1])}"
+    return piece + _lv(e[2]) if kind == "z" else piece
 
 
 def encode_entries(tag: str, member: str, entries: Sequence[Entry]) -> str:
     """A `__derived` value: the spec's tag, the member the entries hold (the row's key), then each
     entry: its kind, its index's number (not for the copy, "k"), its key and (zset) its score,
     `len:text` each (len in bytes)."""
+    return encode_raw(tag, member, [(e.kind, e.key, e.score, e.index) for e in entries])
+
+
+def encode_raw(tag: str, member: str, entries: Sequence[RawEntry]) -> str:
+    """encode_entries of raw entries (Derivation.raw_entries)."""
     out = [_lv(tag), _lv(member)]
     for e in entries:
-        number = _lv(str(e.index)) if e.kind != "k" else ""
-        out.append(e.kind + number + _lv(e.key) + (_lv(e.score) if e.kind == "z" else ""))
+        out.append(_piece(e))
     return "".join(out)
 
 
@@ -411,27 +489,23 @@ class Derivation:
         """The member (the row's key) and the entries of a stored row (field -> stored value).
         A row without a key template's column (a partial image merged into a row the mirror did
         not have: a resync reads it again) has none yet: (None, [])."""
-        out: list[Entry] = []
+        member, raw = self.raw_entries(row, own_key)
+        return member, [Entry(*e) for e in raw]
+
+    def raw_entries(self, row: Mapping[str, Stored], own_key: str) -> tuple[str | None, list[RawEntry]]:
+        """`entries` as (kind, key, score, index) tuples (the per-row paths: plain.py, entry_moves)."""
+        out: list[RawEntry] = []
         member = own_key
         if self.key is not None:
             rendered = self.render(self.key, row)
             if rendered is None:
                 return None, []
             member = rendered
-            out.append(Entry("k", member))
+            out.append(("k", member, "", 0))
         for number, ix in enumerate(self.indexes, 1):
-            key = self.render(ix.parts, row)
-            if key is None:
-                continue
-            if ix.kind == "z":
-                assert ix.score is not None
-                value = row.get(ix.score)
-                score = score_of(value, ix.temporal) if value is not None else None
-                if score is None:
-                    continue
-                out.append(Entry("z", key, score, number))
-            else:
-                out.append(Entry(ix.kind, key, "", number))
+            e = _index_entry(ix, number, row)
+            if e is not None:
+                out.append(e)
         return member, out
 
 

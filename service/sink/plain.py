@@ -44,7 +44,7 @@ from typing import Any, Final, cast
 import hiredis
 
 from service.binlog.rowchange import Row
-from service.sink.derive import HIDDEN, Derivation, counts_field, derivation_of, encode_entries, read_fields
+from service.sink.derive import HIDDEN, Derivation, counts_field, derivation_of, encode_raw, read_fields
 from service.sink.ir import AddMember, ApplyCall, SetFields, TableKeys, WriteRow
 from service.sink.keys import DERIVED_COUNTS_SUFFIX, DERIVED_SUFFIX
 from service.sink.values import hash_text, row_fields
@@ -264,49 +264,65 @@ class _Entries:
         self.sets: dict[str, list[str]] = {}  # set key -> members
         self.zsets: dict[str, list[str]] = {}  # zset key -> score member ...
         self.records: dict[str, list[str]] = {}  # `__derived` -> suffix record ...
-        self.counts: dict[tuple[str, str], int] = {}  # (`__derivedcounts`, field) -> increment
-        self.rows: set[tuple[str, str]] = set()  # (`__derived`, suffix) of the rows noted
+        # (`__derivedcounts`, tag) -> (each index's field, its increment)
+        self.tallies: dict[tuple[str, str], tuple[tuple[str, ...], list[int]]] = {}
+        self.rows: set[str] = set()  # the keys of the rows noted
+        # the last row's table and shape: its `__derived` record list and its tally
+        self._table: TableKeys | None = None
+        self._shaped: _Shaped | None = None
+        self._records: list[str] = []
+        self._tally: list[int] = []
 
     def add(self, t: TableKeys, shaped: _Shaped, op: WriteRow, key: str, packed: list[bytes]) -> bool:
         """Note the entries of row `op` (stored at `key`, by the HSET `packed`: pack_hset's
         pieces); False when the call cannot take them in this form (the same row twice: its
         second write moves the first one's entries)."""
-        derived = f"{t.base}:{DERIVED_SUFFIX}"
-        if (derived, op.suffix) in self.rows:
+        if key in self.rows:
             return False
-        self.rows.add((derived, op.suffix))
-        suffixes = self.records.setdefault(derived, [])
+        self.rows.add(key)
+        if t is not self._table or shaped is not self._shaped:
+            self._table, self._shaped = t, shaped
+            self._records = self.records.setdefault(f"{t.base}:{DERIVED_SUFFIX}", [])
+            counts = (f"{t.base}:{DERIVED_COUNTS_SUFFIX}", shaped.tag)
+            tally = self.tallies.get(counts)
+            if tally is None:
+                tally = self.tallies[counts] = (shaped.counted, [0] * len(shaped.counted))
+            self._tally = tally[1]
         d = shaped.derivation
         row = op.row
         # (the caller packed the row: each value's text is a str or bytes)
-        member, found = d.entries(
+        member, found = d.raw_entries(
             {k: hash_text(v) for k in shaped.reads if (v := row.get(k)) is not None}, key
         )
         if member is None:
             return True  # no entries yet (derive.lua's underive of a row without any: nothing)
         try:
-            record = encode_entries(shaped.tag, member, found)
+            record = encode_raw(shaped.tag, member, found)
         except UnicodeEncodeError:  # bytes in a text column's key part: left to the script
             return False
-        counts = f"{t.base}:{DERIVED_COUNTS_SUFFIX}"
-        for e in found:
-            if e.kind == "k":
-                self.copies.append(e.key)
+        counted = self._tally
+        for kind, ekey, score, index in found:
+            if kind == "k":
+                self.copies.append(ekey)
                 if d.hidden:
                     shown = {k: v for k, v in row.items() if not k.startswith(HIDDEN)}
-                    self.copy_hsets += pack_hset(self.copy_writes, e.key, shown) > 0
-                elif packed:  # the row's HSET, another key
-                    self.copy_writes += (packed[0], packed[1], _bulk(e.key.encode()), *packed[3:])
+                    self.copy_hsets += pack_hset(self.copy_writes, ekey, shown) > 0
+                elif packed:  # the row's HSET, another key (its pieces copied, the key replaced)
+                    writes = self.copy_writes
+                    at = len(writes) + 2
+                    writes.extend(packed)
+                    writes[at] = _bulk(ekey.encode())
                     self.copy_hsets += 1
-            elif e.kind == "u":
-                self.unique += (e.key, member)
-            elif e.kind == "s":
-                self.sets.setdefault(e.key, []).append(member)
+            elif kind == "u":
+                self.unique.append(ekey)
+                self.unique.append(member)
+            elif kind == "s":
+                self.sets.setdefault(ekey, []).append(member)
             else:
-                self.zsets.setdefault(e.key, []).extend((e.score, member))
-            field = (counts, shaped.counted[e.index])
-            self.counts[field] = self.counts.get(field, 0) + 1
-        suffixes += (op.suffix, record)
+                self.zsets.setdefault(ekey, []).extend((score, member))
+            counted[index] += 1
+        self._records.append(op.suffix)
+        self._records.append(record)
         return True
 
     def commands(self, out: list[Command | bytes]) -> int:
@@ -320,7 +336,8 @@ class _Entries:
         out.extend(("SADD", key, *ms) for key, ms in self.sets.items())
         out.extend(("ZADD", key, *ms) for key, ms in self.zsets.items())
         out.extend(("HSET", key, *rs) for key, rs in self.records.items() if rs)
-        out.extend(("HINCRBY", key, field, n) for (key, field), n in self.counts.items())
+        for (key, _), (fields, ns) in self.tallies.items():
+            out.extend(("HINCRBY", key, field, n) for field, n in zip(fields, ns, strict=True) if n)
         return self.copy_hsets
 
     def checks(self) -> list[str | int]:

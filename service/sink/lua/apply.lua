@@ -402,6 +402,7 @@ while i <= n do
   end
 end
 flush()
+derive_flush()                           -- op UM's count changes (derive.lua)
 doc_flush()                              -- documents follow this call's rows (document.lua)
 if chunk > 0 and not final then
   redis.call('HSET', progress, 'txn', txn, 'rows', done + nseq, 'first', first)

@@ -157,14 +157,19 @@ local function decode_entries(raw)       -- tag, member, {{kind, key, score, ind
   end
   return tag, member, out
 end
-local function recount(derived, deltas)  -- field -> change of its count; a count at 0 goes
-  local counts = nil
+local function recount(derived, deltas, is_counts)  -- field -> change of its count; a count at 0
+  local counts = is_counts and derived or nil                         -- goes (is_counts: the counts key)
   for f, d in pairs(deltas) do
     if d ~= 0 then
       counts = counts or string.sub(derived, 1, #derived - #DERIVED_SUFFIX) .. DERIVED_COUNTS_SUFFIX
       if redis.call('HINCRBY', counts, f, d) == 0 then redis.call('HDEL', counts, f) end
     end
   end
+end
+local later = {}                         -- counts key -> field -> change: op UM's, written by derive_flush
+local function derive_flush()            -- once per apply call: one HINCRBY per count, not per row
+  for counts, deltas in pairs(later) do recount(counts, deltas, true) end
+  later = {}
 end
 local function count_entries(deltas, tag, entries, by)
   for _, e in ipairs(entries) do
@@ -297,18 +302,25 @@ local function move_entries(spec, derived, suffix, flat, m, nulls, first, last, 
     else redis.call('ZADD', ikey, ARGV[k + 2], member) end
   end
   if #spec.k > 0 then                    -- the copy: the changes less the hidden fields
-    local shown, n = visible_fields(flat, 2 * m)
-    if n > 0 then batched('HSET', member, 1, n, shown) end
-    local gone = {}
-    for k = first, last do
-      if string.byte(nulls[k], 1) ~= 0 then gone[#gone + 1] = nulls[k] end
+    if not spec.h then                   -- (rows without hidden fields: the changes as they are)
+      if m > 0 then batched('HSET', member, 1, 2 * m, flat) end
+      if last >= first then batched('HDEL', member, first, last, nulls) end
+    else
+      local shown, n = visible_fields(flat, 2 * m)
+      if n > 0 then batched('HSET', member, 1, n, shown) end
+      local gone = {}
+      for k = first, last do
+        if string.byte(nulls[k], 1) ~= 0 then gone[#gone + 1] = nulls[k] end
+      end
+      if #gone > 0 then batched('HDEL', member, 1, #gone, gone) end
     end
-    if #gone > 0 then batched('HDEL', member, 1, #gone, gone) end
   end
   redis.call('HSET', derived, suffix, record)
-  local deltas = {}
-  for k = c + 1, after - 1, 2 do deltas[ARGV[k]] = tonumber(ARGV[k + 1]) end
-  recount(derived, deltas)
+  -- the counts change at the end of the call (derive_flush): a count read only between calls
+  local counts = string.sub(derived, 1, #derived - #DERIVED_SUFFIX) .. DERIVED_COUNTS_SUFFIX
+  local deltas = later[counts]
+  if not deltas then deltas = {}; later[counts] = deltas end
+  for k = c + 1, after - 1, 2 do deltas[ARGV[k]] = (deltas[ARGV[k]] or 0) + tonumber(ARGV[k + 1]) end
   return after, true
 end
 local function derive(spec, key, derived, suffix, flat, n)
