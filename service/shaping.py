@@ -24,6 +24,14 @@ from typing import Any
 from service.document_settings import DocumentSettings
 from service.documents import DocumentError, Documents, Stored
 from service.errors import ConfigError
+from service.section_settings import (
+    SHAPE_FORMAT,
+    IndexSettings,
+    SectionSettings,
+    TtlSettings,
+    section_fingerprint,
+    value_of,
+)
 from service.sink.derive import HIDDEN, Derivation, IndexSpec, Part, Ttl, visible
 from service.sink.keys import DOCUMENT_GROUP, KeyLayout, placed_layout
 from service.table_info import ColumnStatus, TableInfo
@@ -48,37 +56,6 @@ __all__ = [
 
 class ShapeError(ConfigError):
     """A `[table."…"]` section that cannot apply to a table (one line: table, section, setting)."""
-
-
-@dataclass(frozen=True, slots=True)
-class IndexSettings:
-    """One `[[table."pattern".index]]` entry."""
-
-    kind: str  # unique | set | zset
-    key: str  # its key template
-    score: str | None = None  # zset: the column whose value is the score
-
-
-@dataclass(frozen=True, slots=True)
-class TtlSettings:
-    """A section's `ttl` as settings read it: `at` a column, or `seconds`."""
-
-    at: str | None = None
-    seconds: int | None = None
-    offset: int = 0  # seconds east of UTC of a DATETIME/DATE `at` column's wall time
-
-
-@dataclass(frozen=True, slots=True)
-class SectionSettings:
-    """One `[table."pattern"]` section as settings read it (service.settings.TableShapeSettings)."""
-
-    key: str | None = None
-    columns: tuple[str, ...] | None = None
-    exclude: tuple[str, ...] = ()
-    rename: tuple[tuple[str, str], ...] = ()
-    indexes: tuple[IndexSettings, ...] = ()
-    ttl: TtlSettings | None = None
-    value: str | None = None  # "hash" | "json": the rows' form; None: the global value_mode
 
 
 def section_tag(section: SectionSettings) -> str | None:
@@ -420,17 +397,16 @@ class Shapes:
         documents: Mapping[str, DocumentSettings] | None = None,
         cluster: bool = False,
     ) -> None:
-        """`cluster`: a Redis Cluster, where a document's tables are in one slot group, that of
-        its key's hash tag (`placement`): their rows' keys are that group's."""
         self.sections = dict(sections)
         self.prefix = prefix  # the mirror's own keys: no template may name one
         self.json_mode = json_mode  # rows are JSON documents (value_mode json): derive reads them so
         self._shapes: dict[tuple[str, str], Shape] = {}
-        base_of = self._cluster_base if cluster else KeyLayout(prefix).table_base
-        self.documents = Documents(documents or {}, base_of)
+        # on a Redis Cluster a document's rows are in its slot group (`placement`)
+        self.documents = Documents(
+            documents or {}, self._group_base if cluster else KeyLayout(prefix).table_base
+        )
         self._doc_tables = self.documents.tables()
-        # (DocumentError: a key without a hash tag, or tables of one document in two slots)
-        self._doc_tags = self.documents.tags(self.tag, prefix) if cluster else {}
+        self._doc_tags = self.documents.tags(self.tag, prefix) if cluster else {}  # (DocumentError)
         self._specs: dict[tuple[str, str], str] = {}  # derive spec texts, until a table is read again
 
     def __bool__(self) -> bool:
@@ -551,7 +527,7 @@ class Shapes:
         tag = self._doc_tags.get((schema, table))
         return DOCUMENT_GROUP + tag if tag is not None else self.tag(schema, table)
 
-    def _cluster_base(self, schema: str, table: str) -> str:
+    def _group_base(self, schema: str, table: str) -> str:
         return placed_layout(self.prefix, schema, table, self.placement(schema, table)).table_base(
             schema, table
         )
@@ -568,33 +544,6 @@ class Shapes:
         digest = hashlib.sha256(f"{section}\n{docs}".encode()).hexdigest()[:16]
         value = self.sections[pattern].value if pattern is not None else None
         return f"{SHAPE_FORMAT}:{digest}" + (f":{value}" if value else "")
-
-
-SHAPE_FORMAT = 1  # bumped when the same settings come to mean other rows
-
-
-def section_fingerprint(section: SectionSettings) -> str:
-    """`{format}:{16 hex}` of the section's settings (list order of columns/exclude/rename not
-    counted: it changes no row)."""
-    canon: dict[str, object] = {
-        "key": section.key,
-        "columns": sorted(section.columns) if section.columns is not None else None,
-        "exclude": sorted(section.exclude),
-        "rename": sorted(section.rename),
-        "index": [[i.kind, i.key, i.score] for i in section.indexes],
-    }
-    if section.ttl is not None:  # (a section without one keeps the fingerprint it had)
-        canon["ttl"] = [section.ttl.at, section.ttl.seconds, section.ttl.offset]
-    digest = hashlib.sha256(json.dumps(canon, sort_keys=True).encode()).hexdigest()[:16]
-    # a `value` is named in the clear: a start that finds the rows in the other form empties the
-    # table before copying it again (`value_of`)
-    return f"{SHAPE_FORMAT}:{digest}" + (f":{section.value}" if section.value else "")
-
-
-def value_of(fingerprint: str, json_mode: bool) -> str:
-    """The value form ("hash"/"json") of rows written in the shape `fingerprint` ("" unshaped)."""
-    named = fingerprint.split(":")[2:]
-    return named[0] if named else "json" if json_mode else "hash"
 
 
 def _templates(shape: Shape) -> list[tuple[str, tuple[Part, ...]]]:
