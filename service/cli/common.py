@@ -23,8 +23,11 @@ def console() -> Console:
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:
-    """One clear line on stderr, then exit non-zero."""
-    console().print(f"[red]error:[/red] {message}", highlight=False, markup=True)
+    """One clear line on stderr, then exit non-zero. The message is text, not markup: settings'
+    names such as `[document.orders]` or `[table]` are printed as they are."""
+    from rich.markup import escape
+
+    console().print(f"[red]error:[/red] {escape(message)}", highlight=False, markup=True)
     return typer.Exit(code)
 
 

@@ -9,13 +9,12 @@ import asyncio
 import dataclasses
 import logging
 
-from redis.exceptions import RedisError
-
 from service.catalog import Catalog
 from service.errors import ReplicatorError
 from service.pipeline.status import ReplicatorStatus, TableStatus
 from service.sink.derive import Derivation
 from service.sink.mirror import RedisMirror
+from service.sink.unreachable import UNREACHABLE
 
 __all__ = ["with_entry_counts"]
 
@@ -47,7 +46,7 @@ async def with_entry_counts(
             counts = await asyncio.gather(
                 *(mirror.document_counts(t.schema, t.table, r) for _, t, r in placed)
             )
-    except (RedisError, ReplicatorError, OSError, TimeoutError) as exc:
+    except (*UNREACHABLE, ReplicatorError) as exc:
         log.debug("index entry counts not read: %s", exc)
         return status
     tables = list(status.tables)

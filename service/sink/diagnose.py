@@ -14,10 +14,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
-from redis import exceptions as rexc
 from redis.asyncio import Redis
 
 from service.sink.keys import KeyLayout, split_key
+from service.sink.unreachable import UNREACHABLE
 
 __all__ = ["lease_loss", "rows_keyed_otherwise"]
 
@@ -29,7 +29,7 @@ async def lease_loss(redis: Redis, layout: KeyLayout, token: str, had_checkpoint
     try:
         holder = await redis.get(layout.lease_key)
         checkpoint = bool(await redis.exists(layout.checkpoint_key))
-    except (rexc.RedisError, OSError, TimeoutError):
+    except UNREACHABLE:
         return None
     if holder is not None:
         other = holder.decode(errors="replace") if isinstance(holder, bytes) else str(holder)
@@ -65,7 +65,7 @@ async def rows_keyed_otherwise(
                 row = await redis.hgetall(f"{base}:{suffix}")
             if row and not _keyed_by(row, suffix, key, json_mode):
                 return True
-    except (rexc.RedisError, OSError, TimeoutError, orjson.JSONDecodeError):
+    except (*UNREACHABLE, orjson.JSONDecodeError):
         return False
     return False
 

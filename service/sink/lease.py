@@ -15,6 +15,7 @@ from service.sink.diagnose import lease_loss
 from service.sink.keys import KeyLayout
 from service.sink.replies import map_redis_errors, redis_access_denied
 from service.sink.scripts import ACQUIRE, RELEASE, RENEW
+from service.sink.unreachable import UNREACHABLE
 
 __all__ = ["WriterLease", "ping"]
 
@@ -82,6 +83,6 @@ async def ping(redis: Redis, timeout: float) -> tuple[bool, str | None]:
         if str(exc).startswith(("WRONGPASS", "NOAUTH", "NOPERM")):
             raise redis_access_denied("ping", exc) from exc
         return False, f"{type(exc).__name__}: {exc}"
-    except (rexc.RedisError, OSError, TimeoutError) as exc:
+    except UNREACHABLE as exc:
         return False, f"{type(exc).__name__}: {exc}"
     return ok, None

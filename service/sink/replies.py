@@ -17,6 +17,7 @@ from service.sink.channel import ScriptChannel
 from service.sink.diagnose import rows_keyed_otherwise
 from service.sink.keys import split_key
 from service.sink.plan import Planner
+from service.sink.unreachable import UNREACHABLE
 
 __all__ = ["SentBatch", "map_redis_errors", "redis_access_denied"]
 
@@ -39,7 +40,7 @@ def map_redis_errors(what: str) -> Iterator[None]:
         if isinstance(exc, rexc.OutOfMemoryError):  # refused at the call's first write
             raise SinkError(f"{what}: Redis is full (maxmemory), nothing was written: OOM {exc}") from exc
         raise SinkError(f"{what}: {exc}") from exc
-    except (rexc.RedisError, OSError, TimeoutError) as exc:
+    except UNREACHABLE as exc:
         if (refused := _certificate_refused(exc)) is not None:
             raise SinkTlsRefused(
                 f"redis: TLS: the server's certificate was refused ({refused.verify_message}), {what} "

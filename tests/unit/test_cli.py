@@ -3,12 +3,18 @@
 
 from __future__ import annotations
 
+import logging
+import socket
 import subprocess
 import sys
+from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from service.cli import app
+from service.settings import load_settings
+from service.startup import check_access
 
 COMMANDS = ("stream", "decode", "run", "snapshot", "replay", "compact", "load", "verify", "stack")
 
@@ -84,3 +90,29 @@ def test_a_plain_decode_skips_click_and_prints_the_same_bytes(tmp_path: object) 
     for extra in ({}, {"BINLOG_MIRROR_LOG_LEVEL": "info"}):
         failed = subprocess.run(missing, capture_output=True, env={**env, **extra})
         assert failed.returncode == 1 and failed.stderr.startswith(b"error: "), failed
+
+
+def test_an_error_line_keeps_the_settings_brackets(tmp_path: Path) -> None:
+    """`[document.orders]` and `[table]` are setting names, not console markup."""
+    config = tmp_path / "c.toml"
+    config.write_text('[document.orders]\nroot = "shop.orders"\nkey = "app:order:{id}"\n')
+    args = ["run", "--config", str(config), "--redis", "redis+cluster://127.0.0.1:1", "--no-api"]
+    done = subprocess.run([sys.executable, "-m", "service", *args], capture_output=True, text=True)
+    assert done.returncode == 1, done.stderr
+    line = done.stderr.strip()
+    assert "[document.orders] key: 'app:order:{id}' has no hash tag" in line, line
+    assert "every document and [table] template of its tables" in line and "\n" not in line
+
+
+async def test_a_redis_cluster_that_does_not_answer_is_logged_and_left_to_the_retries(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """No node answers (a closed port): a warning naming it, no traceback; the replicator retries."""
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    settings = load_settings(None, redis=f"redis+cluster://127.0.0.1:{port}", tables=["a.*"])
+    with caplog.at_level(logging.WARNING):
+        await check_access(settings)
+    assert f"redis at redis+cluster://127.0.0.1:{port} does not answer yet" in caplog.text
+    assert "RedisClusterException" in caplog.text
