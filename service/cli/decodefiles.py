@@ -27,7 +27,6 @@ from service.binlog import (
     RowsEvent,
     TableMapEvent,
     TableSchema,
-    TransactionPayloadEvent,
     scan_binlog_file,
 )
 from service.binlog.canonical import row_change_to_dict, value_to_json
@@ -118,12 +117,7 @@ def _decoder(
 
 def _events(path: Path, decoder: BinlogDecoder) -> Iterator[Event]:
     for offset, data in scan_binlog_file(path):
-        event = decoder.feed(data, offset)
-        if event is None:
-            continue
-        yield event
-        if isinstance(event, TransactionPayloadEvent):
-            yield from event.events
+        yield from decoder.decode_events(data, offset)
 
 
 def decode_files(
